@@ -1,0 +1,30 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Module arrows point one way: StrataCore imports nothing of ours; StrataStore sees no
+// socket; only the C shim targets know the C libraries. See ARCHITECTURE.md.
+let package = Package(
+    name: "Strata",
+    products: [
+        .library(name: "StrataStore", targets: ["StrataStore"]),
+        .library(name: "StrataCore", targets: ["StrataCore"]),
+        .executable(name: "strata-bench", targets: ["strata-bench"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
+        .systemLibrary(name: "CPNG", pkgConfig: "libpng16", providers: [.apt(["libpng-dev"])]),
+        .systemLibrary(name: "CWebP", pkgConfig: "libwebpdemux", providers: [.apt(["libwebp-dev"])]),
+        .target(name: "CLinux"),
+
+        .target(name: "StrataCore"),
+        .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
+
+        .executableTarget(name: "strata-bench", dependencies: ["StrataStore"], path: "bench/strata-bench"),
+        // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
+        .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
+
+        .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
+        .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore"]),
+    ]
+)

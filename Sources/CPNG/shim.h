@@ -1,0 +1,4 @@
+#include <png.h>
+/* Function-like and composite macros are not imported into Swift: re-export the ones we use. */
+static const unsigned int strata_PNG_FORMAT_RGBA = PNG_FORMAT_RGBA;
+static const unsigned int strata_PNG_IMAGE_VERSION = PNG_IMAGE_VERSION;

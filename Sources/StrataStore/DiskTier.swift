@@ -1,0 +1,787 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+import StrataCore
+import Synchronization
+
+/// A row as the disk tier read it.
+struct DiskRow {
+    var state: ItemState
+    var encoding: ValueEncoding
+    var storedSize: Int
+    var size: Int
+}
+
+/// One unit of work for the writer thread.
+final class DiskJob: @unchecked Sendable {
+    enum Kind {
+        /// Reads the current row, asks `decide` what to do, applies it.
+        case write(namespace: [UInt8], key: [UInt8], needValue: Bool, preEncoded: (ValueEncoding, [UInt8])?,
+                   decide: (ItemState?) -> (WriteResult, WriteEffect))
+        case flushNamespace([UInt8])
+        case flushAll
+        case trim(count: Int, bytes: Int)
+        case removeIfChecksum(nsID: Int64, key: [UInt8], checksum: Int64)
+        case quarantine(reason: String)
+        /// Completes once everything queued before it has committed.
+        case barrier
+    }
+    let kind: Kind
+    /// Called on the writer thread after the commit (or with the error).
+    let done: (Result<(WriteResult, WriteEffect)?, StoreError>) -> Void
+
+    init(_ kind: Kind, done: @escaping (Result<(WriteResult, WriteEffect)?, StoreError>) -> Void) {
+        self.kind = kind
+        self.done = done
+    }
+}
+
+/// Counters of the disk tier.
+final class DiskCounters: Sendable {
+    let hits = Atomic<Int>(0), misses = Atomic<Int>(0), evictions = Atomic<Int>(0), expirations = Atomic<Int>(0)
+    let corruptItems = Atomic<Int>(0), quarantines = Atomic<Int>(0), rawBytesWritten = Atomic<Int>(0)
+    let storedBytesWritten = Atomic<Int>(0), commits = Atomic<Int>(0), writes = Atomic<Int>(0)
+    let rows = Atomic<Int>(0), bytesOnDisk = Atomic<Int>(0), writeErrors = Atomic<Int>(0)
+    let flushedRowsCollected = Atomic<Int>(0)
+    init() {}
+}
+
+/// The disk tier: every accepted item in one SQLite database, values zstd-compressed when that
+/// pays, each row checksummed.
+///
+/// Guarantees: a write's `done` runs only after its transaction committed (WAL,
+/// `synchronous=NORMAL`: a SIGKILLed process loses nothing acknowledged); concurrent writers
+/// share transactions (group commit, one writer thread); reads run on pooled reader
+/// connections and never write (access times are buffered and flushed in batches); a row whose
+/// checksum fails reads as a miss and is removed; a database that SQLite reports corrupt is
+/// moved aside and replaced. Limits (count, bytes, age, free space) hold at write time.
+final class DiskTier: @unchecked Sendable {
+    static let schemaVersion: Int64 = 1
+    static let fileName = "strata.db"
+
+    let directory: String
+    let dbPath: String
+    let config: StoreConfiguration
+    let clock: any Clock
+    let codec: ValueCodec
+    let registry: NamespaceRegistry
+    let counters = DiskCounters()
+    private let log: @Sendable (String) -> Void
+    private var lockFD: Int32 = -1
+
+    // Writer state: touched only by the writer thread after `start()`.
+    private var writer: SQLiteConnection?
+    private var rowCount = 0
+    private var pageSize = 4096
+    private var sweepCursor: Int64 = 0
+    private var lastMaintenance = 0.0
+
+    private let queue = ConditionLock()
+    private var pending: [DiskJob] = []
+    private var stopping = false
+    private var writerStarted = false
+    private let stopped = Completion<Void>()
+
+    private let readerLock = Lock()
+    private var idleReaders: [SQLiteConnection] = []
+    private var readerEpoch = 0
+    private var readerEpochOf: [ObjectIdentifier: Int] = [:]
+
+    private let accessLock = Lock()
+    private var accessBuffer: [AccessKey: Int64] = [:]
+    struct AccessKey: Hashable { let ns: Int64; let key: [UInt8] }
+
+    init(config: StoreConfiguration, clock: any Clock, registry: NamespaceRegistry) throws {
+        self.config = config
+        self.clock = clock
+        self.registry = registry
+        self.codec = ValueCodec(level: config.compressionLevel)
+        self.directory = config.directory
+        self.dbPath = config.directory + "/" + Self.fileName
+        let sink = config.log ?? { line in
+            var l = line + "\n"
+            l.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+        }
+        self.log = sink
+        try prepareDirectory()
+        try openWriter()
+    }
+
+    // MARK: Opening
+
+    private func prepareDirectory() throws {
+        var st = stat()
+        if stat(directory, &st) != 0 {
+            if mkdir(directory, 0o755) != 0 && errno != EEXIST {
+                throw StoreError(.directory, "cannot create data directory \(directory): \(String(cString: strerror(errno)))")
+            }
+        } else if (st.st_mode & S_IFMT) != S_IFDIR {
+            throw StoreError(.directory, "data directory \(directory) exists and is not a directory")
+        }
+        if access(directory, W_OK) != 0 {
+            throw StoreError(.directory, "data directory \(directory) is not writable: \(String(cString: strerror(errno)))")
+        }
+        let lockPath = directory + "/LOCK"
+        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            throw StoreError(.directory, "cannot create lock file \(lockPath): \(String(cString: strerror(errno)))")
+        }
+        if strata_flock_exclusive_nonblocking(fd) != 0 {
+            Glibc.close(fd)
+            throw StoreError(.locked, "data directory \(directory) is in use by another process (lock file \(lockPath))")
+        }
+        lockFD = fd
+    }
+
+    private func openWriter() throws {
+        do {
+            writer = try openDatabase()
+        } catch let e as SQLiteError where e.isCorruption {
+            quarantineFiles(reason: "open failed: \(e.message)")
+            writer = try openDatabase()
+        } catch let e as SQLiteError {
+            throw mapError(e, doing: "opening \(dbPath)")
+        }
+    }
+
+    /// Opens (creating or migrating) the database and loads namespaces and counters.
+    private func openDatabase() throws -> SQLiteConnection {
+        let db = try SQLiteConnection(path: dbPath)
+        let version = try db.scalarInt("PRAGMA user_version") ?? 0
+        if version > Self.schemaVersion {
+            throw StoreError(.schemaTooNew, "\(dbPath) has schema version \(version); this build reads up to \(Self.schemaVersion). Use a newer strata or another data directory.")
+        }
+        try db.execute("PRAGMA journal_mode=WAL")
+        try db.execute("PRAGMA synchronous=NORMAL")
+        try db.execute("PRAGMA journal_size_limit=\(config.walLimit)")
+        pageSize = Int(try db.scalarInt("PRAGMA page_size") ?? 4096)
+        try db.execute("PRAGMA wal_autocheckpoint=\(max(16, config.walLimit / pageSize))")
+        if version < 1 {
+            try migrate(db, from: version)
+        }
+        // Namespaces and counters: a handful of rows, so open stays fast whatever the item count.
+        let ns = try db.statement("SELECT id, name, generation FROM namespaces")
+        while try ns.step() {
+            registry.setDisk(name: ns.bytes(1), id: ns.int(0), generation: ns.int(2))
+        }
+        ns.reset()
+        rowCount = Int(try db.scalarInt("SELECT value FROM counters WHERE name='rows'") ?? 0)
+        counters.rows.store(rowCount, ordering: .relaxed)
+        return db
+    }
+
+    private func migrate(_ db: SQLiteConnection, from version: Int64) throws {
+        // Version 0 is an empty file: create everything. Later versions add steps here.
+        try db.execute("""
+            PRAGMA auto_vacuum=INCREMENTAL;
+            BEGIN;
+            CREATE TABLE IF NOT EXISTS namespaces(id INTEGER PRIMARY KEY, name BLOB NOT NULL UNIQUE, generation INTEGER NOT NULL DEFAULT 0);
+            CREATE TABLE IF NOT EXISTS items(
+                id INTEGER PRIMARY KEY,
+                ns INTEGER NOT NULL, key BLOB NOT NULL, gen INTEGER NOT NULL,
+                value BLOB NOT NULL, codec INTEGER NOT NULL, size INTEGER NOT NULL,
+                flags INTEGER NOT NULL, ext BLOB NOT NULL, expiry INTEGER NOT NULL,
+                version INTEGER NOT NULL, tombstone INTEGER NOT NULL, checksum INTEGER NOT NULL,
+                access INTEGER NOT NULL);
+            CREATE UNIQUE INDEX IF NOT EXISTS items_key ON items(ns, key);
+            CREATE INDEX IF NOT EXISTS items_access ON items(access);
+            CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+            INSERT OR IGNORE INTO counters(name, value) VALUES('rows', 0);
+            PRAGMA user_version=1;
+            COMMIT;
+            """)
+    }
+
+    /// Moves the database files aside with a timestamped name and reports it.
+    private func quarantineFiles(reason: String) {
+        let stamp = clock.nowMicros() / 1000
+        let target = "\(dbPath).corrupt-\(stamp)"
+        for suffix in ["", "-wal", "-shm"] {
+            rename(dbPath + suffix, target + suffix)
+        }
+        counters.quarantines.add(1, ordering: .relaxed)
+        log("level=error event=disk_quarantined path=\(dbPath) moved_to=\(target) reason=\"\(reason)\"")
+    }
+
+    // MARK: Lifecycle
+
+    func start() throws {
+        guard startThread(name: "strata-writer", { [self] in writerLoop() }) else {
+            throw StoreError(.io, "cannot start the disk writer thread")
+        }
+        writerStarted = true
+        if config.quickCheckOnOpen {
+            startThread(name: "strata-qcheck") { [self] in runQuickCheck() }
+        }
+    }
+
+    /// Drains every queued write, flushes access times, checkpoints and closes.
+    func close() {
+        queue.lock()
+        if stopping { queue.unlock(); return }
+        stopping = true
+        queue.broadcast()
+        queue.unlock()
+        if writerStarted { stopped.wait() }
+        readerLock.withLock { idleReaders.removeAll() }
+        if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
+    }
+
+    func enqueue(_ job: DiskJob) {
+        queue.lock()
+        if stopping {
+            queue.unlock()
+            job.done(.failure(StoreError(.closed, "store is closed")))
+            return
+        }
+        pending.append(job)
+        queue.signal()
+        queue.unlock()
+    }
+
+    var queuedJobs: Int { queue.withLock { pending.count } }
+
+    private func runQuickCheck() {
+        guard let db = try? SQLiteConnection(path: dbPath, readOnly: true) else { return }
+        let rows = (try? db.textRows("PRAGMA quick_check")) ?? ["quick_check could not run"]
+        if rows != ["ok"] {
+            enqueue(DiskJob(.quarantine(reason: "quick_check: " + rows.prefix(3).joined(separator: "; "))) { _ in })
+        }
+    }
+
+    // MARK: Writer thread
+
+    private func writerLoop() {
+        while true {
+            queue.lock()
+            while pending.isEmpty && !stopping {
+                queue.wait(seconds: config.maintenanceInterval)
+                if pending.isEmpty && !stopping {
+                    queue.unlock()
+                    maintenance(force: true)
+                    queue.lock()
+                }
+            }
+            if pending.isEmpty && stopping {
+                queue.unlock()
+                break
+            }
+            let take = min(pending.count, config.maxBatch)
+            let batch = Array(pending.prefix(take))
+            pending.removeFirst(take)
+            queue.unlock()
+            runBatch(batch)
+            maintenance(force: false)
+        }
+        flushAccessTimes()
+        if let w = writer { try? w.checkpoint(truncate: true) }
+        writer = nil
+        stopped.fulfil(())
+    }
+
+    /// Post-commit actions collected while a batch runs.
+    private struct Staged {
+        var completions: [() -> Void] = []
+        var rowDelta = 0
+        var raw = 0
+        var stored = 0
+        var evicted = 0
+    }
+
+    private func runBatch(_ batch: [DiskJob]) {
+        var writes: [DiskJob] = []
+        for job in batch {
+            switch job.kind {
+            case .write, .removeIfChecksum, .trim: writes.append(job)
+            default:
+                if !writes.isEmpty { commitGroup(writes); writes.removeAll() }
+                runControl(job)
+            }
+        }
+        if !writes.isEmpty { commitGroup(writes) }
+    }
+
+    /// One transaction for many writes; if it fails, each write is retried alone so one bad
+    /// write cannot fail the others.
+    private func commitGroup(_ jobs: [DiskJob]) {
+        guard let db = writer else {
+            for j in jobs { j.done(.failure(StoreError(.io, "disk tier is not open"))) }
+            return
+        }
+        // Namespaces are created in their own transaction first, so a rolled-back batch never
+        // leaves the registry pointing at an id that does not exist.
+        for j in jobs {
+            if case let .write(ns, _, _, _, _) = j.kind, registry.lookup(ns)?.diskID == nil {
+                do { try createNamespace(db, ns) } catch {
+                    handle(error, jobs: jobs)
+                    return
+                }
+            }
+        }
+        var staged = Staged()
+        do {
+            try db.execute("BEGIN IMMEDIATE")
+            for j in jobs { try apply(j, db, &staged) }
+            try enforceLimits(db, &staged)
+            try setRowCounter(db, rowCount + staged.rowDelta)
+            try db.execute("COMMIT")
+        } catch {
+            try? db.execute("ROLLBACK")
+            if jobs.count > 1 {
+                for j in jobs { commitGroup([j]) }
+            } else {
+                handle(error, jobs: jobs)
+            }
+            return
+        }
+        rowCount += staged.rowDelta
+        counters.rows.store(rowCount, ordering: .relaxed)
+        counters.commits.add(1, ordering: .relaxed)
+        counters.rawBytesWritten.add(staged.raw, ordering: .relaxed)
+        counters.storedBytesWritten.add(staged.stored, ordering: .relaxed)
+        counters.evictions.add(staged.evicted, ordering: .relaxed)
+        for c in staged.completions { c() }
+    }
+
+    private func handle(_ error: Error, jobs: [DiskJob]) {
+        let e = (error as? SQLiteError).map { mapError($0, doing: "writing") } ?? (error as? StoreError) ?? StoreError(.io, "\(error)")
+        counters.writeErrors.add(jobs.count, ordering: .relaxed)
+        for j in jobs { j.done(.failure(e)) }
+        if let s = error as? SQLiteError, s.isCorruption {
+            quarantineAndReopen(reason: "SQLite reported corruption while writing: \(s.message)")
+        }
+    }
+
+    func mapError(_ e: SQLiteError, doing what: String) -> StoreError {
+        if e.isFull { return StoreError(.diskFull, "disk full while \(what) (\(directory)); nothing was stored") }
+        if e.isCorruption { return StoreError(.corrupt, "database corrupt while \(what): \(e.message)") }
+        return StoreError(.io, "\(what): \(e)")
+    }
+
+    private func createNamespace(_ db: SQLiteConnection, _ name: [UInt8]) throws {
+        let ins = try db.statement("INSERT OR IGNORE INTO namespaces(name, generation) VALUES(?, 0)")
+        ins.bind(1, name)
+        try ins.run()
+        let sel = try db.statement("SELECT id, generation FROM namespaces WHERE name=?")
+        sel.bind(1, name)
+        defer { sel.reset() }
+        if try sel.step() {
+            registry.setDisk(name: name, id: sel.int(0), generation: sel.int(1))
+        }
+    }
+
+    private func setRowCounter(_ db: SQLiteConnection, _ value: Int) throws {
+        let s = try db.statement("UPDATE counters SET value=? WHERE name='rows'")
+        s.bind(1, value)
+        try s.run()
+    }
+
+    private func apply(_ job: DiskJob, _ db: SQLiteConnection, _ staged: inout Staged) throws {
+        switch job.kind {
+        case let .write(nsName, key, needValue, preEncoded, decide):
+            guard let ns = registry.lookup(nsName), let nsID = ns.diskID else {
+                throw StoreError(.io, "namespace could not be created")
+            }
+            let now = clock.nowMicros()
+            let found = try readRow(db, nsID: nsID, key: key, withValue: needValue)
+            let existing = found.flatMap { $0.gen == ns.generation ? $0.row.state : nil }
+            let (result, effect) = decide(existing)
+            switch effect {
+            case .none: break
+            case .delete:
+                if found != nil {
+                    try deleteRow(db, nsID: nsID, key: key)
+                    staged.rowDelta -= 1
+                }
+            case .store(let state):
+                let encoded: (ValueEncoding, [UInt8])
+                // Only a stored set writes the caller's value as is; it was encoded on the caller's thread.
+                if let pre = preEncoded, !state.tombstone, case .set(.stored) = result { encoded = pre } else {
+                    encoded = codec.encode(state.value)
+                }
+                try writeRow(db, nsID: nsID, gen: ns.generation, key: key, state: state, encoded: encoded, now: now)
+                if found == nil { staged.rowDelta += 1 }
+                staged.raw += state.value.count
+                staged.stored += encoded.1.count
+            }
+            counters.writes.add(1, ordering: .relaxed)
+            staged.completions.append { job.done(.success((result, effect))) }
+
+        case let .removeIfChecksum(nsID, key, checksum):
+            let s = try db.statement("DELETE FROM items WHERE ns=? AND key=? AND checksum=?")
+            s.bind(1, nsID); s.bind(2, key); s.bind(3, checksum)
+            try s.run()
+            staged.rowDelta -= db.changes
+            staged.completions.append { job.done(.success(nil)) }
+
+        case let .trim(count, bytes):
+            try evictLRU(db, &staged, untilCount: count, bytes: bytes)
+            staged.completions.append { job.done(.success(nil)) }
+
+        default:
+            break
+        }
+    }
+
+    struct FoundRow { var row: DiskRow; var gen: Int64; var checksum: Int64 }
+
+    private func readRow(_ db: SQLiteConnection, nsID: Int64, key: [UInt8], withValue: Bool) throws -> FoundRow? {
+        let sql = withValue
+            ? "SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value) FROM items WHERE ns=? AND key=?"
+            : "SELECT gen, NULL, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value) FROM items WHERE ns=? AND key=?"
+        let s = try db.statement(sql)
+        s.bind(1, nsID)
+        s.bind(2, key)
+        defer { s.reset() }
+        guard try s.step() else { return nil }
+        return decodeRow(s, key: key, withValue: withValue)
+    }
+
+    /// Turns a row into item state, verifying the checksum and decoding the value when asked.
+    /// Columns: gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length.
+    private func decodeRow(_ s: SQLiteStatement, key: [UInt8], withValue: Bool) -> FoundRow? {
+        let encoding = ValueEncoding(rawValue: UInt8(truncatingIfNeeded: s.int(2))) ?? .raw
+        let size = Int(s.int(3))
+        let ext = s.bytes(5)
+        var state = ItemState(value: [], flags: UInt32(truncatingIfNeeded: s.int(4)), extended: ext,
+                              expiry: s.int(6), version: UInt64(bitPattern: s.int(7)), tombstone: s.int(8) != 0)
+        let checksum = s.int(9)
+        if withValue {
+            let ok: Bool = s.withBytes(1) { stored in
+                let sum = ItemChecksum.compute(key: key, flags: state.flags, expiry: state.expiry, version: state.version,
+                                               tombstone: state.tombstone, encoding: encoding, size: size,
+                                               extended: ext, stored: stored)
+                guard sum == checksum, let v = codec.decode(encoding, stored, size: size) else { return false }
+                state.value = v
+                return true
+            }
+            if !ok { return nil }
+        }
+        return FoundRow(row: DiskRow(state: state, encoding: encoding, storedSize: Int(s.int(10)), size: size),
+                        gen: s.int(0), checksum: checksum)
+    }
+
+    private func writeRow(_ db: SQLiteConnection, nsID: Int64, gen: Int64, key: [UInt8], state: ItemState,
+                          encoded: (ValueEncoding, [UInt8]), now: Int64) throws {
+        let s = try db.statement("""
+            INSERT INTO items(ns, key, gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access)
+            VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
+            ON CONFLICT(ns, key) DO UPDATE SET gen=excluded.gen, value=excluded.value, codec=excluded.codec,
+              size=excluded.size, flags=excluded.flags, ext=excluded.ext, expiry=excluded.expiry,
+              version=excluded.version, tombstone=excluded.tombstone, checksum=excluded.checksum, access=excluded.access
+            """)
+        let checksum = encoded.1.withUnsafeBytes {
+            ItemChecksum.compute(key: key, flags: state.flags, expiry: state.expiry, version: state.version,
+                                 tombstone: state.tombstone, encoding: encoded.0, size: state.value.count,
+                                 extended: state.extended, stored: $0)
+        }
+        s.bind(1, nsID); s.bind(2, key); s.bind(3, gen); s.bind(4, encoded.1)
+        s.bind(5, Int64(encoded.0.rawValue)); s.bind(6, state.value.count); s.bind(7, Int64(state.flags))
+        s.bind(8, state.extended); s.bind(9, state.expiry); s.bind(10, Int64(bitPattern: state.version))
+        s.bind(11, state.tombstone ? 1 : 0); s.bind(12, checksum); s.bind(13, now / 1_000_000)
+        try s.run()
+    }
+
+    private func deleteRow(_ db: SQLiteConnection, nsID: Int64, key: [UInt8]) throws {
+        let s = try db.statement("DELETE FROM items WHERE ns=? AND key=?")
+        s.bind(1, nsID); s.bind(2, key)
+        try s.run()
+    }
+
+    // MARK: Limits
+
+    func freeSpace() -> Int {
+        if let probe = config.freeSpaceProbe { return probe() }
+        var st = statvfs()
+        guard statvfs(directory, &st) == 0 else { return Int.max }
+        return Int(st.f_bavail) * Int(st.f_frsize)
+    }
+
+    private func walBytes() -> Int {
+        var st = stat()
+        return stat(dbPath + "-wal", &st) == 0 ? Int(st.st_size) : 0
+    }
+
+    /// Pages in use (not free) plus the WAL.
+    private func bytesInUse(_ db: SQLiteConnection) throws -> Int {
+        let pages = Int(try db.scalarInt("PRAGMA page_count") ?? 0)
+        let free = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
+        return (pages - free) * pageSize + walBytes()
+    }
+
+    private func enforceLimits(_ db: SQLiteConnection, _ staged: inout Staged) throws {
+        if rowCount + staged.rowDelta > config.diskCountLimit {
+            try evictLRU(db, &staged, untilCount: config.diskCountLimit, bytes: Int.max)
+        }
+        if config.diskByteLimit > 0 && config.diskByteLimit < Int.max {
+            try evictLRU(db, &staged, untilCount: Int.max, bytes: config.diskByteLimit)
+        }
+        if config.freeDiskSpaceLimit > 0 && freeSpace() < config.freeDiskSpaceLimit {
+            // Give back about 1 % of the rows; the space returns once the free pages are vacuumed.
+            let target = max(0, rowCount + staged.rowDelta - max(16, (rowCount + staged.rowDelta) / 100))
+            try evictLRU(db, &staged, untilCount: target, bytes: Int.max)
+        }
+    }
+
+    /// Deletes least recently used rows until at most `untilCount` rows remain and the bytes
+    /// in use are at most `bytes`.
+    private func evictLRU(_ db: SQLiteConnection, _ staged: inout Staged, untilCount: Int, bytes: Int) throws {
+        while rowCount + staged.rowDelta > 0 {
+            let overCount = rowCount + staged.rowDelta - untilCount
+            var n = max(0, overCount)
+            if n == 0 && bytes < Int.max {
+                guard try bytesInUse(db) > bytes else { break }
+                n = max(16, (rowCount + staged.rowDelta) / 50)
+            } else if n == 0 { break }
+            let s = try db.statement("DELETE FROM items WHERE id IN (SELECT id FROM items ORDER BY access LIMIT ?)")
+            s.bind(1, n)
+            try s.run()
+            let removed = db.changes
+            if removed == 0 { break }
+            staged.rowDelta -= removed
+            staged.evicted += removed
+        }
+    }
+
+    // MARK: Control jobs
+
+    private func runControl(_ job: DiskJob) {
+        guard let db = writer else { job.done(.failure(StoreError(.io, "disk tier is not open"))); return }
+        do {
+            switch job.kind {
+            case .flushNamespace(let name):
+                if let e = registry.lookup(name), e.diskID != nil {
+                    let s = try db.statement("UPDATE namespaces SET generation=generation+1 WHERE name=?")
+                    s.bind(1, name)
+                    try s.run()
+                    registry.bump(name, generation: e.generation + 1)
+                } else {
+                    registry.bump(name, generation: nil)
+                }
+            case .flushAll:
+                try db.execute("UPDATE namespaces SET generation=generation+1")
+                for name in registry.allNames() {
+                    let g = registry.lookup(name).map { $0.diskID != nil ? $0.generation + 1 : $0.generation }
+                    registry.bump(name, generation: g)
+                }
+            case .quarantine(let reason):
+                quarantineAndReopen(reason: reason)
+            case .barrier:
+                break
+            default:
+                break
+            }
+            job.done(.success(nil))
+        } catch let e as SQLiteError {
+            job.done(.failure(mapError(e, doing: "flushing")))
+            if e.isCorruption { quarantineAndReopen(reason: e.message) }
+        } catch {
+            job.done(.failure(StoreError(.io, "\(error)")))
+        }
+    }
+
+    /// Replaces a corrupt database with a fresh one while the store keeps running.
+    private func quarantineAndReopen(reason: String) {
+        writer = nil
+        readerLock.withLock {
+            idleReaders.removeAll()
+            readerEpoch += 1
+        }
+        quarantineFiles(reason: reason)
+        registry.forgetDisk()
+        rowCount = 0
+        do {
+            writer = try openDatabase()
+        } catch {
+            log("level=error event=disk_reopen_failed path=\(dbPath) error=\"\(error)\"")
+        }
+    }
+
+    // MARK: Maintenance
+
+    private func maintenance(force: Bool) {
+        let now = monotonicSeconds()
+        guard force || now - lastMaintenance >= config.maintenanceInterval else { return }
+        lastMaintenance = now
+        guard let db = writer else { return }
+        flushAccessTimes()
+        do {
+            try sweepStep(db)
+            let freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
+            if freePages > 64 { try db.execute("PRAGMA incremental_vacuum(\(max(64, freePages / 4)))") }
+            counters.bytesOnDisk.store(try bytesInUse(db) + freePages * pageSize, ordering: .relaxed)
+        } catch let e as SQLiteError {
+            if e.isCorruption { quarantineAndReopen(reason: "during maintenance: \(e.message)") }
+        } catch {}
+    }
+
+    /// Looks at the next `sweepBatch` rows: drops expired items, expired tombstones, rows of
+    /// flushed generations and (with an age limit) rows not accessed for too long.
+    private func sweepStep(_ db: SQLiteConnection) throws {
+        let now = clock.nowMicros()
+        let ageCutoff = config.diskAgeLimit > 0 ? now / 1_000_000 - Int64(config.diskAgeLimit) : Int64.min
+        let s = try db.statement("SELECT id, ns, gen, expiry, tombstone, access FROM items WHERE id > ? ORDER BY id LIMIT ?")
+        s.bind(1, sweepCursor)
+        s.bind(2, config.sweepBatch)
+        var doomed: [Int64] = []
+        var expired = 0, aged = 0, collected = 0
+        var last: Int64 = sweepCursor
+        var seen = 0
+        while try s.step() {
+            seen += 1
+            let id = s.int(0)
+            last = id
+            let expiry = s.int(3)
+            if expiry != 0 && expiry <= now {
+                doomed.append(id); if s.int(4) == 0 { expired += 1 }
+            } else if registry.generation(ofDiskID: s.int(1)) != s.int(2) {
+                doomed.append(id); collected += 1
+            } else if s.int(5) < ageCutoff {
+                doomed.append(id); aged += 1
+            }
+        }
+        s.reset()
+        sweepCursor = seen < config.sweepBatch ? 0 : last
+        guard !doomed.isEmpty else { return }
+        try db.execute("BEGIN IMMEDIATE")
+        do {
+            let del = try db.statement("DELETE FROM items WHERE id=?")
+            var removed = 0
+            for id in doomed {
+                del.bind(1, id)
+                try del.run()
+                removed += db.changes
+            }
+            try setRowCounter(db, rowCount - removed)
+            try db.execute("COMMIT")
+            rowCount -= removed
+            counters.rows.store(rowCount, ordering: .relaxed)
+            counters.expirations.add(expired, ordering: .relaxed)
+            counters.evictions.add(aged, ordering: .relaxed)
+            counters.flushedRowsCollected.add(collected, ordering: .relaxed)
+        } catch {
+            try? db.execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Writes buffered access times in one transaction (a read never costs a write).
+    private func flushAccessTimes() {
+        let batch: [AccessKey: Int64] = accessLock.withLock {
+            let b = accessBuffer
+            accessBuffer.removeAll(keepingCapacity: true)
+            return b
+        }
+        guard !batch.isEmpty, let db = writer else { return }
+        do {
+            try db.execute("BEGIN IMMEDIATE")
+            let s = try db.statement("UPDATE items SET access=? WHERE ns=? AND key=? AND access<?")
+            for (k, t) in batch {
+                s.bind(1, t); s.bind(2, k.ns); s.bind(3, k.key); s.bind(4, t)
+                try s.run()
+            }
+            try db.execute("COMMIT")
+        } catch {
+            try? db.execute("ROLLBACK")
+        }
+    }
+
+    private func recordAccess(nsID: Int64, key: [UInt8], now: Int64) {
+        accessLock.withLock {
+            if accessBuffer.count < 100_000 { accessBuffer[AccessKey(ns: nsID, key: key)] = now / 1_000_000 }
+        }
+    }
+
+    // MARK: Reads (any thread)
+
+    private func withReader<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        let (conn, epoch): (SQLiteConnection?, Int) = readerLock.withLock { (idleReaders.popLast(), readerEpoch) }
+        let db: SQLiteConnection
+        if let c = conn { db = c } else {
+            do {
+                db = try SQLiteConnection(path: dbPath, readOnly: false)
+                try db.execute("PRAGMA query_only=1")
+            } catch let e as SQLiteError { throw mapError(e, doing: "opening a reader") }
+        }
+        defer {
+            readerLock.withLock {
+                if epoch == readerEpoch && idleReaders.count < config.diskReaders { idleReaders.append(db) }
+            }
+        }
+        do {
+            return try body(db)
+        } catch let e as SQLiteError {
+            if e.isCorruption {
+                enqueue(DiskJob(.quarantine(reason: "SQLite reported corruption while reading: \(e.message)")) { _ in })
+            }
+            throw mapError(e, doing: "reading")
+        }
+    }
+
+    /// The row for a key (tombstones included, expired rows excluded), or nil. A row whose
+    /// checksum fails is reported, scheduled for removal, and read as nil.
+    func read(namespace: [UInt8], key: [UInt8], withValue: Bool, countStats: Bool) throws -> DiskRow? {
+        guard let ns = registry.lookup(namespace), let nsID = ns.diskID else {
+            if countStats { counters.misses.add(1, ordering: .relaxed) }
+            return nil
+        }
+        let now = clock.nowMicros()
+        let found: FoundRow? = try withReader { db in
+            let s = try db.statement(
+                "SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value) FROM items WHERE ns=? AND key=?")
+            s.bind(1, nsID)
+            s.bind(2, key)
+            defer { s.reset() }
+            guard try s.step() else { return nil }
+            if s.int(0) != ns.generation { return nil }
+            if let row = decodeRow(s, key: key, withValue: withValue) { return row }
+            // Checksum or decode failure: a damaged item is a miss, removed and counted.
+            let checksum = s.int(9)
+            counters.corruptItems.add(1, ordering: .relaxed)
+            log("level=warn event=corrupt_item ns_id=\(nsID) key_bytes=\(key.count) action=removed")
+            enqueue(DiskJob(.removeIfChecksum(nsID: nsID, key: key, checksum: checksum)) { _ in })
+            return nil
+        }
+        guard let f = found, f.row.state.expiry == 0 || f.row.state.expiry > now else {
+            if countStats { counters.misses.add(1, ordering: .relaxed) }
+            return nil
+        }
+        if countStats {
+            if f.row.state.tombstone { counters.misses.add(1, ordering: .relaxed) } else { counters.hits.add(1, ordering: .relaxed) }
+            recordAccess(nsID: nsID, key: key, now: now)
+        }
+        return f.row
+    }
+
+    /// Keys of a namespace after `cursor` in byte order, live items only.
+    func keys(namespace: [UInt8], after cursor: [UInt8]?, limit: Int) throws -> [[UInt8]] {
+        guard let ns = registry.lookup(namespace), let nsID = ns.diskID else { return [] }
+        let now = clock.nowMicros()
+        return try withReader { db in
+            let s = try db.statement(
+                "SELECT key FROM items WHERE ns=? AND key>? AND gen=? AND tombstone=0 AND (expiry=0 OR expiry>?) ORDER BY key LIMIT ?")
+            s.bind(1, nsID); s.bind(2, cursor ?? []); s.bind(3, ns.generation); s.bind(4, now); s.bind(5, limit)
+            defer { s.reset() }
+            var out: [[UInt8]] = []
+            while try s.step() { out.append(s.bytes(0)) }
+            return out
+        }
+    }
+
+    /// Live rows and their value bytes per namespace name (an O(n) scan; for stats).
+    func namespaceUsage() throws -> [[UInt8]: (items: Int, bytes: Int)] {
+        let now = clock.nowMicros()
+        return try withReader { db in
+            let s = try db.statement("""
+                SELECT n.name, count(*), sum(i.size) FROM items i JOIN namespaces n ON i.ns = n.id
+                WHERE i.gen = n.generation AND i.tombstone = 0 AND (i.expiry = 0 OR i.expiry > ?) GROUP BY n.name
+                """)
+            s.bind(1, now)
+            defer { s.reset() }
+            var out: [[UInt8]: (Int, Int)] = [:]
+            while try s.step() { out[s.bytes(0)] = (Int(s.int(1)), Int(s.int(2))) }
+            return out
+        }
+    }
+}

@@ -1,0 +1,126 @@
+import StrataCore
+
+/// When an item expires.
+public enum Expiry: Sendable, Equatable {
+    /// The store's default TTL (none unless configured).
+    case storeDefault
+    /// Never expires.
+    case never
+    /// Expires this many seconds from now (EGOCache's per-item timeout).
+    case seconds(Double)
+    /// Expires at this absolute time, in microseconds since the Unix epoch.
+    case at(unixMicros: Int64)
+
+    /// The absolute expiry in µs (0 = never) at time `now`.
+    func resolve(now: Int64, defaultTTL: Double?) -> Int64 {
+        switch self {
+        case .never: return 0
+        case .at(let t): return max(t, 1)
+        case .seconds(let s): return now + max(1, Int64(s * 1_000_000))
+        case .storeDefault:
+            guard let d = defaultTTL, d > 0 else { return 0 }
+            return now + Int64(d * 1_000_000)
+        }
+    }
+}
+
+/// What a set does when the key is (or is not) present.
+public enum SetMode: Sendable, Equatable {
+    /// Store unconditionally.
+    case set
+    /// Store only when absent (memcached `add`).
+    case add
+    /// Store only when present (memcached `replace`).
+    case replace
+    /// Store only when present with exactly this version (compare-and-swap).
+    case cas(UInt64)
+}
+
+/// Options of a set. Defaults: mode `.set`, the store's default expiry, flags 0, no extended
+/// data, all tiers, a node-assigned version, and acknowledgement after the disk commit.
+public struct SetOptions: Sendable {
+    public var mode: SetMode = .set
+    public var expiry: Expiry = .storeDefault
+    public var flags: UInt32 = 0
+    public var extended: [UInt8] = []
+    public var tiers: Tiers = .all
+    /// A caller-supplied version (a replica's write); the store keeps whichever is newer.
+    public var version: UInt64? = nil
+    /// Return after the memory write; the disk write follows (may be lost in a crash; counted).
+    public var writeBehind = false
+    public init(mode: SetMode = .set, expiry: Expiry = .storeDefault, flags: UInt32 = 0,
+                extended: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil, writeBehind: Bool = false) {
+        self.mode = mode; self.expiry = expiry; self.flags = flags; self.extended = extended
+        self.tiers = tiers; self.version = version; self.writeBehind = writeBehind
+    }
+}
+
+/// The outcome of a set.
+public enum SetOutcome: Equatable, Sendable {
+    case stored(version: UInt64)
+    /// `add` on a key that is present.
+    case exists
+    /// `replace` or `cas` on a key that is absent.
+    case notFound
+    /// `cas` whose version is not the stored one.
+    case casMismatch(current: UInt64)
+    /// A caller-supplied version not newer than the stored one (or its tombstone): ignored.
+    case superseded(current: UInt64)
+
+    public var isStored: Bool { if case .stored = self { return true } else { return false } }
+}
+
+/// The outcome of a remove.
+public enum RemoveOutcome: Equatable, Sendable {
+    case removed
+    case notFound
+    case superseded(current: UInt64)
+}
+
+/// The outcome of an increment or decrement.
+public enum CounterOutcome: Equatable, Sendable {
+    case value(UInt64, version: UInt64)
+    case notFound
+    /// The stored value is not a decimal number of at most 20 digits that fits in 64 bits.
+    case notANumber
+}
+
+/// An item returned by a read: the value with its metadata.
+public struct CacheItem: Sendable, Equatable {
+    public var value: [UInt8]
+    public var flags: UInt32
+    public var extended: [UInt8]
+    /// Absolute expiry in µs since the epoch; nil when it never expires.
+    public var expiresAt: Int64?
+    public var version: UInt64
+    /// The tier that answered.
+    public var tier: Tiers
+}
+
+/// Metadata of one item (META).
+public struct ItemMetadata: Sendable, Equatable {
+    public var size: Int
+    /// Bytes on disk for the value (after compression); nil when not on disk.
+    public var storedSize: Int?
+    public var encoding: ValueEncoding?
+    public var tiers: Tiers
+    public var expiresAt: Int64?
+    public var version: UInt64
+    public var flags: UInt32
+    public var extendedSize: Int
+}
+
+/// The full state of one item as a tier holds it. A tombstone has an empty value and
+/// carries the version of the remove that made it.
+struct ItemState: Sendable {
+    var value: [UInt8]
+    var flags: UInt32
+    var extended: [UInt8]
+    var expiry: Int64
+    var version: UInt64
+    var tombstone: Bool
+
+    func isLive(now: Int64) -> Bool { !tombstone && (expiry == 0 || expiry > now) }
+    /// Whether this state still guards against older writes (live, or an unexpired tombstone).
+    func guards(now: Int64) -> Bool { expiry == 0 || expiry > now }
+}

@@ -1,0 +1,479 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+
+/// One shard of the memory tier: items packed into slab pages, indexed by a compact
+/// open-addressing table, ordered by an intrusive LRU list whose links are 32-bit references.
+///
+/// Layout (why): a Swift object plus two arrays per item costs well over 100 bytes beyond the
+/// data; here an item costs its 56-byte header, rounding to its size class (≤ 8 bytes below
+/// 1 KiB, ≤ 12.5 % above) and 4–11 bytes of index.
+///
+/// - Records live in 1 MiB pages dedicated to one size class (multiples of 8 up to 1 KiB, then
+///   steps of 1/8 up to 128 KiB); larger records get an allocation of their own. A reference is
+///   `page << 17 | offset / 8`; 0 means none (page 0 is never used).
+/// - Freed chunks go on their class's free list; class pages are kept, as in memcached.
+/// - The index holds references; linear probing with backward-shift deletion (no tombstones).
+///
+/// Not thread-safe: `MemoryTier` holds `lock` around every call.
+final class MemoryShard {
+    let lock = Lock()
+
+    // Record header: offsets in bytes.
+    static let oHash = 0, oPrev = 4, oNext = 8, oTag = 12, oValueLen = 16, oFlags = 20, oAccess = 24
+    static let oKeyLen = 28, oExtLen = 30, oVersion = 32, oExpiry = 40, oBits = 48, oClass = 49
+    static let headerSize = 56
+    static let bitTombstone: UInt8 = 1
+
+    static let pageShift = 20
+    static let pageSize = 1 << pageShift
+    static let largeClass: UInt8 = 255
+    static let maxPages = 1 << 15
+
+    /// Chunk sizes of the size classes.
+    static let classSizes: [Int] = {
+        var sizes: [Int] = []
+        var s = 64
+        while s <= 1024 { sizes.append(s); s += 8 }
+        s = 1024
+        while true {
+            s = (s + s / 8 + 7) & ~7
+            if s > 128 * 1024 { break }
+            sizes.append(s)
+        }
+        return sizes
+    }()
+
+    static func sizeClass(for size: Int) -> Int? {
+        if size <= 1024 { return (max(size, 64) - 64 + 7) / 8 }
+        var lo = 121, hi = classSizes.count - 1
+        if size > classSizes[hi] { return nil }
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if classSizes[mid] >= size { hi = mid } else { lo = mid + 1 }
+        }
+        return lo
+    }
+
+    // Pages.
+    private var pages: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    private var pageCapacity = 64
+    private var pagesUsed = 1
+    private var freePageSlots: [UInt32] = []
+    // Size classes.
+    private var classFree: [UInt32]
+    private var classCarvePage: [UInt32]
+    private var classCarveOffset: [Int]
+    // Index.
+    private var index: UnsafeMutablePointer<UInt32>
+    private var mask: Int
+    // LRU: head is the most recently used.
+    private var head: UInt32 = 0
+    private var tail: UInt32 = 0
+
+    private(set) var count = 0
+    /// Accounted bytes: the chunk sizes of live records.
+    private(set) var usedBytes = 0
+    /// Bumped by every delete, so a disk read that raced with a delete is not promoted.
+    private(set) var deleteEpoch: UInt64 = 0
+
+    var countLimit: Int
+    var costLimit: Int
+    var ageLimitSeconds: Int64
+
+    // Counters (read under the lock by stats).
+    var hits = 0, misses = 0, evictions = 0, expirations = 0
+
+    init(countLimit: Int, costLimit: Int, ageLimitSeconds: Int64) {
+        self.countLimit = countLimit
+        self.costLimit = costLimit
+        self.ageLimitSeconds = ageLimitSeconds
+        pages = .allocate(capacity: pageCapacity)
+        pages.initialize(repeating: nil, count: pageCapacity)
+        let n = Self.classSizes.count
+        classFree = Array(repeating: 0, count: n)
+        classCarvePage = Array(repeating: 0, count: n)
+        classCarveOffset = Array(repeating: 0, count: n)
+        mask = 1023
+        index = .allocate(capacity: mask + 1)
+        index.initialize(repeating: 0, count: mask + 1)
+    }
+
+    deinit {
+        for i in 1..<pagesUsed { free(pages[i]) }
+        pages.deallocate()
+        index.deallocate()
+    }
+
+    // MARK: Record access
+
+    @inline(__always) private func ptr(_ ref: UInt32) -> UnsafeMutableRawPointer {
+        pages[Int(ref >> 17)].unsafelyUnwrapped + (Int(ref & 0x1FFFF) << 3)
+    }
+    @inline(__always) private func u32(_ p: UnsafeMutableRawPointer, _ o: Int) -> UInt32 { p.load(fromByteOffset: o, as: UInt32.self) }
+    @inline(__always) private func u16(_ p: UnsafeMutableRawPointer, _ o: Int) -> Int { Int(p.load(fromByteOffset: o, as: UInt16.self)) }
+    @inline(__always) private func set32(_ p: UnsafeMutableRawPointer, _ o: Int, _ v: UInt32) { p.storeBytes(of: v, toByteOffset: o, as: UInt32.self) }
+    @inline(__always) private func prev(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oPrev) }
+    @inline(__always) private func next(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oNext) }
+    @inline(__always) private func setPrev(_ r: UInt32, _ v: UInt32) { set32(ptr(r), Self.oPrev, v) }
+    @inline(__always) private func setNext(_ r: UInt32, _ v: UInt32) { set32(ptr(r), Self.oNext, v) }
+
+    private func recordSize(_ p: UnsafeMutableRawPointer) -> Int {
+        Self.headerSize + u16(p, Self.oKeyLen) + u16(p, Self.oExtLen) + Int(u32(p, Self.oValueLen))
+    }
+
+    private func chunkSize(_ p: UnsafeMutableRawPointer) -> Int {
+        let cls = p.load(fromByteOffset: Self.oClass, as: UInt8.self)
+        return cls == Self.largeClass ? recordSize(p) : Self.classSizes[Int(cls)]
+    }
+
+    private func state(_ p: UnsafeMutableRawPointer) -> ItemState {
+        let keyLen = u16(p, Self.oKeyLen), extLen = u16(p, Self.oExtLen), valueLen = Int(u32(p, Self.oValueLen))
+        let data = p + Self.headerSize
+        let ext = [UInt8](UnsafeRawBufferPointer(start: data + keyLen, count: extLen))
+        let value = [UInt8](UnsafeRawBufferPointer(start: data + keyLen + extLen, count: valueLen))
+        return ItemState(value: value, flags: u32(p, Self.oFlags), extended: ext,
+                         expiry: p.load(fromByteOffset: Self.oExpiry, as: Int64.self),
+                         version: p.load(fromByteOffset: Self.oVersion, as: UInt64.self),
+                         tombstone: p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone != 0)
+    }
+
+    /// Metadata without copying the value (the value is left empty).
+    private func header(_ p: UnsafeMutableRawPointer) -> (state: ItemState, valueLen: Int) {
+        (ItemState(value: [], flags: u32(p, Self.oFlags), extended: [],
+                   expiry: p.load(fromByteOffset: Self.oExpiry, as: Int64.self),
+                   version: p.load(fromByteOffset: Self.oVersion, as: UInt64.self),
+                   tombstone: p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone != 0),
+         Int(u32(p, Self.oValueLen)))
+    }
+
+    // MARK: Allocation
+
+    private func newPageSlot(_ block: UnsafeMutableRawPointer) -> UInt32? {
+        if let slot = freePageSlots.popLast() { pages[Int(slot)] = block; return slot }
+        if pagesUsed == pageCapacity {
+            guard pageCapacity < Self.maxPages else { return nil }
+            let bigger = UnsafeMutablePointer<UnsafeMutableRawPointer?>.allocate(capacity: pageCapacity * 2)
+            bigger.initialize(repeating: nil, count: pageCapacity * 2)
+            bigger.update(from: pages, count: pageCapacity)
+            pages.deallocate()
+            pages = bigger
+            pageCapacity *= 2
+        }
+        pages[pagesUsed] = block
+        pagesUsed += 1
+        return UInt32(pagesUsed - 1)
+    }
+
+    private func allocate(size: Int) -> (ref: UInt32, cls: UInt8)? {
+        guard let cls = Self.sizeClass(for: size) else {
+            guard let block = malloc(size) else { return nil }
+            guard let slot = newPageSlot(block) else { free(block); return nil }
+            return (slot << 17, Self.largeClass)
+        }
+        let head = classFree[cls]
+        if head != 0 {
+            classFree[cls] = u32(ptr(head), 0)
+            return (head, UInt8(cls))
+        }
+        let chunk = Self.classSizes[cls]
+        if classCarvePage[cls] == 0 || classCarveOffset[cls] + chunk > Self.pageSize {
+            guard let block = malloc(Self.pageSize) else { return nil }
+            guard let slot = newPageSlot(block) else { free(block); return nil }
+            classCarvePage[cls] = slot
+            classCarveOffset[cls] = 0
+        }
+        let ref = classCarvePage[cls] << 17 | UInt32(classCarveOffset[cls] >> 3)
+        classCarveOffset[cls] += chunk
+        return (ref, UInt8(cls))
+    }
+
+    private func release(_ ref: UInt32) {
+        let p = ptr(ref)
+        let cls = p.load(fromByteOffset: Self.oClass, as: UInt8.self)
+        if cls == Self.largeClass {
+            let slot = Int(ref >> 17)
+            free(pages[slot])
+            pages[slot] = nil
+            freePageSlots.append(UInt32(slot))
+        } else {
+            set32(p, 0, classFree[Int(cls)])
+            classFree[Int(cls)] = ref
+        }
+    }
+
+    // MARK: Index
+
+    /// The reference and index slot of `key` in namespace `tag`, or the empty slot where it would go.
+    private func find(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> (ref: UInt32, slot: Int) {
+        var i = Int(hash) & mask
+        while true {
+            let r = index[i]
+            if r == 0 { return (0, i) }
+            let p = ptr(r)
+            if u32(p, Self.oHash) == hash, u32(p, Self.oTag) == tag, u16(p, Self.oKeyLen) == key.count,
+               key.count == 0 || memcmp(p + Self.headerSize, key.baseAddress!, key.count) == 0 {
+                return (r, i)
+            }
+            i = (i + 1) & mask
+        }
+    }
+
+    private func slotOf(_ ref: UInt32) -> Int {
+        var i = Int(u32(ptr(ref), Self.oHash)) & mask
+        while index[i] != ref { i = (i + 1) & mask }
+        return i
+    }
+
+    private func removeSlot(_ slot: Int) {
+        var i = slot
+        var j = slot
+        index[i] = 0
+        while true {
+            j = (j + 1) & mask
+            let r = index[j]
+            if r == 0 { return }
+            let k = Int(u32(ptr(r), Self.oHash)) & mask
+            // r may stay at j if its home k lies cyclically in (i, j].
+            let stays = i <= j ? (i < k && k <= j) : (i < k || k <= j)
+            if stays { continue }
+            index[i] = r
+            index[j] = 0
+            i = j
+        }
+    }
+
+    private func growIndexIfNeeded() {
+        guard (count + 1) * 4 > (mask + 1) * 3 else { return }
+        let newCap = (mask + 1) * 2
+        let newIndex = UnsafeMutablePointer<UInt32>.allocate(capacity: newCap)
+        newIndex.initialize(repeating: 0, count: newCap)
+        let newMask = newCap - 1
+        for i in 0...mask where index[i] != 0 {
+            let r = index[i]
+            var j = Int(u32(ptr(r), Self.oHash)) & newMask
+            while newIndex[j] != 0 { j = (j + 1) & newMask }
+            newIndex[j] = r
+        }
+        index.deallocate()
+        index = newIndex
+        mask = newMask
+    }
+
+    // MARK: LRU
+
+    private func linkAtHead(_ r: UInt32) {
+        setPrev(r, 0)
+        setNext(r, head)
+        if head != 0 { setPrev(head, r) }
+        head = r
+        if tail == 0 { tail = r }
+    }
+
+    private func unlink(_ r: UInt32) {
+        let p = prev(r), n = next(r)
+        if p != 0 { setNext(p, n) } else { head = n }
+        if n != 0 { setPrev(n, p) } else { tail = p }
+    }
+
+    // MARK: Operations
+
+    /// Removes the record at `slot`.
+    private func remove(ref: UInt32, slot: Int) {
+        usedBytes -= chunkSize(ptr(ref))
+        count -= 1
+        unlink(ref)
+        removeSlot(slot)
+        release(ref)
+        deleteEpoch &+= 1
+    }
+
+    private func isExpired(_ p: UnsafeMutableRawPointer, now: Int64) -> Bool {
+        let e = p.load(fromByteOffset: Self.oExpiry, as: Int64.self)
+        return e != 0 && e <= now
+    }
+
+    /// The live item, marking it most recently used; nil on a miss (expired items are removed).
+    func get(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64, countStats: Bool = true) -> ItemState? {
+        let (r, slot) = find(tag: tag, key: key, hash: hash)
+        guard r != 0 else { if countStats { misses += 1 }; return nil }
+        let p = ptr(r)
+        if isExpired(p, now: now) {
+            expirations += 1
+            remove(ref: r, slot: slot)
+            if countStats { misses += 1 }
+            return nil
+        }
+        if p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone != 0 {
+            if countStats { misses += 1 }
+            return nil
+        }
+        if countStats { hits += 1 }
+        set32(p, Self.oAccess, UInt32(truncatingIfNeeded: now / 1_000_000))
+        if head != r { unlink(r); linkAtHead(r) }
+        return state(p)
+    }
+
+    /// What the shard holds for the key, tombstones included, without touching the LRU order.
+    /// With `withValue` false the value is left empty; `valueLen` is always the real size.
+    func peek(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64, withValue: Bool) -> (state: ItemState, valueLen: Int)? {
+        let (r, slot) = find(tag: tag, key: key, hash: hash)
+        guard r != 0 else { return nil }
+        let p = ptr(r)
+        if isExpired(p, now: now) {
+            expirations += 1
+            remove(ref: r, slot: slot)
+            return nil
+        }
+        if withValue { let s = state(p); return (s, s.value.count) }
+        return header(p)
+    }
+
+    /// Stores `item` under the key, replacing what was there, evicting least recently used
+    /// items first so the count and byte limits hold. False when the item cannot be held
+    /// (larger than the shard's share, or memory could not be allocated).
+    @discardableResult
+    func put(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) -> Bool {
+        let size = Self.headerSize + key.count + item.extended.count + item.value.count
+        let chunk = Self.sizeClass(for: size).map { Self.classSizes[$0] } ?? size
+        let (old, oldSlot) = find(tag: tag, key: key, hash: hash)
+        if old != 0 { remove(ref: old, slot: oldSlot) }
+        guard chunk <= costLimit, countLimit > 0, key.count <= Int(UInt16.max), item.extended.count <= Int(UInt16.max),
+              item.value.count <= Int(UInt32.max) else { return false }
+        evict(toFit: chunk, now: now)
+        guard let (ref, cls) = allocate(size: size) else { return false }
+        let p = ptr(ref)
+        set32(p, Self.oHash, hash)
+        set32(p, Self.oTag, tag)
+        set32(p, Self.oValueLen, UInt32(item.value.count))
+        set32(p, Self.oFlags, item.flags)
+        set32(p, Self.oAccess, UInt32(truncatingIfNeeded: now / 1_000_000))
+        p.storeBytes(of: UInt16(key.count), toByteOffset: Self.oKeyLen, as: UInt16.self)
+        p.storeBytes(of: UInt16(item.extended.count), toByteOffset: Self.oExtLen, as: UInt16.self)
+        p.storeBytes(of: item.version, toByteOffset: Self.oVersion, as: UInt64.self)
+        p.storeBytes(of: item.expiry, toByteOffset: Self.oExpiry, as: Int64.self)
+        p.storeBytes(of: item.tombstone ? Self.bitTombstone : 0, toByteOffset: Self.oBits, as: UInt8.self)
+        p.storeBytes(of: cls, toByteOffset: Self.oClass, as: UInt8.self)
+        let data = p + Self.headerSize
+        if key.count > 0 { data.copyMemory(from: key.baseAddress!, byteCount: key.count) }
+        item.extended.withUnsafeBytes { if $0.count > 0 { (data + key.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
+        item.value.withUnsafeBytes { if $0.count > 0 { (data + key.count + item.extended.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
+        growIndexIfNeeded()
+        let slot = find(tag: tag, key: key, hash: hash).slot
+        index[slot] = ref
+        linkAtHead(ref)
+        count += 1
+        usedBytes += chunk
+        return true
+    }
+
+    /// Removes the key; true when something (live, expired or a tombstone) was there.
+    @discardableResult
+    func delete(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> Bool {
+        let (r, slot) = find(tag: tag, key: key, hash: hash)
+        guard r != 0 else { return false }
+        remove(ref: r, slot: slot)
+        return true
+    }
+
+    /// Evicts from the LRU tail until one more item of `chunk` bytes fits, and drops items
+    /// not used for longer than the age limit.
+    func evict(toFit chunk: Int, now: Int64) {
+        while tail != 0 && (count + 1 > countLimit || usedBytes + chunk > costLimit) {
+            evictTail()
+        }
+        if ageLimitSeconds > 0 {
+            let cutoff = now / 1_000_000 - ageLimitSeconds
+            while tail != 0 && Int64(u32(ptr(tail), Self.oAccess)) < cutoff { evictTail() }
+        }
+    }
+
+    private func evictTail() {
+        let r = tail
+        evictions += 1
+        remove(ref: r, slot: slotOf(r))
+    }
+
+    /// Evicts least recently used items until at most `count` items and `bytes` bytes remain.
+    func trim(toCount: Int, toBytes: Int) {
+        while tail != 0 && (count > toCount || usedBytes > toBytes) { evictTail() }
+    }
+
+    /// Removes expired items and items of namespaces flushed since (`isLiveTag` false), looking
+    /// at up to `budget` index slots from `cursor`. Returns the next cursor (0 after a full pass).
+    func sweep(from cursor: Int, budget: Int, now: Int64, isLiveTag: (UInt32) -> Bool) -> Int {
+        var i = cursor
+        var looked = 0
+        while i <= mask && looked < budget {
+            let r = index[i]
+            if r != 0 {
+                let p = ptr(r)
+                if isExpired(p, now: now) {
+                    expirations += 1
+                    remove(ref: r, slot: i)
+                    looked += 1
+                    continue // the backward shift may have moved another record into slot i
+                } else if !isLiveTag(u32(p, Self.oTag)) {
+                    remove(ref: r, slot: i)
+                    looked += 1
+                    continue
+                }
+            }
+            i += 1
+            looked += 1
+        }
+        return i > mask ? 0 : i
+    }
+
+    /// Calls `body` with each record, most recently used first.
+    func forEachRecord(_ body: (UnsafeMutableRawPointer) -> Void) {
+        var r = head
+        while r != 0 { body(ptr(r)); r = next(r) }
+    }
+
+    /// Drops everything.
+    func removeAll() {
+        while tail != 0 { remove(ref: tail, slot: slotOf(tail)) }
+    }
+
+    #if DEBUG
+    /// Checks the index, the LRU list and the accounting agree. Debug builds only.
+    func checkInvariants() -> String? {
+        var n = 0
+        var bytes = 0
+        var r = head
+        var last: UInt32 = 0
+        while r != 0 {
+            if prev(r) != last { return "broken prev link" }
+            n += 1
+            bytes += chunkSize(ptr(r))
+            if index[slotOf(r)] != r { return "record missing from index" }
+            last = r
+            r = next(r)
+            if n > count { return "LRU list longer than count" }
+        }
+        if last != tail { return "tail mismatch" }
+        if n != count { return "count \(count) but LRU has \(n)" }
+        if bytes != usedBytes { return "usedBytes \(usedBytes) but records sum to \(bytes)" }
+        var indexed = 0
+        for i in 0...mask where index[i] != 0 { indexed += 1 }
+        if indexed != count { return "index holds \(indexed) but count is \(count)" }
+        return nil
+    }
+    #endif
+}
+
+extension MemoryShard {
+    /// Stores `item` unless the shard holds a newer version of the key.
+    func putIfNotOlder(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) {
+        if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > item.version { return }
+        put(tag: tag, key: key, hash: hash, item: item, now: now)
+    }
+
+    /// Removes the key unless the shard holds a version newer than `version`.
+    func deleteIfNotNewer(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, version: UInt64, now: Int64) {
+        if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > version { return }
+        delete(tag: tag, key: key, hash: hash)
+    }
+}

@@ -1,0 +1,70 @@
+import StrataCore
+
+/// The memory tier: `MemoryShard`s chosen by key hash, each with its own lock and its share
+/// of the count and byte limits (so the whole tier never accounts more than its limits).
+///
+/// Thread-safe. A hit costs one hash, one lock, one probe and a copy of the value.
+final class MemoryTier: @unchecked Sendable {
+    let shards: [MemoryShard]
+    private let shardMask: Int
+    /// Largest record (header + key + extended data + value) the tier will hold.
+    let maxRecordBytes: Int
+
+    init(config: StoreConfiguration) {
+        var n = 1
+        while n < max(1, config.memoryShards) { n <<= 1 }
+        let countShare = config.memoryCountLimit == Int.max ? Int.max : max(1, config.memoryCountLimit / n)
+        let costShare = max(0, config.memoryCostLimit / n)
+        let age = Int64(config.memoryAgeLimit)
+        shards = (0..<n).map { _ in MemoryShard(countLimit: countShare, costLimit: costShare, ageLimitSeconds: age) }
+        shardMask = n - 1
+        maxRecordBytes = costShare
+    }
+
+    struct Location {
+        let shard: MemoryShard
+        let hash: UInt32
+    }
+
+    @inline(__always)
+    func locate(tag: UInt32, key: [UInt8]) -> Location {
+        let h = XXH64.hash(key, seed: UInt64(tag))
+        return Location(shard: shards[Int(truncatingIfNeeded: h >> 48) & shardMask], hash: UInt32(truncatingIfNeeded: h))
+    }
+
+    /// Runs `body` with the shard's lock held and the key's raw bytes.
+    @inline(__always)
+    func with<T>(_ loc: Location, _ key: [UInt8], _ body: (MemoryShard, UnsafeRawBufferPointer) -> T) -> T {
+        loc.shard.lock.withLock { key.withUnsafeBytes { body(loc.shard, $0) } }
+    }
+
+    func deleteEpoch(_ loc: Location) -> UInt64 { loc.shard.lock.withLock { loc.shard.deleteEpoch } }
+
+    /// Stores a disk hit unless a delete ran in the shard since `epoch` or a newer version is there.
+    func promote(_ loc: Location, tag: UInt32, key: [UInt8], item: ItemState, ifEpoch epoch: UInt64, now: Int64) {
+        with(loc, key) { shard, k in
+            guard shard.deleteEpoch == epoch else { return }
+            shard.putIfNotOlder(tag: tag, key: k, hash: loc.hash, item: item, now: now)
+        }
+    }
+
+    /// Keys of namespace `tag` (live items only), sorted bytewise. O(items) — an admin scan.
+    func keys(tag: UInt32, now: Int64) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        for s in shards { s.lock.withLock { s.collectKeys(tag: tag, now: now, into: &out) } }
+        return out.sorted { $0.lexicographicallyPrecedes($1) }
+    }
+}
+
+extension MemoryShard {
+    func collectKeys(tag: UInt32, now: Int64, into out: inout [[UInt8]]) {
+        forEachRecord { p in
+            guard p.load(fromByteOffset: Self.oTag, as: UInt32.self) == tag,
+                  p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone == 0 else { return }
+            let e = p.load(fromByteOffset: Self.oExpiry, as: Int64.self)
+            if e != 0 && e <= now { return }
+            let n = Int(p.load(fromByteOffset: Self.oKeyLen, as: UInt16.self))
+            out.append([UInt8](UnsafeRawBufferPointer(start: p + Self.headerSize, count: n)))
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import StrataCore
+import Synchronization
+
+/// Per-namespace counters, updated without a lock.
+public final class NamespaceCounters: Sendable {
+    let hits = Atomic<Int>(0)
+    let misses = Atomic<Int>(0)
+    let writes = Atomic<Int>(0)
+    init() {}
+}
+
+/// The namespaces a store knows: name → disk id, generation, memory tag.
+///
+/// Flushing a namespace is O(1): its generation (on disk) and its tag (in memory) change, so
+/// every older item stops matching at once; the background sweep collects them later.
+/// Thread-safe (one lock; lookups are a dictionary probe).
+final class NamespaceRegistry: @unchecked Sendable {
+    struct Entry {
+        var diskID: Int64?
+        var generation: Int64
+        var tag: UInt32
+        let counters: NamespaceCounters
+    }
+
+    private let lock = Lock()
+    private var byName: [[UInt8]: Entry] = [:]
+    private var liveTags: Set<UInt32> = []
+    private var nextTag: UInt32 = 1
+    private var diskNames: [Int64: [UInt8]] = [:]
+
+    func lookup(_ name: [UInt8]) -> Entry? { lock.withLock { byName[name] } }
+
+    /// The entry for `name`, created (memory-only, generation 0) when missing.
+    func entry(_ name: [UInt8]) -> Entry {
+        lock.withLock {
+            if let e = byName[name] { return e }
+            let e = Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
+            byName[name] = e
+            return e
+        }
+    }
+
+    private func takeTag() -> UInt32 {
+        let t = nextTag
+        nextTag &+= 1
+        if nextTag == 0 { nextTag = 1 }
+        liveTags.insert(t)
+        return t
+    }
+
+    /// Records what the database holds for a namespace (at open, or once created on disk).
+    func setDisk(name: [UInt8], id: Int64, generation: Int64) {
+        lock.withLock {
+            var e = byName[name] ?? Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
+            e.diskID = id
+            e.generation = generation
+            byName[name] = e
+            diskNames[id] = name
+        }
+    }
+
+    /// A new generation and memory tag for `name` (flush). Returns the new entry.
+    @discardableResult
+    func bump(_ name: [UInt8], generation: Int64?) -> Entry {
+        lock.withLock {
+            var e = byName[name] ?? Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
+            liveTags.remove(e.tag)
+            e.tag = takeTag()
+            if let g = generation { e.generation = g }
+            byName[name] = e
+            return e
+        }
+    }
+
+    func allNames() -> [[UInt8]] { lock.withLock { Array(byName.keys) } }
+
+    func isLiveTag(_ tag: UInt32) -> Bool { lock.withLock { liveTags.contains(tag) } }
+    func liveTagSet() -> Set<UInt32> { lock.withLock { liveTags } }
+
+    /// The current generation of a disk namespace id (nil when unknown).
+    func generation(ofDiskID id: Int64) -> Int64? {
+        lock.withLock { diskNames[id].flatMap { byName[$0]?.generation } }
+    }
+
+    /// Forgets disk ids (after the database was replaced); memory tags stay valid.
+    func forgetDisk() {
+        lock.withLock {
+            for (k, var e) in byName { e.diskID = nil; e.generation = 0; byName[k] = e }
+            diskNames.removeAll()
+        }
+    }
+
+    func snapshot() -> [([UInt8], Entry)] { lock.withLock { byName.map { ($0.key, $0.value) } } }
+}

@@ -1,0 +1,177 @@
+import CSQLite
+
+// The one file that knows SQLite's C API. Everything else in Strata talks to these types.
+
+/// An error from SQLite: its result code (extended) and message.
+public struct SQLiteError: Error, CustomStringConvertible, Sendable {
+    public let code: Int32
+    public let message: String
+    public var description: String { "sqlite error \(code): \(message)" }
+    /// SQLITE_CORRUPT or SQLITE_NOTADB: the file is damaged or is not a database.
+    public var isCorruption: Bool { (code & 0xFF) == SQLITE_CORRUPT || (code & 0xFF) == SQLITE_NOTADB }
+    /// SQLITE_FULL: the disk (or a configured limit) is full.
+    public var isFull: Bool { (code & 0xFF) == SQLITE_FULL }
+    public var isBusy: Bool { (code & 0xFF) == SQLITE_BUSY || (code & 0xFF) == SQLITE_LOCKED }
+}
+
+private let transientDestructor = unsafeBitCast(-1 as Int, to: sqlite3_destructor_type.self)
+
+/// One SQLite connection. Not thread-safe: each thread (writer, each reader) owns its own,
+/// opened with `SQLITE_OPEN_NOMUTEX`. Statements are prepared once and cached by SQL text.
+public final class SQLiteConnection {
+    public let path: String
+    let handle: OpaquePointer
+    private var cache: [String: SQLiteStatement] = [:]
+
+    /// Opens (creating unless `readOnly`) the database at `path`.
+    public init(path: String, readOnly: Bool = false) throws {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let msg = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let db { sqlite3_close_v2(db) }
+            throw SQLiteError(code: rc, message: "\(msg) (\(path))")
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    deinit {
+        cache.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    func error(_ rc: Int32) -> SQLiteError {
+        SQLiteError(code: rc, message: String(cString: sqlite3_errmsg(handle)))
+    }
+
+    /// Runs one or more statements that return no rows we need.
+    public func execute(_ sql: String) throws {
+        var err: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &err)
+        if rc != SQLITE_OK {
+            let msg = err.map { String(cString: $0) } ?? "error"
+            sqlite3_free(err)
+            throw SQLiteError(code: rc, message: msg)
+        }
+    }
+
+    /// A cached prepared statement for `sql`, reset and with bindings cleared.
+    public func statement(_ sql: String) throws -> SQLiteStatement {
+        if let s = cache[sql] {
+            s.reset()
+            return s
+        }
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else { throw error(rc) }
+        let s = SQLiteStatement(connection: self, stmt: stmt)
+        cache[sql] = s
+        return s
+    }
+
+    /// The first column of the first row of `sql` as an integer (for PRAGMAs and counts).
+    public func scalarInt(_ sql: String) throws -> Int64? {
+        let s = try statement(sql)
+        defer { s.reset() }
+        return try s.step() ? s.int(0) : nil
+    }
+
+    /// The first column of each row of `sql` as text (for PRAGMA quick_check).
+    public func textRows(_ sql: String) throws -> [String] {
+        let s = try statement(sql)
+        defer { s.reset() }
+        var out: [String] = []
+        while try s.step() { out.append(s.text(0)) }
+        return out
+    }
+
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// Checkpoints the WAL; `truncate` also shrinks the WAL file to zero bytes.
+    public func checkpoint(truncate: Bool) throws {
+        var log: Int32 = 0, done: Int32 = 0
+        let rc = sqlite3_wal_checkpoint_v2(handle, nil, truncate ? SQLITE_CHECKPOINT_TRUNCATE : SQLITE_CHECKPOINT_PASSIVE, &log, &done)
+        if rc != SQLITE_OK && rc != SQLITE_BUSY { throw error(rc) }
+    }
+
+    public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+}
+
+/// A prepared statement owned by one connection. Bind indexes are 1-based, column indexes 0-based.
+public final class SQLiteStatement {
+    unowned let connection: SQLiteConnection
+    let stmt: OpaquePointer
+
+    init(connection: SQLiteConnection, stmt: OpaquePointer) {
+        self.connection = connection
+        self.stmt = stmt
+    }
+
+    deinit { sqlite3_finalize(stmt) }
+
+    public func reset() {
+        sqlite3_reset(stmt)
+        sqlite3_clear_bindings(stmt)
+    }
+
+    public func bind(_ i: Int32, _ v: Int64) { sqlite3_bind_int64(stmt, i, v) }
+    public func bind(_ i: Int32, _ v: Int) { sqlite3_bind_int64(stmt, i, Int64(v)) }
+    public func bindNull(_ i: Int32) { sqlite3_bind_null(stmt, i) }
+    public func bind(_ i: Int32, _ v: String) { sqlite3_bind_text(stmt, i, v, -1, transientDestructor) }
+
+    /// Binds bytes (copied by SQLite). An empty array binds a zero-length blob, not NULL.
+    public func bind(_ i: Int32, _ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { bind(i, $0) }
+    }
+
+    public func bind(_ i: Int32, _ bytes: UnsafeRawBufferPointer) {
+        if let base = bytes.baseAddress, bytes.count > 0 {
+            sqlite3_bind_blob64(stmt, i, base, sqlite3_uint64(bytes.count), transientDestructor)
+        } else {
+            sqlite3_bind_zeroblob(stmt, i, 0)
+        }
+    }
+
+    /// Steps once: true when a row is ready, false when done.
+    @discardableResult
+    public func step() throws -> Bool {
+        let rc = sqlite3_step(stmt)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        let e = connection.error(rc)
+        sqlite3_reset(stmt)
+        throw e
+    }
+
+    /// Runs to completion (for writes).
+    public func run() throws {
+        defer { sqlite3_reset(stmt) }
+        while try step() {}
+    }
+
+    public func int(_ col: Int32) -> Int64 { sqlite3_column_int64(stmt, col) }
+    public func isNull(_ col: Int32) -> Bool { sqlite3_column_type(stmt, col) == SQLITE_NULL }
+
+    public func text(_ col: Int32) -> String {
+        guard let p = sqlite3_column_text(stmt, col) else { return "" }
+        return String(cString: p)
+    }
+
+    public func bytes(_ col: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(stmt, col))
+        guard n > 0, let p = sqlite3_column_blob(stmt, col) else { return [] }
+        return [UInt8](UnsafeRawBufferPointer(start: p, count: n))
+    }
+
+    /// Calls `body` with the blob's bytes without copying (valid only inside `body`).
+    public func withBytes<T>(_ col: Int32, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+        let p = sqlite3_column_blob(stmt, col)
+        let n = Int(sqlite3_column_bytes(stmt, col))
+        return try body(UnsafeRawBufferPointer(start: n > 0 ? p : nil, count: n))
+    }
+}

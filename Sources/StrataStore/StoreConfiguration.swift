@@ -1,0 +1,54 @@
+import StrataCore
+
+/// Everything a `TieredCache` can be told. Limits are named for what they bound (YYCache's
+/// `countLimit`, `costLimit`, `ageLimit`, `freeDiskSpaceLimit`); 0 or nil means unlimited.
+public struct StoreConfiguration: Sendable {
+    /// Where the database, its WAL and the lock file live. Created when missing.
+    public var directory: String
+
+    // Memory tier.
+    public var memoryCountLimit: Int = Int.max
+    /// Bytes the memory tier may account (record headers + keys + values, rounded to slab chunks).
+    public var memoryCostLimit: Int = 256 << 20
+    /// Items not used for this many seconds are dropped from memory (0 = no limit).
+    public var memoryAgeLimit: Double = 0
+    /// Shards of the memory tier (a power of two); each has its own lock and its share of the limits.
+    public var memoryShards: Int = 16
+
+    // Disk tier.
+    public var diskCountLimit: Int = Int.max
+    /// Bytes on disk: database pages in use plus the WAL.
+    public var diskByteLimit: Int = 4 << 30
+    /// Items not read or written for this many seconds are trimmed from disk (0 = no limit).
+    public var diskAgeLimit: Double = 0
+    /// Keep at least this many bytes free on the disk holding `directory` (0 = no floor).
+    public var freeDiskSpaceLimit: Int = 0
+    /// Reader connections (one per concurrent disk read).
+    public var diskReaders: Int = 4
+    /// zstd level for values (1 = fast).
+    public var compressionLevel: Int32 = 1
+    /// Most writes committed in one transaction (group commit).
+    public var maxBatch: Int = 512
+    /// The WAL is checkpointed and truncated to about this size.
+    public var walLimit: Int = 4 << 20
+    /// Rows looked at per background sweep step (expiry, flushed namespaces, age).
+    public var sweepBatch: Int = 1000
+    /// Seconds between background maintenance steps when idle.
+    public var maintenanceInterval: Double = 0.1
+    /// Run `PRAGMA quick_check` in the background after open.
+    public var quickCheckOnOpen = true
+
+    // Items.
+    public var maxItemBytes: Int = ItemLimits.defaultMaxItemBytes
+    /// TTL applied when a write says `.storeDefault` (nil = never expire).
+    public var defaultTTL: Double? = nil
+    /// How long a versioned remove's tombstone is kept.
+    public var tombstoneTTL: Double = 24 * 3600
+
+    /// For tests: replaces the real free-space reading (statvfs) of `directory`.
+    public var freeSpaceProbe: (@Sendable () -> Int)? = nil
+    /// Where the store reports events (quarantine, corruption); one structured line each.
+    public var log: (@Sendable (String) -> Void)? = nil
+
+    public init(directory: String) { self.directory = directory }
+}

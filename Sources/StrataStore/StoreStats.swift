@@ -1,0 +1,91 @@
+import StrataCore
+
+/// A snapshot of a store's counters. Cheap to take except `namespaces`' disk usage, which
+/// is an O(items) query and so is only filled by `stats(includeNamespaceUsage: true)`.
+public struct StoreStats: Sendable {
+    public struct Tier: Sendable {
+        public var items = 0
+        public var bytes = 0
+        public var hits = 0
+        public var misses = 0
+        public var evictions = 0
+        public var expirations = 0
+    }
+    public struct Namespace: Sendable {
+        public var hits = 0
+        public var misses = 0
+        public var writes = 0
+        /// Live items and value bytes on disk (nil unless asked for).
+        public var diskItems: Int?
+        public var diskBytes: Int?
+    }
+    public var memory = Tier()
+    /// `items` counts rows (tombstones and not-yet-collected rows included); `bytes` is bytes
+    /// on disk (pages + WAL) as of the last maintenance step.
+    public var disk = Tier()
+    /// Value bytes written to disk before and after compression (cumulative).
+    public var rawBytesWritten = 0
+    public var storedBytesWritten = 0
+    public var corruptItems = 0
+    public var quarantines = 0
+    public var commits = 0
+    public var diskWrites = 0
+    public var diskWriteErrors = 0
+    public var queuedDiskJobs = 0
+    public var writeBehindPending = 0
+    public var writeBehindTotal = 0
+    public var flushedRowsCollected = 0
+    public var namespaces: [[UInt8]: Namespace] = [:]
+
+    /// Bytes saved by compression, as a ratio raw / stored (1 when nothing was written).
+    public var compressionRatio: Double {
+        storedBytesWritten == 0 ? 1 : Double(rawBytesWritten) / Double(storedBytesWritten)
+    }
+}
+
+extension TieredCache {
+    /// Counters of both tiers and of every namespace.
+    public func stats(includeNamespaceUsage: Bool = false) -> StoreStats {
+        var s = StoreStats()
+        for shard in memory.shards {
+            shard.lock.withLock {
+                s.memory.items += shard.count
+                s.memory.bytes += shard.usedBytes
+                s.memory.hits += shard.hits
+                s.memory.misses += shard.misses
+                s.memory.evictions += shard.evictions
+                s.memory.expirations += shard.expirations
+            }
+        }
+        let c = disk.counters
+        s.disk.items = c.rows.load(ordering: .relaxed)
+        s.disk.bytes = c.bytesOnDisk.load(ordering: .relaxed)
+        s.disk.hits = c.hits.load(ordering: .relaxed)
+        s.disk.misses = c.misses.load(ordering: .relaxed)
+        s.disk.evictions = c.evictions.load(ordering: .relaxed)
+        s.disk.expirations = c.expirations.load(ordering: .relaxed)
+        s.rawBytesWritten = c.rawBytesWritten.load(ordering: .relaxed)
+        s.storedBytesWritten = c.storedBytesWritten.load(ordering: .relaxed)
+        s.corruptItems = c.corruptItems.load(ordering: .relaxed)
+        s.quarantines = c.quarantines.load(ordering: .relaxed)
+        s.commits = c.commits.load(ordering: .relaxed)
+        s.diskWrites = c.writes.load(ordering: .relaxed)
+        s.diskWriteErrors = c.writeErrors.load(ordering: .relaxed)
+        s.flushedRowsCollected = c.flushedRowsCollected.load(ordering: .relaxed)
+        s.queuedDiskJobs = disk.queuedJobs
+        (s.writeBehindPending, s.writeBehindTotal) = writeBehindCounts
+        let usage = includeNamespaceUsage ? (try? disk.namespaceUsage()) ?? [:] : [:]
+        for (name, e) in registry.snapshot() {
+            var n = StoreStats.Namespace()
+            n.hits = e.counters.hits.load(ordering: .relaxed)
+            n.misses = e.counters.misses.load(ordering: .relaxed)
+            n.writes = e.counters.writes.load(ordering: .relaxed)
+            if includeNamespaceUsage {
+                n.diskItems = usage[name]?.items ?? 0
+                n.diskBytes = usage[name]?.bytes ?? 0
+            }
+            s.namespaces[name] = n
+        }
+        return s
+    }
+}

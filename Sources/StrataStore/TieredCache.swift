@@ -1,0 +1,486 @@
+import Dispatch
+import StrataCore
+import Synchronization
+
+/// The embeddable Strata cache: a sharded memory tier in front of a zstd-compressed SQLite
+/// disk tier, with namespaces, expiry, versions (CAS tokens) and tombstones.
+///
+/// Guarantees:
+/// - Thread-safe; every operation has a blocking form and an `async` form.
+/// - A write that includes `.disk` returns after its transaction commits (unless
+///   `writeBehind`), so a process killed with SIGKILL loses no write that returned.
+/// - An expired item is never returned by any operation.
+/// - Every write gets a version from a hybrid logical clock (or the caller's); a caller-supplied
+///   version older than what is stored (or its tombstone) is ignored, so replicas converge.
+/// - Bad input gets a `StoreError` and changes nothing.
+///
+/// Costs: a memory hit is a hash, a shard lock and a copy (~100–200 ns); a disk hit is one
+/// indexed SQLite read plus checksum and decompression; a disk write waits for a group commit.
+public final class TieredCache: @unchecked Sendable {
+    public let configuration: StoreConfiguration
+    let clock: any Clock
+    let hlc: HybridLogicalClock
+    let registry = NamespaceRegistry()
+    let memory: MemoryTier
+    let disk: DiskTier
+
+    private let writeBehindPending = Counter()
+    private let writeBehindWrites = Counter()
+    private let sweeper = ConditionLock()
+    private var sweeperStop = false
+    private let sweeperDone = Completion<Void>()
+    private let closed = Atomic<Bool>(false)
+    private let workQueue = DispatchQueue(label: "strata.store.async", attributes: .concurrent)
+
+    /// Opens (creating when needed) the store in `configuration.directory`.
+    public init(configuration: StoreConfiguration, clock: any Clock = SystemClock()) throws {
+        guard configuration.maxItemBytes > 0, configuration.memoryShards > 0, configuration.maxBatch > 0 else {
+            throw StoreError(.invalidArgument, "maxItemBytes, memoryShards and maxBatch must be positive")
+        }
+        self.configuration = configuration
+        self.clock = clock
+        self.hlc = HybridLogicalClock(clock: clock)
+        self.memory = MemoryTier(config: configuration)
+        self.disk = try DiskTier(config: configuration, clock: clock, registry: registry)
+        try disk.start()
+        startThread(name: "strata-sweeper") { [self] in sweepLoop() }
+    }
+
+    deinit { close() }
+
+    /// Finishes queued disk writes (write-behind included), checkpoints, releases the data
+    /// directory. Later calls fail with `.closed`. Idempotent.
+    public func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        sweeper.withLock { sweeperStop = true; sweeper.broadcast() }
+        sweeperDone.wait()
+        disk.close()
+    }
+
+    // MARK: Validation
+
+    private func check(key: [UInt8], namespace: [UInt8]) throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        if key.isEmpty { throw StoreError(.invalidKey, "key is empty") }
+        if key.count > ItemLimits.maxKeyBytes {
+            throw StoreError(.invalidKey, "key is \(key.count) bytes; the limit is \(ItemLimits.maxKeyBytes)")
+        }
+        if namespace.count > ItemLimits.maxNamespaceBytes {
+            throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
+        }
+    }
+
+    private func check(tiers: Tiers) throws {
+        if tiers.isEmpty || !Tiers.all.isSuperset(of: tiers) {
+            throw StoreError(.invalidArgument, "tiers must be memory, disk or all")
+        }
+    }
+
+    // MARK: Writes
+
+    /// Stores `value` under `key` (see `SetOptions` for modes, expiry, tiers and versions).
+    public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions()) throws -> SetOutcome {
+        try check(key: key, namespace: namespace)
+        try check(tiers: options.tiers)
+        if value.count > configuration.maxItemBytes {
+            throw StoreError(.valueTooLarge, "value is \(value.count) bytes; the max item size is \(configuration.maxItemBytes)")
+        }
+        if options.extended.count > ItemLimits.maxExtendedBytes {
+            throw StoreError(.extendedTooLarge, "extended data is \(options.extended.count) bytes; the limit is \(ItemLimits.maxExtendedBytes)")
+        }
+        let now = clock.nowMicros()
+        let expiry = options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL)
+        if let v = options.version { hlc.observe(v) }
+        let op = WriteOp.set(value: value, mode: options.mode, flags: options.flags, extended: options.extended,
+                             expiry: expiry, callerVersion: options.version)
+        let pre = options.tiers.contains(.disk) && !options.writeBehind ? disk.codec.encode(value) : nil
+        guard case .set(let outcome) = try write(op, key: key, namespace: namespace, tiers: options.tiers,
+                                                 writeBehind: options.writeBehind, callerVersion: options.version, preEncoded: pre)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return outcome
+    }
+
+    /// Removes `key`. With a `version`, leaves a tombstone (kept `tombstoneTTL`) so an older
+    /// write arriving later is ignored; a version not newer than the stored one is ignored.
+    public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> RemoveOutcome {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        if let v = version { hlc.observe(v) }
+        let tombstoneExpiry = clock.nowMicros() + Int64(configuration.tombstoneTTL * 1_000_000)
+        guard case .remove(let o) = try write(.remove(callerVersion: version, tombstoneExpiry: max(1, tombstoneExpiry)),
+                                              key: key, namespace: namespace, tiers: tiers, writeBehind: false,
+                                              callerVersion: nil, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return o
+    }
+
+    /// Gives `key` a new expiry (and a new version). False when absent.
+    @discardableResult
+    public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all) throws -> Bool {
+        try touchVersioned(key, namespace: namespace, expiry: expiry, tiers: tiers) != nil
+    }
+
+    /// Like `touch`, returning the new version.
+    public func touchVersioned(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all) throws -> UInt64? {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        let e = expiry.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
+        guard case .touch(let found, let version) = try write(.touch(expiry: e), key: key, namespace: namespace, tiers: tiers,
+                                                              writeBehind: false, callerVersion: nil, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return found ? version : nil
+    }
+
+    /// Adds `delta` to a decimal counter (wrapping at 2^64, as memcached). When absent, stores
+    /// `initial` if given (with `expiry`), else reports `.notFound`.
+    public func increment(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {
+        try counter(key, delta: delta, decrement: false, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry)
+    }
+
+    /// Subtracts `delta` from a decimal counter, stopping at 0 (memcached semantics).
+    public func decrement(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {
+        try counter(key, delta: delta, decrement: true, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry)
+    }
+
+    private func counter(_ key: [UInt8], delta: UInt64, decrement: Bool, namespace: [UInt8], tiers: Tiers,
+                         initial: UInt64?, expiry: Expiry) throws -> CounterOutcome {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        let e = expiry.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
+        guard case .counter(let o) = try write(.counter(delta: delta, decrement: decrement, initial: initial, expiry: e),
+                                               key: key, namespace: namespace, tiers: tiers, writeBehind: false,
+                                               callerVersion: nil, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return o
+    }
+
+    /// Picks the state that decides a write: the newer of what memory and disk hold.
+    private static func newest(_ a: ItemState?, _ b: ItemState?) -> ItemState? {
+        guard let a else { return b }
+        guard let b else { return a }
+        return a.version >= b.version ? a : b
+    }
+
+    /// Applies one write to the requested tiers through `WriteRules`.
+    private func write(_ op: WriteOp, key: [UInt8], namespace: [UInt8], tiers: Tiers, writeBehind: Bool,
+                       callerVersion: UInt64?, preEncoded: (ValueEncoding, [UInt8])?) throws -> WriteResult {
+        let ns = registry.entry(namespace)
+        ns.counters.writes.add(1, ordering: .relaxed)
+        let loc = memory.locate(tag: ns.tag, key: key)
+        let needValue: Bool
+        if case .counter = op { needValue = true } else { needValue = false }
+        let hlc = self.hlc
+        let clock = self.clock
+
+        if !tiers.contains(.disk) {
+            let now = clock.nowMicros()
+            return memory.with(loc, key) { shard, k in
+                let existing = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
+                let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next())
+                switch effect {
+                case .none: break
+                case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
+                case .store(let s): shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                }
+                return result
+            }
+        }
+
+        if writeBehind && tiers.contains(.memory) {
+            // Decided against memory and a disk read; the disk write follows with the decided
+            // version, so disk applies it only if nothing newer got there first.
+            let diskState = try disk.read(namespace: namespace, key: key, withValue: needValue, countStats: false)?.state
+            let now = clock.nowMicros()
+            let (result, effect) = memory.with(loc, key) { shard, k -> (WriteResult, WriteEffect) in
+                let mem = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
+                let decided = WriteRules.decide(op, existing: Self.newest(mem, diskState), now: now,
+                                                newVersion: callerVersion ?? hlc.next())
+                switch decided.1 {
+                case .none: break
+                case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
+                case .store(let s):
+                    if s.tombstone { shard.delete(tag: ns.tag, key: k, hash: loc.hash) } else {
+                        shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                    }
+                }
+                return decided
+            }
+            let diskOp: WriteOp
+            switch effect {
+            case .none: return result
+            case .delete: diskOp = .remove(callerVersion: nil, tombstoneExpiry: 0)
+            case .store(let s):
+                diskOp = s.tombstone ? .remove(callerVersion: s.version, tombstoneExpiry: s.expiry)
+                    : .set(value: s.value, mode: .set, flags: s.flags, extended: s.extended, expiry: s.expiry, callerVersion: s.version)
+            }
+            writeBehindPending.add(1)
+            writeBehindWrites.add(1)
+            let pending = writeBehindPending
+            disk.enqueue(DiskJob(.write(namespace: namespace, key: key, needValue: false, preEncoded: nil, decide: { existing in
+                WriteRules.decide(diskOp, existing: existing, now: clock.nowMicros(), newVersion: hlc.next())
+            })) { _ in pending.add(-1) })
+            return result
+        }
+
+        let memoryToo = tiers.contains(.memory)
+        let done = Completion<Result<(WriteResult, WriteEffect)?, StoreError>>()
+        let memory = self.memory
+        let job = DiskJob(.write(namespace: namespace, key: key, needValue: needValue, preEncoded: preEncoded, decide: { diskState in
+            // Runs on the writer thread, so disk writes are decided (and versioned) in commit order.
+            let now = clock.nowMicros()
+            let mem: ItemState? = memoryToo
+                ? memory.with(loc, key) { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: needValue)?.state }
+                : nil
+            return WriteRules.decide(op, existing: Self.newest(mem, diskState), now: now, newVersion: callerVersion ?? hlc.next())
+        })) { result in
+            // After the commit, before the caller returns: memory follows disk.
+            if case .success(let decided?) = result {
+                let now = clock.nowMicros()
+                memory.with(loc, key) { shard, k in
+                    switch decided.1 {
+                    case .none: break
+                    case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
+                    case .store(let s):
+                        if memoryToo && !s.tombstone {
+                            shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                        } else {
+                            // Disk-only writes (replicas) and tombstones invalidate an older memory copy.
+                            shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now)
+                        }
+                    }
+                }
+            }
+            done.fulfil(result)
+        }
+        disk.enqueue(job)
+        switch done.wait() {
+        case .success(let decided?): return decided.0
+        case .success(nil): throw StoreError(.io, "internal: write produced no result")
+        case .failure(let e): throw e
+        }
+    }
+
+    // MARK: Reads
+
+    /// The item under `key`, or nil. Looks in memory, then disk (as `tiers` allows), and
+    /// promotes a disk hit into memory when `tiers` includes memory. With `touch`, also gives
+    /// the item a new expiry.
+    public func get(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, touch: Expiry? = nil) throws -> CacheItem? {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        guard let ns = registry.lookup(namespace) else { return nil }
+        let now = clock.nowMicros()
+        var found: CacheItem?
+        let loc = memory.locate(tag: ns.tag, key: key)
+        if tiers.contains(.memory) {
+            if let s = memory.with(loc, key, { $0.get(tag: ns.tag, key: $1, hash: loc.hash, now: now) }) {
+                found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
+                                  expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .memory)
+            }
+        }
+        if found == nil && tiers.contains(.disk) {
+            let epoch = memory.deleteEpoch(loc)
+            if let row = try disk.read(namespace: namespace, key: key, withValue: true, countStats: true), !row.state.tombstone {
+                let s = row.state
+                if tiers.contains(.memory) {
+                    memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now)
+                }
+                found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
+                                  expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .disk)
+            }
+        }
+        if found == nil {
+            ns.counters.misses.add(1, ordering: .relaxed)
+            return nil
+        }
+        ns.counters.hits.add(1, ordering: .relaxed)
+        if let t = touch, var item = found {
+            guard let v = try touchVersioned(key, namespace: namespace, expiry: t, tiers: tiers) else { return nil }
+            let e = t.resolve(now: now, defaultTTL: configuration.defaultTTL)
+            item.expiresAt = e == 0 ? nil : e
+            item.version = v
+            return item
+        }
+        return found
+    }
+
+    /// One result per key, in order (nil for a miss).
+    public func getMany(_ keys: [[UInt8]], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> [CacheItem?] {
+        try keys.map { try get($0, namespace: namespace, tiers: tiers) }
+    }
+
+    /// Whether a live item is under `key` in any of `tiers`. Never touches LRU order or stats.
+    public func contains(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> Bool {
+        try metadata(key, namespace: namespace, tiers: tiers) != nil
+    }
+
+    /// Metadata of the item under `key`: sizes, encoding, the tiers holding it, expiry,
+    /// version, flags. Nil when absent (or expired, or a tombstone).
+    public func metadata(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> ItemMetadata? {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        guard let ns = registry.lookup(namespace) else { return nil }
+        let now = clock.nowMicros()
+        var meta: ItemMetadata?
+        if tiers.contains(.disk),
+           let row = try disk.read(namespace: namespace, key: key, withValue: false, countStats: false),
+           row.state.isLive(now: now) {
+            meta = ItemMetadata(size: row.size, storedSize: row.storedSize, encoding: row.encoding, tiers: .disk,
+                                expiresAt: row.state.expiry == 0 ? nil : row.state.expiry, version: row.state.version,
+                                flags: row.state.flags, extendedSize: row.state.extended.count)
+        }
+        if tiers.contains(.memory) {
+            let loc = memory.locate(tag: ns.tag, key: key)
+            if let m = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
+               m.state.isLive(now: now) {
+                if var existing = meta, existing.version == m.state.version {
+                    existing.tiers.insert(.memory)
+                    meta = existing
+                } else if meta == nil || m.state.version > meta!.version {
+                    meta = ItemMetadata(size: m.valueLen, storedSize: nil, encoding: nil, tiers: .memory,
+                                        expiresAt: m.state.expiry == 0 ? nil : m.state.expiry, version: m.state.version,
+                                        flags: m.state.flags, extendedSize: m.state.extended.count)
+                }
+            }
+        }
+        return meta
+    }
+
+    /// Up to `limit` keys of `namespace` after `cursor` in bytewise order, and the cursor for
+    /// the next page (nil at the end). Memory keys come from a scan of the memory tier.
+    public func keys(namespace: [UInt8] = [], after cursor: [UInt8]? = nil, limit: Int = 1000,
+                     tiers: Tiers = .all) throws -> (keys: [[UInt8]], next: [UInt8]?) {
+        if namespace.count > ItemLimits.maxNamespaceBytes {
+            throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
+        }
+        try check(tiers: tiers)
+        guard limit > 0 else { throw StoreError(.invalidArgument, "limit must be positive") }
+        guard let ns = registry.lookup(namespace) else { return ([], nil) }
+        var merged: [[UInt8]] = tiers.contains(.disk) ? try disk.keys(namespace: namespace, after: cursor, limit: limit + 1) : []
+        if tiers.contains(.memory) {
+            var mem = memory.keys(tag: ns.tag, now: clock.nowMicros())
+            if let c = cursor { mem.removeAll { !c.lexicographicallyPrecedes($0) } }
+            merged = Array(Set(merged).union(mem)).sorted { $0.lexicographicallyPrecedes($1) }
+        }
+        if merged.count > limit {
+            let page = Array(merged.prefix(limit))
+            return (page, page.last)
+        }
+        return (merged, nil)
+    }
+
+    // MARK: Flush and trim
+
+    private func control(_ kind: DiskJob.Kind) throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        let done = Completion<Result<(WriteResult, WriteEffect)?, StoreError>>()
+        disk.enqueue(DiskJob(kind) { done.fulfil($0) })
+        if case .failure(let e) = done.wait() { throw e }
+    }
+
+    /// Empties one namespace in O(1): its generation changes; old items are collected later.
+    public func flush(namespace: [UInt8]) throws {
+        if namespace.count > ItemLimits.maxNamespaceBytes {
+            throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
+        }
+        _ = registry.entry(namespace)
+        try control(.flushNamespace(namespace))
+    }
+
+    /// Empties every namespace (O(namespaces)).
+    public func flushAll() throws { try control(.flushAll) }
+
+    /// Evicts least recently used items until each tier in `tiers` holds at most `count` items
+    /// and `bytes` bytes (memory: accounted bytes; disk: pages in use plus WAL).
+    public func trim(toCount count: Int = Int.max, toBytes bytes: Int = Int.max, tiers: Tiers = .all) throws {
+        try check(tiers: tiers)
+        if tiers.contains(.memory) {
+            let n = memory.shards.count
+            for s in memory.shards {
+                s.lock.withLock { s.trim(toCount: count == Int.max ? .max : count / n, toBytes: bytes == Int.max ? .max : bytes / n) }
+            }
+        }
+        if tiers.contains(.disk) { try control(.trim(count: count, bytes: bytes)) }
+    }
+
+    /// Returns once every disk write queued before the call has committed.
+    public func sync() throws { try control(.barrier) }
+
+    // MARK: Background
+
+    private func sweepLoop() {
+        var cursors = Array(repeating: 0, count: memory.shards.count)
+        while true {
+            sweeper.lock()
+            if !sweeperStop { sweeper.wait(seconds: 0.25) }
+            let stop = sweeperStop
+            sweeper.unlock()
+            if stop { break }
+            let live = registry.liveTagSet()
+            let now = clock.nowMicros()
+            for (i, s) in memory.shards.enumerated() {
+                s.lock.withLock {
+                    cursors[i] = s.sweep(from: cursors[i], budget: 4096, now: now, isLiveTag: { live.contains($0) })
+                }
+            }
+        }
+        sweeperDone.fulfil(())
+    }
+
+    // MARK: Async forms
+
+    private func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { cont in
+            workQueue.async { cont.resume(with: Result { try body() }) }
+        }
+    }
+
+    public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions()) async throws -> SetOutcome {
+        try await offload { try self.set(key, value, namespace: namespace, options: options) }
+    }
+    public func get(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, touch: Expiry? = nil) async throws -> CacheItem? {
+        try await offload { try self.get(key, namespace: namespace, tiers: tiers, touch: touch) }
+    }
+    public func getMany(_ keys: [[UInt8]], namespace: [UInt8] = [], tiers: Tiers = .all) async throws -> [CacheItem?] {
+        try await offload { try self.getMany(keys, namespace: namespace, tiers: tiers) }
+    }
+    public func contains(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) async throws -> Bool {
+        try await offload { try self.contains(key, namespace: namespace, tiers: tiers) }
+    }
+    public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) async throws -> RemoveOutcome {
+        try await offload { try self.remove(key, namespace: namespace, tiers: tiers, version: version) }
+    }
+    @discardableResult
+    public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all) async throws -> Bool {
+        try await offload { try self.touch(key, namespace: namespace, expiry: expiry, tiers: tiers) }
+    }
+    public func increment(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) async throws -> CounterOutcome {
+        try await offload { try self.increment(key, by: delta, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry) }
+    }
+    public func decrement(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) async throws -> CounterOutcome {
+        try await offload { try self.decrement(key, by: delta, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry) }
+    }
+    public func metadata(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) async throws -> ItemMetadata? {
+        try await offload { try self.metadata(key, namespace: namespace, tiers: tiers) }
+    }
+    public func keys(namespace: [UInt8] = [], after cursor: [UInt8]? = nil, limit: Int = 1000,
+                     tiers: Tiers = .all) async throws -> (keys: [[UInt8]], next: [UInt8]?) {
+        let r = try await offload { try self.keys(namespace: namespace, after: cursor, limit: limit, tiers: tiers) }
+        return r
+    }
+    public func flush(namespace: [UInt8]) async throws {
+        try await offload { try self.flush(namespace: namespace) }
+    }
+    public func flushAll() async throws { try await offload { try self.flushAll() } }
+    public func trim(toCount count: Int = Int.max, toBytes bytes: Int = Int.max, tiers: Tiers = .all) async throws {
+        try await offload { try self.trim(toCount: count, toBytes: bytes, tiers: tiers) }
+    }
+
+    var writeBehindCounts: (pending: Int, total: Int) {
+        (writeBehindPending.load(), writeBehindWrites.load())
+    }
+}

@@ -1,0 +1,88 @@
+/// One write, resolved to absolute times, ready to be applied to whatever a tier holds.
+enum WriteOp: Sendable {
+    case set(value: [UInt8], mode: SetMode, flags: UInt32, extended: [UInt8], expiry: Int64, callerVersion: UInt64?)
+    case remove(callerVersion: UInt64?, tombstoneExpiry: Int64)
+    case touch(expiry: Int64)
+    case counter(delta: UInt64, decrement: Bool, initial: UInt64?, expiry: Int64)
+}
+
+enum WriteResult: Sendable, Equatable {
+    case set(SetOutcome)
+    case remove(RemoveOutcome)
+    case touch(found: Bool, version: UInt64)
+    case counter(CounterOutcome)
+}
+
+/// What to do to the tier after deciding.
+enum WriteEffect: Sendable {
+    case none
+    case store(ItemState)
+    case delete
+}
+
+/// The rules of every write, as one pure function: modes, CAS, newer-version-wins,
+/// tombstones, counters. Both tiers apply writes through it, so they agree.
+enum WriteRules {
+    static func decide(_ op: WriteOp, existing: ItemState?, now: Int64, newVersion: UInt64) -> (WriteResult, WriteEffect) {
+        let live = existing.flatMap { $0.isLive(now: now) ? $0 : nil }
+        let guardVersion = existing.flatMap { $0.guards(now: now) ? $0.version : nil }
+        switch op {
+        case let .set(value, mode, flags, extended, expiry, callerVersion):
+            if let cv = callerVersion, let g = guardVersion, g >= cv { return (.set(.superseded(current: g)), .none) }
+            switch mode {
+            case .set: break
+            case .add: if live != nil { return (.set(.exists), .none) }
+            case .replace: if live == nil { return (.set(.notFound), .none) }
+            case .cas(let v):
+                guard let l = live else { return (.set(.notFound), .none) }
+                if l.version != v { return (.set(.casMismatch(current: l.version)), .none) }
+            }
+            let state = ItemState(value: value, flags: flags, extended: extended, expiry: expiry, version: newVersion, tombstone: false)
+            return (.set(.stored(version: newVersion)), .store(state))
+
+        case let .remove(callerVersion, tombstoneExpiry):
+            if let cv = callerVersion {
+                if let g = guardVersion, g >= cv { return (.remove(.superseded(current: g)), .none) }
+                // A versioned remove leaves a tombstone even for an absent key, so an older
+                // write that arrives later cannot resurrect it.
+                let tomb = ItemState(value: [], flags: 0, extended: [], expiry: tombstoneExpiry, version: cv, tombstone: true)
+                return (.remove(live == nil ? .notFound : .removed), .store(tomb))
+            }
+            guard live != nil else { return (.remove(.notFound), .none) }
+            return (.remove(.removed), .delete)
+
+        case let .touch(expiry):
+            guard var l = live else { return (.touch(found: false, version: 0), .none) }
+            l.expiry = expiry
+            l.version = newVersion
+            return (.touch(found: true, version: newVersion), .store(l))
+
+        case let .counter(delta, decrement, initial, expiry):
+            guard var l = live else {
+                guard let start = initial else { return (.counter(.notFound), .none) }
+                let state = ItemState(value: Array(String(start).utf8), flags: 0, extended: [], expiry: expiry, version: newVersion, tombstone: false)
+                return (.counter(.value(start, version: newVersion)), .store(state))
+            }
+            guard let current = parseCounter(l.value) else { return (.counter(.notANumber), .none) }
+            // memcached semantics: increments wrap at 2^64, decrements stop at 0.
+            let next = decrement ? (current >= delta ? current - delta : 0) : current &+ delta
+            l.value = Array(String(next).utf8)
+            l.version = newVersion
+            return (.counter(.value(next, version: newVersion)), .store(l))
+        }
+    }
+
+    /// A decimal counter: 1–20 ASCII digits that fit in a UInt64.
+    static func parseCounter(_ bytes: [UInt8]) -> UInt64? {
+        guard !bytes.isEmpty, bytes.count <= 20 else { return nil }
+        var v: UInt64 = 0
+        for b in bytes {
+            guard b >= 48, b <= 57 else { return nil }
+            let (m, o1) = v.multipliedReportingOverflow(by: 10)
+            let (a, o2) = m.addingReportingOverflow(UInt64(b - 48))
+            if o1 || o2 { return nil }
+            v = a
+        }
+        return v
+    }
+}
