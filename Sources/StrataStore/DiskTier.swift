@@ -160,6 +160,7 @@ final class DiskTier: @unchecked Sendable {
         if version < 1 {
             try migrate(db, from: version)
         }
+        if let cap = config.sqliteMaxPageCount { try db.execute("PRAGMA max_page_count=\(cap)") }
         // Namespaces and counters: a handful of rows, so open stays fast whatever the item count.
         let ns = try db.statement("SELECT id, name, generation FROM namespaces")
         while try ns.step() {

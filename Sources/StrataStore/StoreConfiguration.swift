@@ -45,6 +45,9 @@ public struct StoreConfiguration: Sendable {
     /// How long a versioned remove's tombstone is kept.
     public var tombstoneTTL: Double = 24 * 3600
 
+    /// A hard cap on the database's pages (`PRAGMA max_page_count`); a write beyond it fails
+    /// exactly as on a full disk (`disk_full`). For tests of the full-disk path; nil = none.
+    public var sqliteMaxPageCount: Int? = nil
     /// For tests: replaces the real free-space reading (statvfs) of `directory`.
     public var freeSpaceProbe: (@Sendable () -> Int)? = nil
     /// Where the store reports events (quarantine, corruption); one structured line each.

@@ -169,8 +169,12 @@ public final class TieredCache: @unchecked Sendable {
         let ns = registry.entry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
         let loc = memory.locate(tag: ns.tag, key: key)
+        // Touch and counters rewrite the existing item, so they need its value.
         let needValue: Bool
-        if case .counter = op { needValue = true } else { needValue = false }
+        switch op {
+        case .counter, .touch: needValue = true
+        case .set, .remove: needValue = false
+        }
         let hlc = self.hlc
         let clock = self.clock
 

@@ -1,0 +1,75 @@
+import XCTest
+@testable import StrataCore
+
+final class XXH64Tests: XCTestCase {
+    // Reference values from the canonical implementation (python-xxhash).
+    func testMatchesReferenceVectors() {
+        XCTAssertEqual(XXH64.hash([]), 0xEF46_DB37_51D8_E999)
+        XCTAssertEqual(XXH64.hash(Array("a".utf8)), 0xD24E_C4F1_A98C_6E5B)
+        XCTAssertEqual(XXH64.hash(Array("abc".utf8)), 0x44BC_2CF5_AD77_0999)
+        XCTAssertEqual(XXH64.hash(Array("Nobody inspects the spammish repetition".utf8)), 0xFBCE_A83C_8A37_8BF1)
+        XCTAssertEqual(XXH64.hash((0..<100).map { UInt8($0) }), 0x6AC1_E580_3216_6597)
+    }
+
+    func testSeedChangesTheHash() {
+        XCTAssertEqual(XXH64.hash([], seed: 42), 0x98B1_582B_0977_E704)
+        XCTAssertEqual(XXH64.hash(Array("abc".utf8), seed: 42), 0x13C1_D910_7027_70E6)
+        XCTAssertEqual(XXH64.hash((0..<100).map { UInt8($0) }, seed: 42), 0x819D_2B72_6001_D507)
+    }
+}
+
+final class ClockTests: XCTestCase {
+    func testHybridLogicalClockStrictlyIncreasesEvenWhenTimeStandsStill() {
+        let clock = ManualClock(micros: 1000)
+        let hlc = HybridLogicalClock(clock: clock)
+        XCTAssertEqual(hlc.next(), 1000)
+        XCTAssertEqual(hlc.next(), 1001)
+        XCTAssertEqual(hlc.next(), 1002)
+        clock.advance(micros: 10_000)
+        XCTAssertEqual(hlc.next(), 11_000)
+    }
+
+    func testObservedVersionMovesTheClockPastIt() {
+        let clock = ManualClock(micros: 1000)
+        let hlc = HybridLogicalClock(clock: clock)
+        hlc.observe(50_000)
+        XCTAssertEqual(hlc.next(), 50_001)
+        hlc.observe(10) // older: no effect
+        XCTAssertEqual(hlc.next(), 50_002)
+    }
+
+    func testManualClockMovesOnlyWhenTold() {
+        let clock = ManualClock(micros: 5)
+        XCTAssertEqual(clock.nowMicros(), 5)
+        clock.advance(seconds: 2)
+        XCTAssertEqual(clock.nowMicros(), 2_000_005)
+        XCTAssertEqual(clock.nowSeconds(), 2)
+    }
+}
+
+final class BytesTests: XCTestCase {
+    func testHexRoundTripIgnoresWhitespace() {
+        XCTAssertEqual([UInt8](hex: "de ad\nBE ef"), [0xDE, 0xAD, 0xBE, 0xEF])
+        XCTAssertEqual([UInt8]([0, 1, 0xAB]).hexString, "0001ab")
+        XCTAssertNil([UInt8](hex: "abc"))
+        XCTAssertNil([UInt8](hex: "zz"))
+    }
+
+    func testByteSizesParseBinaryUnits() {
+        XCTAssertEqual(parseByteSize("512"), 512)
+        XCTAssertEqual(parseByteSize("64KiB"), 65536)
+        XCTAssertEqual(parseByteSize("256MiB"), 256 << 20)
+        XCTAssertEqual(parseByteSize("4GiB"), 4 << 30)
+        XCTAssertEqual(parseByteSize("10B"), 10)
+        XCTAssertNil(parseByteSize("-1"))
+        XCTAssertNil(parseByteSize("MiB"))
+        XCTAssertNil(parseByteSize("99999999999999999GiB"))
+    }
+
+    func testTiersParseAndPrint() {
+        XCTAssertEqual(Tiers(name: "memory"), .memory)
+        XCTAssertEqual(Tiers(name: "all"), [.memory, .disk])
+        XCTAssertNil(Tiers(name: "cloud"))
+        XCTAssertEqual(Tiers.disk.description, "disk")
+    }
+}

@@ -1,0 +1,251 @@
+import Foundation
+import XCTest
+import StrataCore
+@testable import StrataStore
+
+final class MemoryLimitTests: XCTestCase {
+    private func shard(count: Int = .max, cost: Int = .max, age: Int64 = 0) -> MemoryShard {
+        MemoryShard(countLimit: count, costLimit: cost, ageLimitSeconds: age)
+    }
+
+    private func put(_ s: MemoryShard, _ key: String, _ value: [UInt8] = [1, 2, 3], now: Int64 = 1_000_000_000) {
+        let k = bytes(key)
+        k.withUnsafeBytes {
+            s.put(tag: 1, key: $0, hash: UInt32(truncatingIfNeeded: XXH64.hash(k)),
+                  item: ItemState(value: value, flags: 0, extended: [], expiry: 0, version: 1, tombstone: false), now: now)
+        }
+    }
+
+    private func has(_ s: MemoryShard, _ key: String, now: Int64 = 1_000_000_000) -> Bool {
+        let k = bytes(key)
+        return k.withUnsafeBytes { s.get(tag: 1, key: $0, hash: UInt32(truncatingIfNeeded: XXH64.hash(k)), now: now) } != nil
+    }
+
+    func testCountLimitEvictsLeastRecentlyUsedFirst() {
+        let s = shard(count: 3)
+        put(s, "a"); put(s, "b"); put(s, "c")
+        XCTAssertTrue(has(s, "a")) // a becomes most recent; b is now the oldest
+        put(s, "d")
+        XCTAssertFalse(has(s, "b"))
+        XCTAssertTrue(has(s, "a"))
+        XCTAssertTrue(has(s, "c"))
+        XCTAssertTrue(has(s, "d"))
+        XCTAssertEqual(s.count, 3)
+        XCTAssertEqual(s.evictions, 1)
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
+    func testAccountedBytesNeverExceedTheLimit() {
+        let limit = 10_000
+        let s = shard(cost: limit)
+        for i in 0..<500 {
+            put(s, "key\(i)", [UInt8](repeating: UInt8(i & 0xFF), count: (i * 37) % 700))
+            XCTAssertLessThanOrEqual(s.usedBytes, limit)
+        }
+        XCTAssertGreaterThan(s.evictions, 0)
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
+    func testItemLargerThanTheShardIsRefused() {
+        let s = shard(cost: 1000)
+        put(s, "small")
+        put(s, "big", [UInt8](repeating: 0, count: 2000))
+        XCTAssertFalse(has(s, "big"))
+        XCTAssertTrue(has(s, "small"))
+    }
+
+    func testAgeLimitDropsItemsNotUsedRecently() {
+        let s = shard(age: 60)
+        let t0: Int64 = 1_000_000_000_000
+        put(s, "old", now: t0)
+        put(s, "fresh", now: t0 + 50_000_000)
+        put(s, "trigger", now: t0 + 70_000_000) // eviction runs on insert
+        XCTAssertFalse(has(s, "old", now: t0 + 70_000_000))
+        XCTAssertTrue(has(s, "fresh", now: t0 + 70_000_000))
+    }
+
+    func testLargeRecordsGetTheirOwnAllocationAndAreFreed() {
+        let s = shard()
+        let big = [UInt8](repeating: 7, count: 300_000)
+        for i in 0..<20 { put(s, "big\(i % 3)", big) }
+        XCTAssertEqual(s.count, 3)
+        let k = bytes("big1")
+        let got = k.withUnsafeBytes { s.get(tag: 1, key: $0, hash: UInt32(truncatingIfNeeded: XXH64.hash(k)), now: 1_000_000_000) }
+        XCTAssertEqual(got?.value, big)
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
+    func testIndexSurvivesManyInsertsAndDeletes() {
+        let s = shard()
+        var model: Set<String> = []
+        var rng = SplitMix(seed: 7)
+        for _ in 0..<20_000 {
+            let key = "k\(rng.next() % 3000)"
+            if rng.next() % 3 == 0 {
+                let k = bytes(key)
+                k.withUnsafeBytes { _ = s.delete(tag: 1, key: $0, hash: UInt32(truncatingIfNeeded: XXH64.hash(k))) }
+                model.remove(key)
+            } else {
+                put(s, key, [UInt8](repeating: 1, count: Int(rng.next() % 200)))
+                model.insert(key)
+            }
+        }
+        XCTAssertEqual(s.count, model.count)
+        for key in model { XCTAssertTrue(has(s, key), key) }
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
+    func testStoreSendsItemsTooLargeForMemoryToDiskOnly() throws {
+        let f = try StoreFixture { $0.memoryCostLimit = 16 * 10_000; $0.memoryShards = 16 }
+        let big = [UInt8](repeating: 3, count: 20_000)
+        _ = try f.store.set(bytes("big"), big)
+        XCTAssertNil(try f.store.get(bytes("big"), tiers: .memory))
+        XCTAssertEqual(try f.store.get(bytes("big"))?.value, big)
+        XCTAssertEqual(try f.store.metadata(bytes("big"))?.tiers, .disk)
+    }
+
+    func testMemoryEvictionNeverLosesAnItemWrittenToDisk() throws {
+        let f = try StoreFixture { $0.memoryCountLimit = 16; $0.memoryShards = 1 }
+        for i in 0..<200 { _ = try f.store.set(bytes("k\(i)"), bytes("v\(i)")) }
+        XCTAssertLessThanOrEqual(f.store.stats().memory.items, 16)
+        for i in 0..<200 { XCTAssertEqual(try f.store.get(bytes("k\(i)"))?.value, bytes("v\(i)")) }
+    }
+}
+
+/// A small deterministic generator for tests.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+final class DiskLimitTests: XCTestCase {
+    func testDiskCountLimitEvictsLeastRecentlyUsed() throws {
+        let f = try StoreFixture { $0.diskCountLimit = 10 }
+        for i in 0..<10 {
+            _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
+            f.clock.advance(seconds: 1)
+        }
+        // Reading k0 marks it recently used (access times are flushed in the background).
+        XCTAssertNotNil(try f.store.get(bytes("k0"), tiers: .disk))
+        f.clock.advance(seconds: 1)
+        XCTAssertTrue(try eventually { try f.store.sync(); return try self.accessOf(f, "k0") > self.accessOf(f, "k9") })
+        _ = try f.store.set(bytes("new"), bytes("v"), options: SetOptions(tiers: .disk))
+        XCTAssertEqual(f.store.stats().disk.items, 10)
+        XCTAssertNil(try f.store.get(bytes("k1"), tiers: .disk))
+        XCTAssertNotNil(try f.store.get(bytes("k0"), tiers: .disk))
+        XCTAssertNotNil(try f.store.get(bytes("new"), tiers: .disk))
+    }
+
+    private func accessOf(_ f: StoreFixture, _ key: String) throws -> Int64 {
+        let db = try openDatabase(f.dir)
+        let s = try db.statement("SELECT access FROM items WHERE key=?")
+        s.bind(1, bytes(key))
+        return try s.step() ? s.int(0) : -1
+    }
+
+    func testDiskByteLimitHoldsAtWriteTime() throws {
+        let limit = 3 << 20
+        let f = try StoreFixture { $0.diskByteLimit = limit; $0.walLimit = 256 << 10 }
+        var rng = SplitMix(seed: 1)
+        for i in 0..<400 {
+            let noise = (0..<20_000).map { _ in UInt8(truncatingIfNeeded: rng.next()) } // incompressible
+            _ = try f.store.set(bytes("k\(i)"), noise, options: SetOptions(tiers: .disk))
+        }
+        try f.store.sync()
+        let db = try openDatabase(f.dir)
+        let pages = try XCTUnwrap(db.scalarInt("PRAGMA page_count")) - XCTUnwrap(db.scalarInt("PRAGMA freelist_count"))
+        let pageSize = try XCTUnwrap(db.scalarInt("PRAGMA page_size"))
+        XCTAssertLessThanOrEqual(Int(pages * pageSize), limit)
+        XCTAssertGreaterThan(f.store.stats().disk.evictions, 200)
+        XCTAssertNotNil(try f.store.get(bytes("k399"), tiers: .disk)) // the newest survive
+    }
+
+    func testAgeLimitTrimsDiskInBackground() throws {
+        let f = try StoreFixture { $0.diskAgeLimit = 100 }
+        _ = try f.store.set(bytes("old"), bytes("v"), options: SetOptions(tiers: .disk))
+        f.clock.advance(seconds: 90)
+        _ = try f.store.set(bytes("young"), bytes("v"), options: SetOptions(tiers: .disk))
+        f.clock.advance(seconds: 20)
+        XCTAssertTrue(eventually { f.store.stats().disk.items == 1 })
+        XCTAssertNil(try f.store.get(bytes("old"), tiers: .disk))
+        XCTAssertNotNil(try f.store.get(bytes("young"), tiers: .disk))
+    }
+
+    func testFreeSpaceFloorTrimsDisk() throws {
+        let free = Counter()
+        let f = try StoreFixture { c in
+            c.freeDiskSpaceLimit = 1000
+            c.freeSpaceProbe = { 10_000 - free.load() }
+        }
+        for i in 0..<100 { _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk)) }
+        XCTAssertEqual(f.store.stats().disk.items, 100)
+        free.add(9_500) // only 500 bytes left: below the floor
+        _ = try f.store.set(bytes("trigger"), bytes("v"), options: SetOptions(tiers: .disk))
+        XCTAssertLessThan(f.store.stats().disk.items, 100)
+        XCTAssertNotNil(try f.store.get(bytes("trigger"), tiers: .disk))
+    }
+
+    func testExpiredItemsArePurgedInBackgroundAfterReopen() throws {
+        let f = try StoreFixture()
+        for i in 0..<300 { _ = try f.store.set(bytes("e\(i)"), bytes("v"), options: SetOptions(expiry: .seconds(5), tiers: .disk)) }
+        for i in 0..<10 { _ = try f.store.set(bytes("keep\(i)"), bytes("v"), options: SetOptions(tiers: .disk)) }
+        f.store.close()
+        f.clock.advance(seconds: 10)
+        try f.reopen()
+        XCTAssertNil(try f.store.get(bytes("e1"))) // never returned, even before the purge
+        XCTAssertTrue(eventually { f.store.stats().disk.items == 10 })
+        XCTAssertGreaterThanOrEqual(f.store.stats().disk.expirations, 299)
+    }
+
+    func testExplicitTrimToCount() throws {
+        let f = try StoreFixture()
+        for i in 0..<50 { _ = try f.store.set(bytes("k\(i)"), bytes("v")) }
+        try f.store.trim(toCount: 20)
+        XCTAssertEqual(f.store.stats().disk.items, 20)
+        XCTAssertLessThanOrEqual(f.store.stats().memory.items, 20)
+    }
+
+    func testFullDiskRefusesTheWriteAndLosesNothing() throws {
+        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
+        var stored: [Int] = []
+        var refused: StoreError?
+        func value(_ i: Int) -> [UInt8] {
+            var rng = SplitMix(seed: UInt64(i))
+            return (0..<1500).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        }
+        for i in 0..<400 {
+            do {
+                _ = try f.store.set(bytes("k\(i)"), value(i), options: SetOptions(tiers: .disk))
+                stored.append(i)
+            } catch let e as StoreError {
+                refused = e
+                break
+            }
+        }
+        let e = try XCTUnwrap(refused, "the page cap was never reached")
+        XCTAssertEqual(e.code, .diskFull)
+        XCTAssertTrue(e.message.contains("disk full"), e.message)
+        XCTAssertFalse(stored.isEmpty)
+        for i in stored {
+            XCTAssertEqual(try f.store.get(bytes("k\(i)"), tiers: .disk)?.value, value(i))
+        }
+        // Space freed by a delete can be used again.
+        XCTAssertEqual(try f.store.remove(bytes("k\(stored[0])")), .removed)
+        XCTAssertNoThrow(try f.store.set(bytes("small"), bytes("v"), options: SetOptions(tiers: .disk)))
+    }
+}
