@@ -1,0 +1,173 @@
+import Foundation
+import XCTest
+import StrataCore
+@testable import StrataStore
+
+final class IntegrityTests: XCTestCase {
+    func testCorruptedValueIsDetectedByChecksumReadAsMissAndRemoved() throws {
+        let f = try StoreFixture()
+        _ = try f.store.set(bytes("good"), bytes("fine value"), options: SetOptions(tiers: .disk))
+        _ = try f.store.set(bytes("bad"), bytes("this value will be damaged"), options: SetOptions(tiers: .disk))
+        let db = try openDatabase(f.dir)
+        let s = try db.statement("UPDATE items SET value=? WHERE key=?")
+        s.bind(1, bytes("this value wall be damaged"))
+        s.bind(2, bytes("bad"))
+        try s.run()
+        XCTAssertNil(try f.store.get(bytes("bad")))
+        XCTAssertEqual(f.store.stats().corruptItems, 1)
+        XCTAssertEqual(try f.store.get(bytes("good"))?.value, bytes("fine value"))
+        try f.store.sync()
+        XCTAssertTrue(try eventually { try db.scalarInt("SELECT count(*) FROM items WHERE key=x'626164'") == 0 })
+        XCTAssertTrue(f.log.all.contains { $0.contains("corrupt_item") })
+    }
+
+    func testDamagedMetadataIsCaughtByChecksumToo() throws {
+        let f = try StoreFixture()
+        _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(flags: 1, tiers: .disk))
+        let db = try openDatabase(f.dir)
+        try db.execute("UPDATE items SET flags=2")
+        XCTAssertNil(try f.store.get(bytes("k")))
+    }
+
+    func testCorruptCompressedValueNeverDecodesPastItsRecordedSize() throws {
+        let f = try StoreFixture()
+        let text = bytes(String(repeating: "abcdefgh", count: 500))
+        _ = try f.store.set(bytes("z"), text, options: SetOptions(tiers: .disk))
+        let db = try openDatabase(f.dir)
+        // Claim a smaller size and fix up nothing else: checksum and size bound both refuse it.
+        try db.execute("UPDATE items SET size=10")
+        XCTAssertNil(try f.store.get(bytes("z")))
+        XCTAssertEqual(f.store.stats().corruptItems, 1)
+    }
+
+    func testCorruptDatabaseFileIsQuarantinedAndReplacedOnOpen() throws {
+        let dir = TempDir()
+        let path = dir.path + "/" + DiskTier.fileName
+        FileManager.default.createFile(atPath: path, contents: Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31) }))
+        var config = StoreConfiguration(directory: dir.path)
+        let log = LogSink()
+        config.log = { log.append($0) }
+        let store = try TieredCache(configuration: config)
+        defer { store.close() }
+        XCTAssertEqual(store.stats().quarantines, 1)
+        let moved = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasPrefix("strata.db.corrupt-") }
+        XCTAssertEqual(moved.count, 1)
+        XCTAssertTrue(log.all.contains { $0.contains("disk_quarantined") })
+        _ = try store.set(bytes("k"), bytes("v"))
+        XCTAssertEqual(try store.get(bytes("k"), tiers: .disk)?.value, bytes("v"))
+    }
+
+    func testQuickCheckFailureInBackgroundQuarantinesWhileRunning() throws {
+        let f = try StoreFixture { $0.quickCheckOnOpen = false }
+        for i in 0..<3000 { _ = try f.store.set(bytes("key\(i)"), [UInt8](repeating: UInt8(i & 0xFF), count: 200) + bytes("\(i)"), options: SetOptions(tiers: .disk)) }
+        f.store.close()
+        // Damage pages in the middle of the file (not the header) so open succeeds.
+        let path = f.dir.path + "/" + DiskTier.fileName
+        let fh = try XCTUnwrap(FileHandle(forUpdatingAtPath: path))
+        let size = try fh.seekToEnd()
+        for offset in stride(from: UInt64(8192), to: size - 4096, by: 8192) {
+            try fh.seek(toOffset: offset)
+            fh.write(Data(repeating: 0xA5, count: 4096))
+        }
+        try fh.close()
+        try f.reopen { $0.quickCheckOnOpen = true }
+        XCTAssertTrue(eventually(10) { f.store.stats().quarantines >= 1 })
+        XCTAssertTrue(f.log.all.contains { $0.contains("disk_quarantined") })
+        XCTAssertTrue(try eventually { (try? f.store.set(bytes("after"), bytes("v"), options: SetOptions(tiers: .disk)))?.isStored == true })
+        XCTAssertEqual(try f.store.get(bytes("after"), tiers: .disk)?.value, bytes("v"))
+    }
+
+    func testNewerSchemaIsRefusedWithAClearError() throws {
+        let dir = TempDir()
+        do {
+            let db = try SQLiteConnection(path: dir.path + "/" + DiskTier.fileName)
+            try db.execute("PRAGMA user_version=99")
+        }
+        XCTAssertThrowsError(try TieredCache(configuration: StoreConfiguration(directory: dir.path))) { e in
+            let se = e as? StoreError
+            XCTAssertEqual(se?.code, .schemaTooNew)
+            XCTAssertTrue(se?.message.contains("99") == true)
+        }
+    }
+
+    func testOpenRecordsSchemaVersion() throws {
+        let f = try StoreFixture()
+        let db = try openDatabase(f.dir)
+        XCTAssertEqual(try db.scalarInt("PRAGMA user_version"), DiskTier.schemaVersion)
+        XCTAssertEqual(try db.textRows("PRAGMA journal_mode"), ["wal"])
+    }
+
+    func testReadsNeverWrite() throws {
+        let f = try StoreFixture { $0.maintenanceInterval = 3600 } // no background flush of access times
+        _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        let before = f.store.stats().commits
+        for _ in 0..<100 { _ = try f.store.get(bytes("k"), tiers: .disk) }
+        XCTAssertEqual(f.store.stats().commits, before)
+    }
+}
+
+final class ConcurrencyTests: XCTestCase {
+    func testManyThreadsMixingOperationsLeaveConsistentState() throws {
+        let f = try StoreFixture { $0.memoryCountLimit = 2000; $0.memoryShards = 4 }
+        let store = f.store!
+        let threads = 8
+        let opsPerThread = 1500
+        let group = DispatchGroup()
+        let failures = Counter()
+        for t in 0..<threads {
+            group.enter()
+            DispatchQueue.global().async {
+                var rng = SplitMix(seed: UInt64(t + 1))
+                for _ in 0..<opsPerThread {
+                    let k = bytes("k\(rng.next() % 300)")
+                    let ns = rng.next() % 5 == 0 ? bytes("other") : []
+                    do {
+                        switch rng.next() % 8 {
+                        case 0, 1: _ = try store.set(k, bytes("v\(rng.next() % 1000)"), namespace: ns)
+                        case 2: _ = try store.set(k, bytes("m"), namespace: ns, options: SetOptions(tiers: .memory))
+                        case 3: _ = try store.remove(k, namespace: ns)
+                        case 4: _ = try store.increment(bytes("counter"), initial: 0)
+                        case 5: _ = try store.set(k, bytes("d"), namespace: ns, options: SetOptions(tiers: .disk))
+                        default: _ = try store.get(k, namespace: ns)
+                        }
+                    } catch { failures.add() }
+                }
+                group.leave()
+            }
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 120), .success)
+        XCTAssertEqual(failures.load(), 0)
+        #if DEBUG
+        for s in store.memory.shards { XCTAssertNil(s.lock.withLock { s.checkInvariants() }) }
+        #endif
+        // Every increment was applied exactly once.
+        let counterValue = try XCTUnwrap(store.get(bytes("counter"))?.value)
+        let increments = Int(String(decoding: counterValue, as: UTF8.self))!
+        XCTAssertGreaterThan(increments, 0)
+        // Memory never disagrees with disk on an item present in both: same version, same bytes.
+        for i in 0..<300 {
+            for ns in [[], bytes("other")] {
+                let k = bytes("k\(i)")
+                guard let m = try store.get(k, namespace: ns, tiers: .memory),
+                      let d = try store.get(k, namespace: ns, tiers: .disk) else { continue }
+                if m.version == d.version { XCTAssertEqual(m.value, d.value) }
+                XCTAssertGreaterThanOrEqual(m.version, d.version, "memory holds an older copy than disk for k\(i)")
+            }
+        }
+        let s = store.stats()
+        XCTAssertLessThanOrEqual(s.memory.items, 2000)
+        XCTAssertEqual(s.diskWriteErrors, 0)
+    }
+
+    func testConcurrentIncrementsAreNeverLost() throws {
+        let f = try StoreFixture()
+        let store = f.store!
+        _ = try store.set(bytes("n"), bytes("0"))
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            for _ in 0..<200 { _ = try? store.increment(bytes("n")) }
+        }
+        XCTAssertEqual(try store.get(bytes("n"))?.value, bytes("1600"))
+        XCTAssertEqual(try store.get(bytes("n"), tiers: .disk)?.value, bytes("1600"))
+    }
+}
