@@ -13,11 +13,19 @@ struct DiskRow {
     var size: Int
 }
 
+/// How much of the current row a write must see before deciding.
+enum ExistingNeed {
+    /// Nothing: an unconditional set with a node-assigned version always stores.
+    case nothing
+    case metadata
+    case value
+}
+
 /// One unit of work for the writer thread.
 final class DiskJob: @unchecked Sendable {
     enum Kind {
         /// Reads the current row, asks `decide` what to do, applies it.
-        case write(namespace: [UInt8], key: [UInt8], needValue: Bool, preEncoded: (ValueEncoding, [UInt8])?,
+        case write(namespace: [UInt8], key: [UInt8], needs: ExistingNeed, preEncoded: (ValueEncoding, [UInt8])?,
                    decide: (ItemState?) -> (WriteResult, WriteEffect))
         case flushNamespace([UInt8])
         case flushAll
@@ -155,6 +163,8 @@ final class DiskTier: @unchecked Sendable {
         try db.execute("PRAGMA journal_mode=WAL")
         try db.execute("PRAGMA synchronous=NORMAL")
         try db.execute("PRAGMA journal_size_limit=\(config.walLimit)")
+        try db.execute("PRAGMA cache_size=-\(config.writerCacheKiB)")
+        try db.execute("PRAGMA mmap_size=\(config.mmapBytes)")
         pageSize = Int(try db.scalarInt("PRAGMA page_size") ?? 4096)
         try db.execute("PRAGMA wal_autocheckpoint=\(max(16, config.walLimit / pageSize))")
         if version < 1 {
@@ -175,7 +185,7 @@ final class DiskTier: @unchecked Sendable {
     private func migrate(_ db: SQLiteConnection, from version: Int64) throws {
         // Version 0 is an empty file: create everything. Later versions add steps here.
         try db.execute("""
-            PRAGMA auto_vacuum=INCREMENTAL;
+            PRAGMA auto_vacuum=NONE;
             BEGIN;
             CREATE TABLE IF NOT EXISTS namespaces(id INTEGER PRIMARY KEY, name BLOB NOT NULL UNIQUE, generation INTEGER NOT NULL DEFAULT 0);
             CREATE TABLE IF NOT EXISTS items(
@@ -272,8 +282,12 @@ final class DiskTier: @unchecked Sendable {
             let batch = Array(pending.prefix(take))
             pending.removeFirst(take)
             queue.unlock()
+            let tb = monotonicSeconds()
             runBatch(batch)
+            let tm = monotonicSeconds()
             maintenance(force: false)
+            DebugTiming.batch += tm - tb
+            DebugTiming.maint += monotonicSeconds() - tm
         }
         flushAccessTimes()
         if let w = writer { try? w.checkpoint(truncate: true) }
@@ -323,10 +337,18 @@ final class DiskTier: @unchecked Sendable {
         var staged = Staged()
         do {
             try db.execute("BEGIN IMMEDIATE")
+            let t0 = monotonicSeconds()
             for j in jobs { try apply(j, db, &staged) }
+            let t1 = monotonicSeconds()
             try enforceLimits(db, &staged)
+            DebugTiming.apply += t1 - t0
+            DebugTiming.limits += monotonicSeconds() - t1
+            let t2 = monotonicSeconds()
             try setRowCounter(db, rowCount + staged.rowDelta)
+            let t3 = monotonicSeconds()
             try db.execute("COMMIT")
+            DebugTiming.counter += t3 - t2
+            DebugTiming.commit += monotonicSeconds() - t3
         } catch {
             try? db.execute("ROLLBACK")
             if jobs.count > 1 {
@@ -342,7 +364,9 @@ final class DiskTier: @unchecked Sendable {
         counters.rawBytesWritten.add(staged.raw, ordering: .relaxed)
         counters.storedBytesWritten.add(staged.stored, ordering: .relaxed)
         counters.evictions.add(staged.evicted, ordering: .relaxed)
+        let tc = monotonicSeconds()
         for c in staged.completions { c() }
+        DebugTiming.completions += monotonicSeconds() - tc
     }
 
     private func handle(_ error: Error, jobs: [DiskJob]) {
@@ -380,20 +404,21 @@ final class DiskTier: @unchecked Sendable {
 
     private func apply(_ job: DiskJob, _ db: SQLiteConnection, _ staged: inout Staged) throws {
         switch job.kind {
-        case let .write(nsName, key, needValue, preEncoded, decide):
+        case let .write(nsName, key, needs, preEncoded, decide):
             guard let ns = registry.lookup(nsName), let nsID = ns.diskID else {
                 throw StoreError(.io, "namespace could not be created")
             }
             let now = clock.nowMicros()
-            let found = try readRow(db, nsID: nsID, key: key, withValue: needValue)
+            // An unconditional set skips reading the row: one statement instead of two.
+            let found = needs == .nothing ? nil : try readRow(db, nsID: nsID, key: key, withValue: needs == .value)
             let existing = found.flatMap { $0.gen == ns.generation ? $0.row.state : nil }
             let (result, effect) = decide(existing)
             switch effect {
             case .none: break
             case .delete:
-                if found != nil {
+                if needs == .nothing || found != nil {
                     try deleteRow(db, nsID: nsID, key: key)
-                    staged.rowDelta -= 1
+                    staged.rowDelta -= db.changes
                 }
             case .store(let state):
                 let encoded: (ValueEncoding, [UInt8])
@@ -401,8 +426,9 @@ final class DiskTier: @unchecked Sendable {
                 if let pre = preEncoded, !state.tombstone, case .set(.stored) = result { encoded = pre } else {
                     encoded = codec.encode(state.value)
                 }
-                try writeRow(db, nsID: nsID, gen: ns.generation, key: key, state: state, encoded: encoded, now: now)
-                if found == nil { staged.rowDelta += 1 }
+                let inserted = try writeRow(db, nsID: nsID, gen: ns.generation, key: key, state: state, encoded: encoded,
+                                            now: now, mayExist: needs == .nothing || found != nil)
+                if inserted { staged.rowDelta += 1 }
                 staged.raw += state.value.count
                 staged.stored += encoded.1.count
             }
@@ -463,25 +489,38 @@ final class DiskTier: @unchecked Sendable {
                         gen: s.int(0), checksum: checksum)
     }
 
+    /// Writes the row; true when it was new. With `mayExist` false the caller knows there is
+    /// no row, so a plain INSERT does; otherwise INSERT OR IGNORE, then UPDATE if it was there.
     private func writeRow(_ db: SQLiteConnection, nsID: Int64, gen: Int64, key: [UInt8], state: ItemState,
-                          encoded: (ValueEncoding, [UInt8]), now: Int64) throws {
-        let s = try db.statement("""
-            INSERT INTO items(ns, key, gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access)
-            VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
-            ON CONFLICT(ns, key) DO UPDATE SET gen=excluded.gen, value=excluded.value, codec=excluded.codec,
-              size=excluded.size, flags=excluded.flags, ext=excluded.ext, expiry=excluded.expiry,
-              version=excluded.version, tombstone=excluded.tombstone, checksum=excluded.checksum, access=excluded.access
-            """)
+                          encoded: (ValueEncoding, [UInt8]), now: Int64, mayExist: Bool) throws -> Bool {
         let checksum = encoded.1.withUnsafeBytes {
             ItemChecksum.compute(key: key, flags: state.flags, expiry: state.expiry, version: state.version,
                                  tombstone: state.tombstone, encoding: encoded.0, size: state.value.count,
                                  extended: state.extended, stored: $0)
         }
-        s.bind(1, nsID); s.bind(2, key); s.bind(3, gen); s.bind(4, encoded.1)
-        s.bind(5, Int64(encoded.0.rawValue)); s.bind(6, state.value.count); s.bind(7, Int64(state.flags))
-        s.bind(8, state.extended); s.bind(9, state.expiry); s.bind(10, Int64(bitPattern: state.version))
-        s.bind(11, state.tombstone ? 1 : 0); s.bind(12, checksum); s.bind(13, now / 1_000_000)
-        try s.run()
+        let ins = try db.statement("""
+            INSERT OR IGNORE INTO items(gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access, ns, key)
+            VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
+            """)
+        bindRow(ins, nsID: nsID, gen: gen, key: key, state: state, encoded: encoded, checksum: checksum, now: now)
+        try ins.run()
+        if db.changes == 1 { return true }
+        let upd = try db.statement("""
+            UPDATE items SET gen=?, value=?, codec=?, size=?, flags=?, ext=?, expiry=?, version=?, tombstone=?,
+              checksum=?, access=? WHERE ns=? AND key=?
+            """)
+        bindRow(upd, nsID: nsID, gen: gen, key: key, state: state, encoded: encoded, checksum: checksum, now: now)
+        try upd.run()
+        return false
+    }
+
+    /// Binds a row's 13 columns in the order both write statements use.
+    private func bindRow(_ s: SQLiteStatement, nsID: Int64, gen: Int64, key: [UInt8], state: ItemState,
+                         encoded: (ValueEncoding, [UInt8]), checksum: Int64, now: Int64) {
+        s.bind(1, gen); s.bind(2, encoded.1); s.bind(3, Int64(encoded.0.rawValue)); s.bind(4, state.value.count)
+        s.bind(5, Int64(state.flags)); s.bind(6, state.extended); s.bind(7, state.expiry)
+        s.bind(8, Int64(bitPattern: state.version)); s.bind(9, state.tombstone ? 1 : 0); s.bind(10, checksum)
+        s.bind(11, now / 1_000_000); s.bind(12, nsID); s.bind(13, key)
     }
 
     private func deleteRow(_ db: SQLiteConnection, nsID: Int64, key: [UInt8]) throws {
@@ -703,6 +742,8 @@ final class DiskTier: @unchecked Sendable {
             do {
                 db = try SQLiteConnection(path: dbPath, readOnly: false)
                 try db.execute("PRAGMA query_only=1")
+                try db.execute("PRAGMA cache_size=-\(config.readerCacheKiB)")
+                try db.execute("PRAGMA mmap_size=\(config.mmapBytes)")
             } catch let e as SQLiteError { throw mapError(e, doing: "opening a reader") }
         }
         defer {
@@ -785,4 +826,14 @@ final class DiskTier: @unchecked Sendable {
             return out
         }
     }
+}
+
+enum DebugTiming {
+    nonisolated(unsafe) static var batch = 0.0
+    nonisolated(unsafe) static var maint = 0.0
+    nonisolated(unsafe) static var apply = 0.0
+    nonisolated(unsafe) static var completions = 0.0
+    nonisolated(unsafe) static var limits = 0.0
+    nonisolated(unsafe) static var commit = 0.0
+    nonisolated(unsafe) static var counter = 0.0
 }

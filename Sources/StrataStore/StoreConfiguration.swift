@@ -25,6 +25,13 @@ public struct StoreConfiguration: Sendable {
     public var freeDiskSpaceLimit: Int = 0
     /// Reader connections (one per concurrent disk read).
     public var diskReaders: Int = 4
+    /// SQLite page cache of the writer connection, in KiB (random-key inserts touch index pages
+    /// all over the file; a larger cache turns their re-reads into hits).
+    public var writerCacheKiB: Int = 65536
+    /// SQLite page cache of each reader connection, in KiB.
+    public var readerCacheKiB: Int = 16384
+    /// Bytes of the database SQLite may memory-map (reads without a copy through `pread`).
+    public var mmapBytes: Int = 1 << 30
     /// zstd level for values (1 = fast).
     public var compressionLevel: Int32 = 1
     /// Most writes committed in one transaction (group commit).

@@ -169,12 +169,15 @@ public final class TieredCache: @unchecked Sendable {
         let ns = registry.entry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
         let loc = memory.locate(tag: ns.tag, key: key)
-        // Touch and counters rewrite the existing item, so they need its value.
-        let needValue: Bool
+        // Touch and counters rewrite the existing item, so they need its value; an unconditional
+        // set with a node-assigned version stores whatever is there, so it needs nothing.
+        let needs: ExistingNeed
         switch op {
-        case .counter, .touch: needValue = true
-        case .set, .remove: needValue = false
+        case .counter, .touch: needs = .value
+        case .set(_, .set, _, _, _, nil): needs = .nothing
+        case .set, .remove: needs = .metadata
         }
+        let needValue = needs == .value
         let hlc = self.hlc
         let clock = self.clock
 
@@ -222,7 +225,7 @@ public final class TieredCache: @unchecked Sendable {
             writeBehindPending.add(1)
             writeBehindWrites.add(1)
             let pending = writeBehindPending
-            disk.enqueue(DiskJob(.write(namespace: namespace, key: key, needValue: false, preEncoded: nil, decide: { existing in
+            disk.enqueue(DiskJob(.write(namespace: namespace, key: key, needs: .metadata, preEncoded: nil, decide: { existing in
                 WriteRules.decide(diskOp, existing: existing, now: clock.nowMicros(), newVersion: hlc.next())
             })) { _ in pending.add(-1) })
             return result
@@ -231,7 +234,7 @@ public final class TieredCache: @unchecked Sendable {
         let memoryToo = tiers.contains(.memory)
         let done = Completion<Result<(WriteResult, WriteEffect)?, StoreError>>()
         let memory = self.memory
-        let job = DiskJob(.write(namespace: namespace, key: key, needValue: needValue, preEncoded: preEncoded, decide: { diskState in
+        let job = DiskJob(.write(namespace: namespace, key: key, needs: needs, preEncoded: preEncoded, decide: { diskState in
             // Runs on the writer thread, so disk writes are decided (and versioned) in commit order.
             let now = clock.nowMicros()
             let mem: ItemState? = memoryToo
@@ -487,4 +490,10 @@ public final class TieredCache: @unchecked Sendable {
     var writeBehindCounts: (pending: Int, total: Int) {
         (writeBehindPending.load(), writeBehindWrites.load())
     }
+}
+
+public func debugTimings() -> String {
+    let r = "batch \(DebugTiming.batch) maint \(DebugTiming.maint) apply \(DebugTiming.apply) limits \(DebugTiming.limits) completions \(DebugTiming.completions) commit \(DebugTiming.commit) counter \(DebugTiming.counter)"
+    DebugTiming.batch = 0; DebugTiming.maint = 0; DebugTiming.apply = 0; DebugTiming.limits = 0; DebugTiming.completions = 0; DebugTiming.commit = 0; DebugTiming.counter = 0
+    return r
 }

@@ -1,1 +1,34 @@
-print("strata-bench: not yet")
+// strata-bench — load generator and benchmarks for Strata.
+//
+//   strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]
+//
+// `store` runs the embeddable store in-process beside a plain SQLite baseline, in the same run,
+// and reports medians over the rounds. See bench/RESULTS.md for figures and how to read them.
+import Glibc
+import StrataCore
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard let command = arguments.first else {
+    printErr("usage: strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]")
+    exit(2)
+}
+do {
+    switch command {
+    case "store":
+        try StoreBench(arguments: Array(arguments.dropFirst())).run()
+    case "store-memory-child":
+        // Internal: measures memory per item in a fresh process and prints one number.
+        try memoryFootprintChild(count: Int(arguments.dropFirst().first ?? "") ?? 1_000_000)
+    case "--help", "-h", "help":
+        print("usage: strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]")
+    default:
+        printErr("strata-bench: unknown command '\(command)' (try: store)")
+        exit(2)
+    }
+} catch let e as UsageError {
+    printErr("strata-bench: \(e.message)")
+    exit(2)
+} catch {
+    printErr("strata-bench: \(error)")
+    exit(1)
+}

@@ -1,0 +1,111 @@
+import Glibc
+import StrataCore
+
+struct UsageError: Error { let message: String }
+
+func printErr(_ s: String) {
+    let line = s + "\n"
+    _ = line.withCString { write(2, $0, strlen($0)) }
+}
+
+func median(_ xs: [Double]) -> Double {
+    guard !xs.isEmpty else { return 0 }
+    let s = xs.sorted()
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+}
+
+/// Resident set size of this process in bytes (/proc/self/statm).
+func residentBytes() -> Int {
+    guard let f = fopen("/proc/self/statm", "r") else { return 0 }
+    defer { fclose(f) }
+    var size = 0, resident = 0
+    withUnsafeMutablePointer(to: &size) { sp in
+        withUnsafeMutablePointer(to: &resident) { rp in
+            _ = withVaList([sp, rp]) { vfscanf(f, "%ld %ld", $0) }
+        }
+    }
+    return resident * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// A fast deterministic generator for keys and values.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func bytes(_ n: Int) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: n)
+        var i = 0
+        while i < n {
+            var r = next()
+            for _ in 0..<8 where i < n { out[i] = UInt8(truncatingIfNeeded: r); r >>= 8; i += 1 }
+        }
+        return out
+    }
+}
+
+/// A JSON document of about `size` bytes shaped like an API response (repeated field names,
+/// varied values) — what people cache most.
+func jsonLikeValue(size: Int, seed: UInt64) -> [UInt8] {
+    var rng = SplitMix(seed: seed)
+    let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+                 "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango"]
+    var s = "{\"page\":1,\"items\":["
+    var id = Int(rng.next() % 100_000)
+    while s.utf8.count < size - 200 {
+        id += 1 + Int(rng.next() % 7)
+        let name = words[Int(rng.next() % 20)] + " " + words[Int(rng.next() % 20)]
+        let score = Double(rng.next() % 100_000) / 100
+        let tags = (0..<Int(rng.next() % 4)).map { _ in "\"" + words[Int(rng.next() % 20)] + "\"" }.joined(separator: ",")
+        s += "{\"id\":\(id),\"name\":\"\(name)\",\"email\":\"\(name.replacingOccurrences(of: " ", with: "."))@example.com\","
+        s += "\"active\":\(rng.next() % 2 == 0),\"score\":\(score),\"tags\":[\(tags)],\"created\":\"2026-11-\(10 + rng.next() % 19)T\(10 + rng.next() % 13):\(10 + rng.next() % 49):00Z\"},"
+    }
+    s.removeLast()
+    s += "]}"
+    return Array(s.utf8)
+}
+
+extension String {
+    func replacingOccurrences(of a: String, with b: String) -> String {
+        split(separator: Character(a), omittingEmptySubsequences: false).joined(separator: b)
+    }
+}
+
+/// Parses `--flag value` and `--flag` options.
+struct Options {
+    var values: [String: String] = [:]
+    var flags: Set<String> = []
+    init(_ args: [String], valued: Set<String>, boolean: Set<String>) throws {
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            if valued.contains(a) {
+                guard i + 1 < args.count else { throw UsageError(message: "\(a) needs a value") }
+                values[a] = args[i + 1]
+                i += 2
+            } else if boolean.contains(a) {
+                flags.insert(a)
+                i += 1
+            } else {
+                throw UsageError(message: "unknown option '\(a)'")
+            }
+        }
+    }
+    func int(_ name: String, _ def: Int) throws -> Int {
+        guard let v = values[name] else { return def }
+        guard let n = Int(v), n > 0 else { throw UsageError(message: "\(name) must be a positive integer, got '\(v)'") }
+        return n
+    }
+}
+
+enum ProcessInfoDebug {
+    static let on = getenv("STRATA_BENCH_DEBUG") != nil
+}
+extension ProcessInfoDebug {
+    static let txn: Int = getenv("STRATA_BENCH_TXN").flatMap { Int(String(cString: $0)) } ?? 100
+}
