@@ -89,7 +89,20 @@ final class DiskTier: @unchecked Sendable {
     private var pending: [DiskJob] = []
     private var stopping = false
     private var writerStarted = false
+    private var batchPeak = 0.0
+    /// Writes worth waiting for before a commit: three quarters of the recent peak batch.
+    private var gatherTarget: Double { batchPeak >= 4 ? batchPeak * 0.9 : 0 }
+    // Guarded by `queue`: what the writer thread is waiting for, so enqueue signals only then.
+    private var writerIdle = false
+    private var writerGathering = false
     private let stopped = Completion<Void>()
+
+    // Completions run on a notifier thread, in commit order, so the writer thread spends its
+    // time in SQLite rather than waking callers (and on two cores both run at once).
+    private let notifyQueue = ConditionLock()
+    private var notifications: [() -> Void] = []
+    private var notifierStop = false
+    private let notifierStopped = Completion<Void>()
 
     private let readerLock = Lock()
     private var idleReaders: [SQLiteConnection] = []
@@ -221,6 +234,11 @@ final class DiskTier: @unchecked Sendable {
         guard startThread(name: "strata-writer", { [self] in writerLoop() }) else {
             throw StoreError(.io, "cannot start the disk writer thread")
         }
+        guard startThread(name: "strata-notify", { [self] in notifierLoop() }) else {
+            queue.withLock { stopping = true; queue.broadcast() }
+            stopped.wait()
+            throw StoreError(.io, "cannot start the disk notifier thread")
+        }
         writerStarted = true
         if config.quickCheckOnOpen {
             startThread(name: "strata-qcheck") { [self] in runQuickCheck() }
@@ -234,6 +252,7 @@ final class DiskTier: @unchecked Sendable {
         stopping = true
         queue.broadcast()
         queue.unlock()
+        // (the writer re-checks `stopping` after every wait)
         if writerStarted { stopped.wait() }
         readerLock.withLock { idleReaders.removeAll() }
         if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
@@ -247,7 +266,8 @@ final class DiskTier: @unchecked Sendable {
             return
         }
         pending.append(job)
-        queue.signal()
+        // Wake the writer only when it sleeps for work, or when a group it waits for is full.
+        if writerIdle || (writerGathering && Double(pending.count) >= gatherTarget) { queue.signal() }
         queue.unlock()
     }
 
@@ -267,7 +287,9 @@ final class DiskTier: @unchecked Sendable {
         while true {
             queue.lock()
             while pending.isEmpty && !stopping {
+                writerIdle = true
                 queue.wait(seconds: config.maintenanceInterval)
+                writerIdle = false
                 if pending.isEmpty && !stopping {
                     queue.unlock()
                     maintenance(force: true)
@@ -278,21 +300,70 @@ final class DiskTier: @unchecked Sendable {
                 queue.unlock()
                 break
             }
+            // Group commit: when far fewer writes wait than recent transactions held, the other
+            // writers are probably about to send theirs; give them a moment (bounded by the
+            // window) so one commit serves them all. A lone writer never waits.
+            if !stopping && Double(pending.count) < gatherTarget && config.groupCommitWindow > 0 {
+                let deadline = monotonicSeconds() + config.groupCommitWindow
+                writerGathering = true
+                while Double(pending.count) < gatherTarget && !stopping {
+                    let left = deadline - monotonicSeconds()
+                    if left <= 0 { break }
+                    queue.wait(seconds: left)
+                }
+                writerGathering = false
+            }
             let take = min(pending.count, config.maxBatch)
+            // The recent peak decays, so the target follows the load down as well as up.
+            batchPeak = max(Double(take), batchPeak * 0.95)
             let batch = Array(pending.prefix(take))
             pending.removeFirst(take)
             queue.unlock()
-            let tb = monotonicSeconds()
             runBatch(batch)
-            let tm = monotonicSeconds()
             maintenance(force: false)
-            DebugTiming.batch += tm - tb
-            DebugTiming.maint += monotonicSeconds() - tm
         }
         flushAccessTimes()
         if let w = writer { try? w.checkpoint(truncate: true) }
         writer = nil
+        let notifierRunning = notifyQueue.withLock {
+            notifierStop = true
+            notifyQueue.broadcast()
+            return notifierStarted
+        }
+        if notifierRunning { notifierStopped.wait() }
         stopped.fulfil(())
+    }
+
+    private var notifierStarted = false
+
+    private func notifierLoop() {
+        notifyQueue.withLock { notifierStarted = true }
+        while true {
+            notifyQueue.lock()
+            while notifications.isEmpty && !notifierStop { notifyQueue.wait() }
+            if notifications.isEmpty && notifierStop {
+                notifyQueue.unlock()
+                break
+            }
+            let batch = notifications
+            notifications.removeAll(keepingCapacity: true)
+            notifyQueue.unlock()
+            for action in batch { action() }
+        }
+        notifierStopped.fulfil(())
+    }
+
+    /// Hands completions to the notifier thread (in order).
+    private func deliver(_ actions: [() -> Void]) {
+        guard !actions.isEmpty else { return }
+        notifyQueue.lock()
+        notifications.append(contentsOf: actions)
+        notifyQueue.signal()
+        notifyQueue.unlock()
+    }
+
+    private func finish(_ job: DiskJob, _ result: Result<(WriteResult, WriteEffect)?, StoreError>) {
+        deliver([{ job.done(result) }])
     }
 
     /// Post-commit actions collected while a batch runs.
@@ -321,7 +392,7 @@ final class DiskTier: @unchecked Sendable {
     /// write cannot fail the others.
     private func commitGroup(_ jobs: [DiskJob]) {
         guard let db = writer else {
-            for j in jobs { j.done(.failure(StoreError(.io, "disk tier is not open"))) }
+            for j in jobs { finish(j, .failure(StoreError(.io, "disk tier is not open"))) }
             return
         }
         // Namespaces are created in their own transaction first, so a rolled-back batch never
@@ -337,18 +408,10 @@ final class DiskTier: @unchecked Sendable {
         var staged = Staged()
         do {
             try db.execute("BEGIN IMMEDIATE")
-            let t0 = monotonicSeconds()
             for j in jobs { try apply(j, db, &staged) }
-            let t1 = monotonicSeconds()
             try enforceLimits(db, &staged)
-            DebugTiming.apply += t1 - t0
-            DebugTiming.limits += monotonicSeconds() - t1
-            let t2 = monotonicSeconds()
             try setRowCounter(db, rowCount + staged.rowDelta)
-            let t3 = monotonicSeconds()
             try db.execute("COMMIT")
-            DebugTiming.counter += t3 - t2
-            DebugTiming.commit += monotonicSeconds() - t3
         } catch {
             try? db.execute("ROLLBACK")
             if jobs.count > 1 {
@@ -364,15 +427,13 @@ final class DiskTier: @unchecked Sendable {
         counters.rawBytesWritten.add(staged.raw, ordering: .relaxed)
         counters.storedBytesWritten.add(staged.stored, ordering: .relaxed)
         counters.evictions.add(staged.evicted, ordering: .relaxed)
-        let tc = monotonicSeconds()
-        for c in staged.completions { c() }
-        DebugTiming.completions += monotonicSeconds() - tc
+        deliver(staged.completions)
     }
 
     private func handle(_ error: Error, jobs: [DiskJob]) {
         let e = (error as? SQLiteError).map { mapError($0, doing: "writing") } ?? (error as? StoreError) ?? StoreError(.io, "\(error)")
         counters.writeErrors.add(jobs.count, ordering: .relaxed)
-        for j in jobs { j.done(.failure(e)) }
+        for j in jobs { finish(j, .failure(e)) }
         if let s = error as? SQLiteError, s.isCorruption {
             quarantineAndReopen(reason: "SQLite reported corruption while writing: \(s.message)")
         }
@@ -587,7 +648,7 @@ final class DiskTier: @unchecked Sendable {
     // MARK: Control jobs
 
     private func runControl(_ job: DiskJob) {
-        guard let db = writer else { job.done(.failure(StoreError(.io, "disk tier is not open"))); return }
+        guard let db = writer else { finish(job, .failure(StoreError(.io, "disk tier is not open"))); return }
         do {
             switch job.kind {
             case .flushNamespace(let name):
@@ -612,12 +673,12 @@ final class DiskTier: @unchecked Sendable {
             default:
                 break
             }
-            job.done(.success(nil))
+            finish(job, .success(nil))
         } catch let e as SQLiteError {
-            job.done(.failure(mapError(e, doing: "flushing")))
+            finish(job, .failure(mapError(e, doing: "flushing")))
             if e.isCorruption { quarantineAndReopen(reason: e.message) }
         } catch {
-            job.done(.failure(StoreError(.io, "\(error)")))
+            finish(job, .failure(StoreError(.io, "\(error)")))
         }
     }
 
@@ -826,14 +887,4 @@ final class DiskTier: @unchecked Sendable {
             return out
         }
     }
-}
-
-enum DebugTiming {
-    nonisolated(unsafe) static var batch = 0.0
-    nonisolated(unsafe) static var maint = 0.0
-    nonisolated(unsafe) static var apply = 0.0
-    nonisolated(unsafe) static var completions = 0.0
-    nonisolated(unsafe) static var limits = 0.0
-    nonisolated(unsafe) static var commit = 0.0
-    nonisolated(unsafe) static var counter = 0.0
 }

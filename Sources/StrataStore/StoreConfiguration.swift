@@ -36,6 +36,9 @@ public struct StoreConfiguration: Sendable {
     public var compressionLevel: Int32 = 1
     /// Most writes committed in one transaction (group commit).
     public var maxBatch: Int = 512
+    /// Longest the writer waits for more writes to share a transaction, in seconds, when
+    /// fewer than half as many are queued as went into the last one (a lone writer never waits).
+    public var groupCommitWindow: Double = 0.002
     /// The WAL is checkpointed and truncated to about this size.
     public var walLimit: Int = 4 << 20
     /// Rows looked at per background sweep step (expiry, flushed namespaces, age).

@@ -491,9 +491,3 @@ public final class TieredCache: @unchecked Sendable {
         (writeBehindPending.load(), writeBehindWrites.load())
     }
 }
-
-public func debugTimings() -> String {
-    let r = "batch \(DebugTiming.batch) maint \(DebugTiming.maint) apply \(DebugTiming.apply) limits \(DebugTiming.limits) completions \(DebugTiming.completions) commit \(DebugTiming.commit) counter \(DebugTiming.counter)"
-    DebugTiming.batch = 0; DebugTiming.maint = 0; DebugTiming.apply = 0; DebugTiming.limits = 0; DebugTiming.completions = 0; DebugTiming.commit = 0; DebugTiming.counter = 0
-    return r
-}

@@ -26,7 +26,7 @@ struct StoreBench {
                             boolean: ["--json", "--skip-open", "--skip-memory-footprint"])
         json = o.flags.contains("--json")
         rounds = try o.int("--rounds", 3)
-        ops = try o.int("--ops", 20_000)
+        ops = try o.int("--ops", 100_000)
         openDir = o.values["--open-dir"] ?? "/tmp/strata-bench-open-1m"
         skipOpen = o.flags.contains("--skip-open")
         skipFootprint = o.flags.contains("--skip-memory-footprint")
@@ -128,7 +128,6 @@ struct StoreBench {
         }
         let written = perWriter * writers
         f.diskSet.append(Double(written) / (monotonicSeconds() - t0))
-        if ProcessInfoDebug.on { let st = store.stats(); printErr("size \(size): writes \(st.diskWrites) commits \(st.commits) \(debugTimings())") }
         precondition(errors.load() == 0, "disk writes failed during the benchmark")
         t0 = monotonicSeconds()
         hits = 0
@@ -145,7 +144,7 @@ struct StoreBench {
         var i = 0
         while i < written {
             try db.execute("BEGIN")
-            for _ in 0..<(ProcessInfoDebug.txn) where i < written {
+            for _ in 0..<100 where i < written {
                 ins.bind(1, key("dskk", i))
                 ins.bind(2, values[i & 63])
                 try ins.run()

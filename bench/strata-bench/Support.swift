@@ -102,10 +102,3 @@ struct Options {
         return n
     }
 }
-
-enum ProcessInfoDebug {
-    static let on = getenv("STRATA_BENCH_DEBUG") != nil
-}
-extension ProcessInfoDebug {
-    static let txn: Int = getenv("STRATA_BENCH_TXN").flatMap { Int(String(cString: $0)) } ?? 100
-}
