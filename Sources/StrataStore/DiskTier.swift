@@ -82,6 +82,8 @@ final class DiskTier: @unchecked Sendable {
     private var writer: SQLiteConnection?
     private var rowCount = 0
     private var pageSize = 4096
+    /// Whether the file can give free pages back (created with auto_vacuum=INCREMENTAL).
+    private var incrementalVacuum = false
     private var sweepCursor: Int64 = 0
     private var lastMaintenance = 0.0
 
@@ -173,12 +175,17 @@ final class DiskTier: @unchecked Sendable {
         if version > Self.schemaVersion {
             throw StoreError(.schemaTooNew, "\(dbPath) has schema version \(version); this build reads up to \(Self.schemaVersion). Use a newer strata or another data directory.")
         }
+        if version == 0 {
+            // Must come before anything writes the file's first page (journal_mode=WAL does).
+            try db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        }
         try db.execute("PRAGMA journal_mode=WAL")
         try db.execute("PRAGMA synchronous=NORMAL")
         try db.execute("PRAGMA journal_size_limit=\(config.walLimit)")
         try db.execute("PRAGMA cache_size=-\(config.writerCacheKiB)")
         try db.execute("PRAGMA mmap_size=\(config.mmapBytes)")
         pageSize = Int(try db.scalarInt("PRAGMA page_size") ?? 4096)
+        incrementalVacuum = try db.scalarInt("PRAGMA auto_vacuum") == 2
         try db.execute("PRAGMA wal_autocheckpoint=\(max(16, config.walLimit / pageSize))")
         if version < 1 {
             try migrate(db, from: version)
@@ -198,7 +205,6 @@ final class DiskTier: @unchecked Sendable {
     private func migrate(_ db: SQLiteConnection, from version: Int64) throws {
         // Version 0 is an empty file: create everything. Later versions add steps here.
         try db.execute("""
-            PRAGMA auto_vacuum=NONE;
             BEGIN;
             CREATE TABLE IF NOT EXISTS namespaces(id INTEGER PRIMARY KEY, name BLOB NOT NULL UNIQUE, generation INTEGER NOT NULL DEFAULT 0);
             CREATE TABLE IF NOT EXISTS items(
@@ -605,10 +611,13 @@ final class DiskTier: @unchecked Sendable {
     }
 
     /// Pages in use (not free) plus the WAL.
-    private func bytesInUse(_ db: SQLiteConnection) throws -> Int {
-        let pages = Int(try db.scalarInt("PRAGMA page_count") ?? 0)
-        let free = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
-        return (pages - free) * pageSize + walBytes()
+    /// Bytes on disk: every page of the database file (free pages included) plus the WAL. A
+    /// file that cannot return free pages (made without auto-vacuum) counts pages in use, or
+    /// evicting could never bring it under the limit.
+    private func bytesOnDisk(_ db: SQLiteConnection) throws -> Int {
+        var pages = Int(try db.scalarInt("PRAGMA page_count") ?? 0)
+        if !incrementalVacuum { pages -= Int(try db.scalarInt("PRAGMA freelist_count") ?? 0) }
+        return pages * pageSize + walBytes()
     }
 
     private func enforceLimits(_ db: SQLiteConnection, _ staged: inout Staged) throws {
@@ -626,13 +635,20 @@ final class DiskTier: @unchecked Sendable {
     }
 
     /// Deletes least recently used rows until at most `untilCount` rows remain and the bytes
-    /// in use are at most `bytes`.
+    /// on disk are at most `bytes`.
     private func evictLRU(_ db: SQLiteConnection, _ staged: inout Staged, untilCount: Int, bytes: Int) throws {
         while rowCount + staged.rowDelta > 0 {
             let overCount = rowCount + staged.rowDelta - untilCount
             var n = max(0, overCount)
             if n == 0 && bytes < Int.max {
-                guard try bytesInUse(db) > bytes else { break }
+                guard try bytesOnDisk(db) > bytes else { break }
+                // Free pages first (auto_vacuum=INCREMENTAL gives them back to the file system),
+                // then least recently used rows.
+                let free = incrementalVacuum ? Int(try db.scalarInt("PRAGMA freelist_count") ?? 0) : 0
+                if free > 0 {
+                    try db.execute("PRAGMA incremental_vacuum(\(free))")
+                    if Int(try db.scalarInt("PRAGMA freelist_count") ?? 0) < free { continue }
+                }
                 n = max(16, (rowCount + staged.rowDelta) / 50)
             } else if n == 0 { break }
             let s = try db.statement("DELETE FROM items WHERE id IN (SELECT id FROM items ORDER BY access LIMIT ?)")
@@ -711,7 +727,7 @@ final class DiskTier: @unchecked Sendable {
             try sweepStep(db)
             let freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
             if freePages > 64 { try db.execute("PRAGMA incremental_vacuum(\(max(64, freePages / 4)))") }
-            counters.bytesOnDisk.store(try bytesInUse(db) + freePages * pageSize, ordering: .relaxed)
+            counters.bytesOnDisk.store(try bytesOnDisk(db), ordering: .relaxed)
         } catch let e as SQLiteError {
             if e.isCorruption { quarantineAndReopen(reason: "during maintenance: \(e.message)") }
         } catch {}

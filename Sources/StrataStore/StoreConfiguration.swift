@@ -17,7 +17,8 @@ public struct StoreConfiguration: Sendable {
 
     // Disk tier.
     public var diskCountLimit: Int = Int.max
-    /// Bytes on disk: database pages in use plus the WAL.
+    /// Bytes on disk: every page of the database file (free pages are returned to the file
+    /// system first, then least recently used rows are evicted) plus the WAL.
     public var diskByteLimit: Int = 4 << 30
     /// Items not read or written for this many seconds are trimmed from disk (0 = no limit).
     public var diskAgeLimit: Double = 0

@@ -43,7 +43,7 @@ final class IntegrityTests: XCTestCase {
     func testCorruptDatabaseFileIsQuarantinedAndReplacedOnOpen() throws {
         let dir = TempDir()
         let path = dir.path + "/" + DiskTier.fileName
-        FileManager.default.createFile(atPath: path, contents: Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31) }))
+        _ = FileManager.default.createFile(atPath: path, contents: Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31) }))
         var config = StoreConfiguration(directory: dir.path)
         let log = LogSink()
         config.log = { log.append($0) }
@@ -73,7 +73,7 @@ final class IntegrityTests: XCTestCase {
         try f.reopen { $0.quickCheckOnOpen = true }
         XCTAssertTrue(eventually(10) { f.store.stats().quarantines >= 1 })
         XCTAssertTrue(f.log.all.contains { $0.contains("disk_quarantined") })
-        XCTAssertTrue(try eventually { (try? f.store.set(bytes("after"), bytes("v"), options: SetOptions(tiers: .disk)))?.isStored == true })
+        XCTAssertTrue(eventually { (try? f.store.set(bytes("after"), bytes("v"), options: SetOptions(tiers: .disk)))?.isStored == true })
         XCTAssertEqual(try f.store.get(bytes("after"), tiers: .disk)?.value, bytes("v"))
     }
 

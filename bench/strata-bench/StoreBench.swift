@@ -225,7 +225,7 @@ struct StoreBench {
         guard let p = popen("'\(exe)' store-memory-child 1000000", "r") else { throw UsageError(message: "cannot start child") }
         var buf = [CChar](repeating: 0, count: 256)
         var out = ""
-        while fgets(&buf, 256, p) != nil { out += String(cString: buf) }
+        while fgets(&buf, 256, p) != nil { out += String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
         pclose(p)
         guard let v = Double(out.trimmingCharacters()) else { throw UsageError(message: "child printed '\(out)'") }
         return v
