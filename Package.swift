@@ -18,6 +18,7 @@ let package = Package(
         .target(name: "CLinux"),
 
         .target(name: "StrataCore"),
+        .target(name: "StrataWire"),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
 
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore"], path: "bench/strata-bench"),
@@ -25,6 +26,7 @@ let package = Package(
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
 
         .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
+        .testTarget(name: "StrataWireTests", dependencies: ["StrataWire"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore"]),
     ]
 )

@@ -1,0 +1,114 @@
+// PROTOCOL.md §5 (opcodes) and §6 (status codes). Plain values, not internal errors.
+
+/// Operation codes (PROTOCOL.md §5).
+public enum Opcode: UInt8, Sendable, CaseIterable {
+    case hello = 0x01
+    case ping = 0x02
+    case quit = 0x03
+    case get = 0x10
+    case mget = 0x11
+    case set = 0x12
+    case delete = 0x13
+    case touch = 0x14
+    case exists = 0x15
+    case incr = 0x16
+    case decr = 0x17
+    case meta = 0x18
+    case scan = 0x19
+    case flush = 0x1A
+    case stats = 0x1B
+
+    public var name: String {
+        switch self {
+        case .hello: "hello"
+        case .ping: "ping"
+        case .quit: "quit"
+        case .get: "get"
+        case .mget: "mget"
+        case .set: "set"
+        case .delete: "delete"
+        case .touch: "touch"
+        case .exists: "exists"
+        case .incr: "incr"
+        case .decr: "decr"
+        case .meta: "meta"
+        case .scan: "scan"
+        case .flush: "flush"
+        case .stats: "stats"
+        }
+    }
+}
+
+/// Response status (PROTOCOL.md §6).
+public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+
+    public static let ok = Status(rawValue: 0x0000)
+    public static let notFound = Status(rawValue: 0x0001)
+    public static let exists = Status(rawValue: 0x0002)
+    public static let casMismatch = Status(rawValue: 0x0003)
+    public static let superseded = Status(rawValue: 0x0004)
+    public static let notANumber = Status(rawValue: 0x0005)
+    public static let invalidArgument = Status(rawValue: 0x0010)
+    public static let tooLarge = Status(rawValue: 0x0011)
+    public static let unknownOpcode = Status(rawValue: 0x0012)
+    public static let malformed = Status(rawValue: 0x0013)
+    public static let authRequired = Status(rawValue: 0x0014)
+    public static let authFailed = Status(rawValue: 0x0015)
+    public static let unsupportedVersion = Status(rawValue: 0x0016)
+    public static let busy = Status(rawValue: 0x0020)
+    public static let diskFull = Status(rawValue: 0x0021)
+    public static let serverError = Status(rawValue: 0x0022)
+    public static let shuttingDown = Status(rawValue: 0x0023)
+    public static let tooManyConnections = Status(rawValue: 0x0024)
+
+    public var description: String {
+        switch self {
+        case .ok: "OK"
+        case .notFound: "NOT_FOUND"
+        case .exists: "EXISTS"
+        case .casMismatch: "CAS_MISMATCH"
+        case .superseded: "SUPERSEDED"
+        case .notANumber: "NOT_A_NUMBER"
+        case .invalidArgument: "INVALID_ARGUMENT"
+        case .tooLarge: "TOO_LARGE"
+        case .unknownOpcode: "UNKNOWN_OPCODE"
+        case .malformed: "MALFORMED"
+        case .authRequired: "AUTH_REQUIRED"
+        case .authFailed: "AUTH_FAILED"
+        case .unsupportedVersion: "UNSUPPORTED_VERSION"
+        case .busy: "BUSY"
+        case .diskFull: "DISK_FULL"
+        case .serverError: "SERVER_ERROR"
+        case .shuttingDown: "SHUTTING_DOWN"
+        case .tooManyConnections: "TOO_MANY_CONNECTIONS"
+        default: "STATUS_0x" + String(rawValue, radix: 16)
+        }
+    }
+}
+
+/// Request flags (PROTOCOL.md §2.1).
+public struct RequestFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let quiet = RequestFlags(rawValue: 0x01)
+    public static let writeBehind = RequestFlags(rawValue: 0x02)
+    public static let wantMeta = RequestFlags(rawValue: 0x04)
+    public static let all = RequestFlags(rawValue: 0x08)
+    public static let known: RequestFlags = [.quiet, .writeBehind, .wantMeta, .all]
+}
+
+/// Protocol constants.
+public enum Wire {
+    public static let requestMagic: UInt8 = 0x53
+    public static let responseMagic: UInt8 = 0x73
+    public static let version: UInt8 = 1
+    public static let headerSize = 32
+    public static let maxNamespace = 64
+    public static let maxKey = 1024
+    public static let maxExtended = 4096
+    public static let maxMGetKeys = 1024
+    public static let maxScanLimit = 10_000
+    public static let defaultPort: UInt16 = 7400
+}

@@ -1,0 +1,290 @@
+// Typed requests and responses (PROTOCOL.md §7): what each operation's extras, key and
+// value mean. `Request.parse` is what a server uses; `Request.frame` what a client sends.
+
+/// The 9-byte expiry field (PROTOCOL.md §7).
+public enum WireExpiry: Equatable, Sendable {
+    case storeDefault
+    case never
+    case seconds(Int64)
+    case at(unixMicros: Int64)
+
+    func encode(into out: inout [UInt8]) {
+        switch self {
+        case .storeDefault: out.append(0); out.appendBE(Int64(0))
+        case .never: out.append(1); out.appendBE(Int64(0))
+        case .seconds(let s): out.append(2); out.appendBE(s)
+        case .at(let t): out.append(3); out.appendBE(t)
+        }
+    }
+
+    static func read(_ r: inout ExtrasReader) throws(WireError) -> WireExpiry {
+        let kind = try r.u8()
+        let value = try r.i64()
+        switch kind {
+        case 0: return .storeDefault
+        case 1: return .never
+        case 2:
+            guard value >= 1 && value <= Int64(Int32.max) + 1 else { throw WireError(.invalidArgument, "TTL \(value) s is out of range 1…2^31") }
+            return .seconds(value)
+        case 3:
+            guard value > 0 else { throw WireError(.invalidArgument, "absolute expiry must be positive µs since the epoch") }
+            return .at(unixMicros: value)
+        default: throw WireError(.invalidArgument, "unknown expiry kind \(kind)")
+        }
+    }
+}
+
+/// Reads big-endian fields from a frame's extras; every read is bounds-checked.
+struct ExtrasReader {
+    let bytes: [UInt8]
+    var at = 0
+    let what: String
+    init(_ bytes: [UInt8], _ what: String) { self.bytes = bytes; self.what = what }
+
+    mutating func take(_ n: Int) throws(WireError) -> ArraySlice<UInt8> {
+        guard at + n <= bytes.count else { throw WireError(.malformed, "\(what): extras too short (\(bytes.count) bytes)") }
+        defer { at += n }
+        return bytes[at..<at + n]
+    }
+    mutating func u8() throws(WireError) -> UInt8 { try take(1).first! }
+    mutating func u16() throws(WireError) -> UInt16 { try take(2).reduce(0) { $0 << 8 | UInt16($1) } }
+    mutating func u32() throws(WireError) -> UInt32 { try take(4).reduce(0) { $0 << 8 | UInt32($1) } }
+    mutating func u64() throws(WireError) -> UInt64 { try take(8).reduce(0) { $0 << 8 | UInt64($1) } }
+    mutating func i64() throws(WireError) -> Int64 { Int64(bitPattern: try u64()) }
+    func end() throws(WireError) {
+        guard at == bytes.count else { throw WireError(.malformed, "\(what): \(bytes.count - at) unexpected bytes of extras") }
+    }
+    var rest: [UInt8] { Array(bytes[at...]) }
+}
+
+public enum SetModeCode: UInt8, Sendable { case set = 0, add = 1, replace = 2, cas = 3 }
+
+public struct GetRequest: Equatable, Sendable {
+    public var namespace: [UInt8] = []
+    public var key: [UInt8]
+    public var tiers: UInt8 = 0
+    public var touch: WireExpiry? = nil
+    public var wantMeta = false
+    public init(key: [UInt8], namespace: [UInt8] = [], tiers: UInt8 = 0, touch: WireExpiry? = nil, wantMeta: Bool = false) {
+        self.key = key; self.namespace = namespace; self.tiers = tiers; self.touch = touch; self.wantMeta = wantMeta
+    }
+}
+
+public struct SetRequest: Equatable, Sendable {
+    public var namespace: [UInt8] = []
+    public var key: [UInt8]
+    public var value: [UInt8]
+    public var mode: SetModeCode = .set
+    /// For mode `.cas`: the version the item must have.
+    public var casVersion: UInt64 = 0
+    public var expiry: WireExpiry = .storeDefault
+    public var flags: UInt32 = 0
+    /// Caller-supplied version (0 = the node assigns one).
+    public var version: UInt64 = 0
+    public var extended: [UInt8] = []
+    public var tiers: UInt8 = 0
+    public var writeBehind = false
+    public init(key: [UInt8], value: [UInt8], namespace: [UInt8] = []) { self.key = key; self.value = value; self.namespace = namespace }
+}
+
+public struct CounterRequest: Equatable, Sendable {
+    public var namespace: [UInt8] = []
+    public var key: [UInt8]
+    public var delta: UInt64
+    public var initial: UInt64? = nil
+    public var expiry: WireExpiry = .storeDefault
+    public var tiers: UInt8 = 0
+    public var decrement = false
+    public init(key: [UInt8], delta: UInt64, namespace: [UInt8] = [], decrement: Bool = false) {
+        self.key = key; self.delta = delta; self.namespace = namespace; self.decrement = decrement
+    }
+}
+
+/// A request, decoded from (or encoded to) a frame.
+public enum Request: Equatable, Sendable {
+    case hello(minVersion: UInt8, maxVersion: UInt8, token: [UInt8])
+    case ping
+    case quit
+    case get(GetRequest)
+    case mget(namespace: [UInt8], keys: [[UInt8]], tiers: UInt8)
+    case set(SetRequest)
+    case delete(namespace: [UInt8], key: [UInt8], tiers: UInt8, version: UInt64?, writeBehind: Bool)
+    case touch(namespace: [UInt8], key: [UInt8], tiers: UInt8, expiry: WireExpiry)
+    case exists(namespace: [UInt8], key: [UInt8], tiers: UInt8)
+    case counter(CounterRequest)
+    case meta(namespace: [UInt8], key: [UInt8], tiers: UInt8)
+    case scan(namespace: [UInt8], cursor: [UInt8], limit: UInt32)
+    case flush(namespace: [UInt8], all: Bool)
+    case stats
+
+    // MARK: Parsing (server side)
+
+    /// The typed request in `f`. Throws a non-fatal error (answer it, keep the connection)
+    /// for an unknown opcode, an unsupported version or bad fields.
+    public static func parse(_ f: Frame) throws(WireError) -> Request {
+        func fail(_ s: Status, _ m: String) -> WireError { WireError(s, m, requestID: f.requestID, opcode: f.opcode) }
+        guard let op = f.op else { throw fail(.unknownOpcode, "unknown opcode 0x\(String(f.opcode, radix: 16))") }
+        guard f.protocolVersion == Wire.version else {
+            throw fail(.unsupportedVersion, "protocol version \(f.protocolVersion) is not spoken here (only \(Wire.version))")
+        }
+        guard f.flags & ~RequestFlags.known.rawValue == 0 else { throw fail(.invalidArgument, "reserved flag bits set") }
+        guard f.tiers <= 3 else { throw fail(.invalidArgument, "tiers must be 0–3 (bit 0 memory, bit 1 disk)") }
+        let flags = f.requestFlags
+        func needKey() throws(WireError) {
+            if f.key.isEmpty { throw fail(.invalidArgument, "\(op.name): key is empty") }
+        }
+        func noExtras() throws(WireError) {
+            if !f.extras.isEmpty { throw fail(.malformed, "\(op.name) takes no extras, got \(f.extras.count) bytes") }
+        }
+        do throws(WireError) {
+            switch op {
+            case .hello:
+                var r = ExtrasReader(f.extras, "hello")
+                let lo = try r.u8(), hi = try r.u8()
+                try r.end()
+                return .hello(minVersion: lo, maxVersion: hi, token: f.value)
+            case .ping: return .ping
+            case .quit: return .quit
+            case .stats: return .stats
+            case .get:
+                try needKey()
+                var touch: WireExpiry? = nil
+                if !f.extras.isEmpty {
+                    var r = ExtrasReader(f.extras, "get")
+                    touch = try WireExpiry.read(&r)
+                    try r.end()
+                }
+                return .get(GetRequest(key: f.key, namespace: f.namespace, tiers: f.tiers, touch: touch, wantMeta: flags.contains(.wantMeta)))
+            case .mget:
+                try noExtras()
+                var r = ExtrasReader(f.value, "mget keys")
+                let n = Int(try r.u16())
+                guard n <= Wire.maxMGetKeys else { throw fail(.invalidArgument, "mget of \(n) keys is over \(Wire.maxMGetKeys)") }
+                var keys: [[UInt8]] = []
+                keys.reserveCapacity(n)
+                for _ in 0..<n {
+                    let len = Int(try r.u16())
+                    guard len >= 1 && len <= Wire.maxKey else { throw fail(.invalidArgument, "mget key length \(len) is out of range 1…\(Wire.maxKey)") }
+                    keys.append(Array(try r.take(len)))
+                }
+                try r.end()
+                return .mget(namespace: f.namespace, keys: keys, tiers: f.tiers)
+            case .set:
+                try needKey()
+                var r = ExtrasReader(f.extras, "set")
+                guard let mode = SetModeCode(rawValue: try r.u8()) else { throw fail(.invalidArgument, "unknown set mode") }
+                var s = SetRequest(key: f.key, value: f.value, namespace: f.namespace)
+                s.mode = mode
+                s.expiry = try WireExpiry.read(&r)
+                s.flags = try r.u32()
+                s.version = try r.u64()
+                s.extended = r.rest
+                guard s.extended.count <= Wire.maxExtended else {
+                    throw fail(.tooLarge, "extended data is \(s.extended.count) bytes; the limit is \(Wire.maxExtended)")
+                }
+                s.casVersion = f.cas
+                s.tiers = f.tiers
+                s.writeBehind = flags.contains(.writeBehind)
+                return .set(s)
+            case .delete:
+                try needKey()
+                var version: UInt64? = nil
+                if !f.extras.isEmpty {
+                    var r = ExtrasReader(f.extras, "delete")
+                    version = try r.u64()
+                    try r.end()
+                }
+                return .delete(namespace: f.namespace, key: f.key, tiers: f.tiers, version: version, writeBehind: flags.contains(.writeBehind))
+            case .touch:
+                try needKey()
+                var r = ExtrasReader(f.extras, "touch")
+                let e = try WireExpiry.read(&r)
+                try r.end()
+                return .touch(namespace: f.namespace, key: f.key, tiers: f.tiers, expiry: e)
+            case .exists:
+                try needKey(); try noExtras()
+                return .exists(namespace: f.namespace, key: f.key, tiers: f.tiers)
+            case .incr, .decr:
+                try needKey()
+                var r = ExtrasReader(f.extras, op.name)
+                var c = CounterRequest(key: f.key, delta: try r.u64(), namespace: f.namespace, decrement: op == .decr)
+                let hasInitial = try r.u8()
+                let initial = try r.u64()
+                c.initial = hasInitial != 0 ? initial : nil
+                c.expiry = try WireExpiry.read(&r)
+                try r.end()
+                c.tiers = f.tiers
+                return .counter(c)
+            case .meta:
+                try needKey(); try noExtras()
+                return .meta(namespace: f.namespace, key: f.key, tiers: f.tiers)
+            case .scan:
+                var r = ExtrasReader(f.extras, "scan")
+                let limit = try r.u32()
+                try r.end()
+                guard limit >= 1 && limit <= Wire.maxScanLimit else { throw fail(.invalidArgument, "scan limit \(limit) is out of range 1…\(Wire.maxScanLimit)") }
+                return .scan(namespace: f.namespace, cursor: f.key, limit: limit)
+            case .flush:
+                try noExtras()
+                return .flush(namespace: f.namespace, all: flags.contains(.all))
+            }
+        } catch {
+            throw WireError(error.status, error.message, fatal: error.fatal, requestID: f.requestID, opcode: f.opcode)
+        }
+    }
+
+    // MARK: Encoding (client side)
+
+    /// The request as a frame with id `id` (and the QUIET flag when `quiet`).
+    public func frame(id: UInt32, quiet: Bool = false) -> Frame {
+        var f: Frame
+        switch self {
+        case let .hello(lo, hi, token):
+            f = .request(.hello, id: id); f.extras = [lo, hi]; f.value = token
+        case .ping: f = .request(.ping, id: id)
+        case .quit: f = .request(.quit, id: id)
+        case .stats: f = .request(.stats, id: id)
+        case .get(let g):
+            f = .request(.get, id: id); f.namespace = g.namespace; f.key = g.key; f.tiers = g.tiers
+            if let t = g.touch { t.encode(into: &f.extras) }
+            if g.wantMeta { f.flags |= RequestFlags.wantMeta.rawValue }
+        case let .mget(ns, keys, tiers):
+            f = .request(.mget, id: id); f.namespace = ns; f.tiers = tiers
+            f.value.appendBE(UInt16(keys.count))
+            for k in keys { f.value.appendBE(UInt16(k.count)); f.value.append(contentsOf: k) }
+        case .set(let s):
+            f = .request(.set, id: id); f.namespace = s.namespace; f.key = s.key; f.value = s.value; f.tiers = s.tiers
+            f.cas = s.casVersion
+            f.extras.append(s.mode.rawValue)
+            s.expiry.encode(into: &f.extras)
+            f.extras.appendBE(s.flags)
+            f.extras.appendBE(s.version)
+            f.extras.append(contentsOf: s.extended)
+            if s.writeBehind { f.flags |= RequestFlags.writeBehind.rawValue }
+        case let .delete(ns, key, tiers, version, writeBehind):
+            f = .request(.delete, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
+            if let v = version { f.extras.appendBE(v) }
+            if writeBehind { f.flags |= RequestFlags.writeBehind.rawValue }
+        case let .touch(ns, key, tiers, expiry):
+            f = .request(.touch, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
+            expiry.encode(into: &f.extras)
+        case let .exists(ns, key, tiers):
+            f = .request(.exists, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
+        case .counter(let c):
+            f = .request(c.decrement ? .decr : .incr, id: id); f.namespace = c.namespace; f.key = c.key; f.tiers = c.tiers
+            f.extras.appendBE(c.delta)
+            f.extras.append(c.initial == nil ? 0 : 1)
+            f.extras.appendBE(c.initial ?? 0)
+            c.expiry.encode(into: &f.extras)
+        case let .meta(ns, key, tiers):
+            f = .request(.meta, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
+        case let .scan(ns, cursor, limit):
+            f = .request(.scan, id: id); f.namespace = ns; f.key = cursor; f.extras.appendBE(limit)
+        case let .flush(ns, all):
+            f = .request(.flush, id: id); f.namespace = ns
+            if all { f.flags |= RequestFlags.all.rawValue }
+        }
+        if quiet { f.flags |= RequestFlags.quiet.rawValue }
+        return f
+    }
+}

@@ -1,0 +1,219 @@
+// Response bodies (PROTOCOL.md §7): builders for the server, parsers for clients.
+
+/// GET's optional metadata block (flag WANT_META).
+public struct MetaBlock: Equatable, Sendable {
+    public var tiersPresent: UInt8
+    /// 0 raw, 1 zstd, 255 not on disk.
+    public var encoding: UInt8
+    public var storedSize: UInt32
+    public init(tiersPresent: UInt8, encoding: UInt8, storedSize: UInt32) {
+        self.tiersPresent = tiersPresent; self.encoding = encoding; self.storedSize = storedSize
+    }
+}
+
+/// An item as GET returns it.
+public struct ItemPayload: Equatable, Sendable {
+    public var value: [UInt8]
+    public var flags: UInt32
+    /// µs since the epoch; 0 = never.
+    public var expiresAt: Int64
+    public var extended: [UInt8]
+    public var version: UInt64
+    /// The tier that answered (1 memory, 2 disk).
+    public var tier: UInt8
+    public var meta: MetaBlock?
+    public init(value: [UInt8], flags: UInt32, expiresAt: Int64, extended: [UInt8], version: UInt64, tier: UInt8, meta: MetaBlock? = nil) {
+        self.value = value; self.flags = flags; self.expiresAt = expiresAt; self.extended = extended
+        self.version = version; self.tier = tier; self.meta = meta
+    }
+}
+
+/// META's answer (§7.10).
+public struct MetaInfo: Equatable, Sendable {
+    public var tiersPresent: UInt8
+    public var encoding: UInt8
+    public var size: UInt32
+    public var storedSize: Int64
+    public var expiresAt: Int64
+    public var version: UInt64
+    public var flags: UInt32
+    public var extendedSize: UInt32
+    public var imageFormat: UInt8 = 0
+    public init(tiersPresent: UInt8, encoding: UInt8, size: UInt32, storedSize: Int64, expiresAt: Int64,
+                version: UInt64, flags: UInt32, extendedSize: UInt32, imageFormat: UInt8 = 0) {
+        self.tiersPresent = tiersPresent; self.encoding = encoding; self.size = size; self.storedSize = storedSize
+        self.expiresAt = expiresAt; self.version = version; self.flags = flags; self.extendedSize = extendedSize
+        self.imageFormat = imageFormat
+    }
+}
+
+/// One MGET entry (nil in the list = not found).
+public struct MGetItem: Equatable, Sendable {
+    public var flags: UInt32
+    public var expiresAt: Int64
+    public var version: UInt64
+    public var value: [UInt8]
+    public init(flags: UInt32, expiresAt: Int64, version: UInt64, value: [UInt8]) {
+        self.flags = flags; self.expiresAt = expiresAt; self.version = version; self.value = value
+    }
+}
+
+public enum Responses {
+    /// A status-only response, with an optional CAS (version) field.
+    public static func status(to req: Frame, _ status: Status, cas: UInt64 = 0) -> Frame {
+        var f = Frame.response(to: req, status: status)
+        f.cas = cas
+        return f
+    }
+
+    /// An error response carrying a message.
+    public static func error(to req: Frame, _ status: Status, _ message: String) -> Frame {
+        var f = Frame.response(to: req, status: status)
+        f.value = Array(message.utf8.prefix(1024))
+        return f
+    }
+
+    /// An error for a frame whose header could not be trusted (§2.2).
+    public static func error(_ e: WireError) -> Frame {
+        var f = Frame(magic: Wire.responseMagic, opcode: e.opcode, requestID: e.requestID)
+        f.status = e.status.rawValue
+        f.value = Array(e.message.utf8.prefix(1024))
+        return f
+    }
+
+    public static func hello(to req: Frame, version: UInt8, authenticated: Bool, server: String) -> Frame {
+        var f = Frame.response(to: req)
+        f.extras = [version, authenticated ? 1 : 0]
+        f.value = Array(server.utf8)
+        return f
+    }
+
+    public static func get(to req: Frame, _ item: ItemPayload) -> Frame {
+        var f = Frame.response(to: req)
+        f.cas = item.version
+        f.tiers = item.tier
+        f.extras.appendBE(item.flags)
+        f.extras.appendBE(item.expiresAt)
+        f.extras.appendBE(UInt16(item.extended.count))
+        f.extras.append(contentsOf: item.extended)
+        if let m = item.meta {
+            f.extras.append(m.tiersPresent)
+            f.extras.append(m.encoding)
+            f.extras.appendBE(m.storedSize)
+        }
+        f.value = item.value
+        return f
+    }
+
+    public static func mget(to req: Frame, _ items: [MGetItem?]) -> Frame {
+        var f = Frame.response(to: req)
+        for item in items {
+            guard let i = item else { f.value.append(0); continue }
+            f.value.append(1)
+            f.value.appendBE(i.flags)
+            f.value.appendBE(i.expiresAt)
+            f.value.appendBE(i.version)
+            f.value.appendBE(UInt32(i.value.count))
+            f.value.append(contentsOf: i.value)
+        }
+        return f
+    }
+
+    public static func counter(to req: Frame, value: UInt64, version: UInt64) -> Frame {
+        var f = Frame.response(to: req)
+        f.cas = version
+        f.extras.appendBE(value)
+        return f
+    }
+
+    public static func meta(to req: Frame, _ m: MetaInfo) -> Frame {
+        var f = Frame.response(to: req)
+        f.cas = m.version
+        f.extras.append(m.tiersPresent)
+        f.extras.append(m.encoding)
+        f.extras.appendBE(m.size)
+        f.extras.appendBE(m.storedSize)
+        f.extras.appendBE(m.expiresAt)
+        f.extras.appendBE(m.version)
+        f.extras.appendBE(m.flags)
+        f.extras.appendBE(m.extendedSize)
+        f.extras.append(m.imageFormat)
+        return f
+    }
+
+    public static func scan(to req: Frame, keys: [[UInt8]], next: [UInt8]?) -> Frame {
+        var f = Frame.response(to: req)
+        f.extras.appendBE(UInt32(keys.count))
+        f.key = next ?? []
+        for k in keys { f.value.appendBE(UInt16(k.count)); f.value.append(contentsOf: k) }
+        return f
+    }
+
+    public static func stats(to req: Frame, json: String) -> Frame {
+        var f = Frame.response(to: req)
+        f.value = Array(json.utf8)
+        return f
+    }
+
+    // MARK: Parsers (client side)
+
+    public static func parseHello(_ f: Frame) throws(WireError) -> (version: UInt8, authenticated: Bool, server: String) {
+        var r = ExtrasReader(f.extras, "hello response")
+        let v = try r.u8(), a = try r.u8()
+        return (v, a != 0, String(decoding: f.value, as: UTF8.self))
+    }
+
+    public static func parseGet(_ f: Frame) throws(WireError) -> ItemPayload {
+        var r = ExtrasReader(f.extras, "get response")
+        let flags = try r.u32()
+        let expires = try r.i64()
+        let extLen = Int(try r.u16())
+        let ext = Array(try r.take(extLen))
+        var meta: MetaBlock? = nil
+        if r.at < f.extras.count {
+            meta = MetaBlock(tiersPresent: try r.u8(), encoding: try r.u8(), storedSize: try r.u32())
+        }
+        try r.end()
+        return ItemPayload(value: f.value, flags: flags, expiresAt: expires, extended: ext, version: f.cas, tier: f.tiers, meta: meta)
+    }
+
+    public static func parseMGet(_ f: Frame, count: Int) throws(WireError) -> [MGetItem?] {
+        var r = ExtrasReader(f.value, "mget response")
+        var out: [MGetItem?] = []
+        for _ in 0..<count {
+            if try r.u8() == 0 { out.append(nil); continue }
+            let flags = try r.u32(), expires = try r.i64(), version = try r.u64()
+            let n = Int(try r.u32())
+            out.append(MGetItem(flags: flags, expiresAt: expires, version: version, value: Array(try r.take(n))))
+        }
+        try r.end()
+        return out
+    }
+
+    public static func parseCounter(_ f: Frame) throws(WireError) -> UInt64 {
+        var r = ExtrasReader(f.extras, "counter response")
+        let v = try r.u64()
+        try r.end()
+        return v
+    }
+
+    public static func parseMeta(_ f: Frame) throws(WireError) -> MetaInfo {
+        var r = ExtrasReader(f.extras, "meta response")
+        let m = MetaInfo(tiersPresent: try r.u8(), encoding: try r.u8(), size: try r.u32(), storedSize: try r.i64(),
+                         expiresAt: try r.i64(), version: try r.u64(), flags: try r.u32(), extendedSize: try r.u32(),
+                         imageFormat: try r.u8())
+        try r.end()
+        return m
+    }
+
+    public static func parseScan(_ f: Frame) throws(WireError) -> (keys: [[UInt8]], next: [UInt8]?) {
+        var r = ExtrasReader(f.extras, "scan response")
+        let n = Int(try r.u32())
+        try r.end()
+        var v = ExtrasReader(f.value, "scan keys")
+        var keys: [[UInt8]] = []
+        for _ in 0..<n { keys.append(Array(try v.take(Int(try v.u16())))) }
+        try v.end()
+        return (keys, f.key.isEmpty ? nil : f.key)
+    }
+}

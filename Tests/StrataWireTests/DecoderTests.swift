@@ -1,0 +1,147 @@
+import XCTest
+@testable import StrataWire
+
+final class DecoderTests: XCTestCase {
+    let decoder = FrameDecoder(magic: Wire.requestMagic, maxBody: 4096)
+
+    func sample(_ id: UInt32, value: Int = 10) -> [UInt8] {
+        var s = SetRequest(key: Array("key\(id)".utf8), value: [UInt8](repeating: 7, count: value))
+        s.flags = id
+        return Request.set(s).frame(id: id).encoded()
+    }
+
+    func testFedOneByteAtATimeYieldsNothingUntilTheLastByte() throws {
+        let bytes = sample(1)
+        var buffer: [UInt8] = []
+        for (i, b) in bytes.enumerated() {
+            buffer.append(b)
+            let r = try decoder.decode(buffer)
+            if i < bytes.count - 1 { XCTAssertNil(r, "frame reported after \(i + 1) bytes") } else {
+                XCTAssertEqual(r?.consumed, bytes.count)
+                XCTAssertEqual(r?.frame.requestID, 1)
+            }
+        }
+    }
+
+    func testManyFramesInOneBufferComeOutInOrder() throws {
+        var buffer: [UInt8] = []
+        for i in 1...50 { buffer += sample(UInt32(i), value: i * 7) }
+        var at = 0
+        var ids: [UInt32] = []
+        while let (f, used) = try buffer.withUnsafeBytes({ try decoder.decode(UnsafeRawBufferPointer(rebasing: $0[at...])) }) {
+            ids.append(f.requestID)
+            guard case .set(let s) = try Request.parse(f) else { return XCTFail() }
+            XCTAssertEqual(s.value.count, Int(f.requestID) * 7)
+            at += used
+        }
+        XCTAssertEqual(ids, Array(1...50))
+        XCTAssertEqual(at, buffer.count)
+    }
+
+    func testTruncatedFrameNeedsMoreAndConsumesNothing() throws {
+        let bytes = sample(3)
+        for cut in [0, 1, 31, 32, bytes.count - 1] {
+            XCTAssertNil(try decoder.decode(Array(bytes.prefix(cut))), "cut at \(cut)")
+        }
+    }
+
+    func testBadMagicIsFatal() {
+        var bytes = sample(1)
+        bytes[0] = 0x00
+        XCTAssertThrowsError(try decoder.decode(bytes)) { e in
+            let w = e as! WireError
+            XCTAssertEqual(w.status, .malformed)
+            XCTAssertTrue(w.fatal)
+        }
+    }
+
+    func testBodyLengthOfAllOnesIsRefusedFromTheHeaderAlone() {
+        var header = Array(sample(1).prefix(32))
+        header[12] = 0xFF; header[13] = 0xFF; header[14] = 0xFF; header[15] = 0xFF
+        XCTAssertThrowsError(try decoder.decode(header)) { e in
+            let w = e as! WireError
+            XCTAssertEqual(w.status, .tooLarge)
+            XCTAssertTrue(w.fatal)
+            XCTAssertEqual(w.requestID, 1)
+        }
+    }
+
+    func testJustOverTheLimitIsRefusedAndAtTheLimitAccepted() throws {
+        let atLimit = FrameDecoder(magic: Wire.requestMagic, maxBody: 4096)
+        var s = SetRequest(key: Array("k".utf8), value: [])
+        s.value = [UInt8](repeating: 1, count: 4096 - 22 - 1)
+        XCTAssertNotNil(try atLimit.decode(Request.set(s).frame(id: 1).encoded()))
+        s.value.append(1)
+        XCTAssertThrowsError(try atLimit.decode(Request.set(s).frame(id: 1).encoded()))
+    }
+
+    func testLengthsWhoseSumExceedsTheBodyAreFatal() {
+        var bytes = sample(1)
+        bytes[10] = 0x01; bytes[11] = 0x00 // extras length 256 > body
+        XCTAssertThrowsError(try decoder.decode(bytes)) { e in
+            XCTAssertEqual((e as! WireError).status, .malformed)
+            XCTAssertTrue((e as! WireError).fatal)
+        }
+        var long = sample(1)
+        long[7] = 65 // namespace over 64
+        XCTAssertThrowsError(try decoder.decode(long))
+        var key = sample(1)
+        key[8] = 0x04; key[9] = 0x01 // key 1025
+        XCTAssertThrowsError(try decoder.decode(key))
+    }
+
+    func testUnknownOpcodeAndVersionAreAnsweredNotFatal() throws {
+        var f = Frame(magic: Wire.requestMagic, opcode: 0x7F, requestID: 9)
+        var r = try XCTUnwrap(decoder.decode(f.encoded()))
+        XCTAssertThrowsError(try Request.parse(r.frame)) { e in
+            XCTAssertEqual((e as! WireError).status, .unknownOpcode)
+            XCTAssertFalse((e as! WireError).fatal)
+            XCTAssertEqual((e as! WireError).requestID, 9)
+        }
+        f = Request.ping.frame(id: 4)
+        f.protocolVersion = 9
+        r = try XCTUnwrap(decoder.decode(f.encoded()))
+        XCTAssertThrowsError(try Request.parse(r.frame)) { e in XCTAssertEqual((e as! WireError).status, .unsupportedVersion) }
+    }
+
+    func testBadFieldsAreInvalidArgumentOrMalformed() throws {
+        func status(_ f: Frame) -> Status? {
+            do { _ = try Request.parse(f); return nil } catch { return error.status }
+        }
+        var get = Request.get(GetRequest(key: [])).frame(id: 1)
+        XCTAssertEqual(status(get), .invalidArgument) // empty key
+        get = Request.get(GetRequest(key: [1])).frame(id: 1)
+        get.tiers = 9
+        XCTAssertEqual(status(get), .invalidArgument)
+        get.tiers = 0
+        get.flags = 0x80
+        XCTAssertEqual(status(get), .invalidArgument)
+        var set = Request.set(SetRequest(key: [1], value: [])).frame(id: 1)
+        set.extras = [0, 0]
+        XCTAssertEqual(status(set), .malformed)
+        set = Request.set(SetRequest(key: [1], value: [])).frame(id: 1)
+        set.extras[0] = 9
+        XCTAssertEqual(status(set), .invalidArgument) // mode
+        set.extras[0] = 0
+        set.extras[1] = 7
+        XCTAssertEqual(status(set), .invalidArgument) // expiry kind
+        var ttl = SetRequest(key: [1], value: [])
+        ttl.expiry = .seconds(0)
+        XCTAssertEqual(status(Request.set(ttl).frame(id: 1)), .invalidArgument)
+        var ext = SetRequest(key: [1], value: [])
+        ext.extended = [UInt8](repeating: 0, count: 4097)
+        XCTAssertEqual(status(Request.set(ext).frame(id: 1)), .tooLarge)
+        XCTAssertEqual(status(Request.scan(namespace: [], cursor: [], limit: 0).frame(id: 1)), .invalidArgument)
+        var mget = Request.mget(namespace: [], keys: [[1]], tiers: 0).frame(id: 1)
+        mget.value.append(0)
+        XCTAssertEqual(status(mget), .malformed)
+    }
+
+    func testErrorResponseForAnUnreadableHeaderUsesIdZero() {
+        let e = WireError(.malformed, "bad magic", fatal: true)
+        let f = Responses.error(e)
+        XCTAssertEqual(f.requestID, 0)
+        XCTAssertEqual(f.statusCode, .malformed)
+        XCTAssertEqual(String(decoding: f.value, as: UTF8.self), "bad magic")
+    }
+}

@@ -1,0 +1,173 @@
+import Foundation
+import XCTest
+@testable import StrataWire
+
+/// Replays every golden frame in proto-spec/vectors: the decoder reads it, the typed layer
+/// parses it, and the encoder writes the very same bytes back.
+final class VectorTests: XCTestCase {
+    static let dir = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("proto-spec/vectors")
+    let V: UInt64 = 0x0001_8000_0000_0001
+
+    func load(_ name: String) throws -> [UInt8] {
+        let text = try String(contentsOf: Self.dir.appendingPathComponent(name), encoding: .utf8)
+        return try XCTUnwrap(hexBytes(text), "bad hex in \(name)")
+    }
+
+    let server = FrameDecoder(magic: Wire.requestMagic, maxBody: 1 << 20)
+    let client = FrameDecoder(magic: Wire.responseMagic, maxBody: 1 << 20)
+
+    /// Each case: the typed request the .req bytes must parse to, and the response the node
+    /// would build (nil when there is none).
+    func cases() -> [(String, Request, (Frame) -> Frame?)] {
+        func expiry(_ e: WireExpiry) -> WireExpiry { e }
+        var setBasic = SetRequest(key: Array("foo".utf8), value: Array("bar!!".utf8))
+        setBasic.expiry = .seconds(60); setBasic.flags = 42
+        var setNs = SetRequest(key: Array("img".utf8), value: [0x89, 0x50, 0x4E, 0x47], namespace: Array("alice".utf8))
+        setNs.expiry = .never; setNs.version = 500; setNs.extended = [1, 2]; setNs.tiers = 2; setNs.writeBehind = true
+        var setAdd = SetRequest(key: Array("foo".utf8), value: Array("x".utf8)); setAdd.mode = .add
+        var setCas = SetRequest(key: Array("foo".utf8), value: Array("y".utf8)); setCas.mode = .cas; setCas.casVersion = V - 1
+        var setOld = SetRequest(key: Array("img".utf8), value: Array("old".utf8), namespace: Array("alice".utf8)); setOld.version = 400
+        let setQuiet = SetRequest(key: Array("q".utf8), value: Array("1".utf8))
+        var incr = CounterRequest(key: Array("hits".utf8), delta: 5); incr.initial = 10
+        let decr = CounterRequest(key: Array("hits".utf8), delta: 3, decrement: true)
+        let incrBad = CounterRequest(key: Array("foo".utf8), delta: 1)
+        let foo = Array("foo".utf8)
+        return [
+            ("hello", .hello(minVersion: 1, maxVersion: 1, token: Array("secret".utf8)),
+             { Responses.hello(to: $0, version: 1, authenticated: true, server: "strata 0.1.0") }),
+            ("ping", .ping, { Responses.status(to: $0, .ok) }),
+            ("quit", .quit, { Responses.status(to: $0, .ok) }),
+            ("set_basic", .set(setBasic), { Responses.status(to: $0, .ok, cas: self.V) }),
+            ("set_ns_disk_ext", .set(setNs), { Responses.status(to: $0, .ok, cas: 500) }),
+            ("set_add_exists", .set(setAdd), { Responses.status(to: $0, .exists) }),
+            ("set_cas_mismatch", .set(setCas), { Responses.status(to: $0, .casMismatch, cas: self.V) }),
+            ("set_superseded", .set(setOld), { Responses.status(to: $0, .superseded, cas: 500) }),
+            ("set_quiet", .set(setQuiet), { _ in nil }),
+            ("get_hit", .get(GetRequest(key: foo)),
+             { Responses.get(to: $0, ItemPayload(value: Array("bar!!".utf8), flags: 42, expiresAt: 1_764_400_000_000_000,
+                                                 extended: [], version: self.V, tier: 1)) }),
+            ("get_miss", .get(GetRequest(key: Array("nope".utf8))), { Responses.status(to: $0, .notFound) }),
+            ("get_touch_meta", .get(GetRequest(key: Array("img".utf8), namespace: Array("alice".utf8), tiers: 2,
+                                               touch: .seconds(300), wantMeta: true)),
+             { Responses.get(to: $0, ItemPayload(value: [0x89, 0x50, 0x4E, 0x47], flags: 0, expiresAt: 1_764_400_300_000_000,
+                                                 extended: [1, 2], version: self.V + 1, tier: 2,
+                                                 meta: MetaBlock(tiersPresent: 3, encoding: 0, storedSize: 4))) }),
+            ("mget", .mget(namespace: [], keys: [foo, Array("nope".utf8)], tiers: 0),
+             { Responses.mget(to: $0, [MGetItem(flags: 42, expiresAt: 0, version: self.V, value: Array("bar!!".utf8)), nil]) }),
+            ("delete", .delete(namespace: [], key: foo, tiers: 0, version: nil, writeBehind: false), { Responses.status(to: $0, .ok) }),
+            ("delete_versioned_miss", .delete(namespace: [], key: Array("ghost".utf8), tiers: 0, version: 900, writeBehind: false),
+             { Responses.status(to: $0, .notFound) }),
+            ("touch", .touch(namespace: [], key: foo, tiers: 0, expiry: .at(unixMicros: 1_764_500_000_000_000)),
+             { Responses.status(to: $0, .ok, cas: self.V + 2) }),
+            ("exists", .exists(namespace: [], key: foo, tiers: 0), { Responses.status(to: $0, .ok) }),
+            ("incr_initial", .counter(incr), { Responses.counter(to: $0, value: 10, version: self.V + 3) }),
+            ("decr", .counter(decr), { Responses.counter(to: $0, value: 7, version: self.V + 4) }),
+            ("incr_not_a_number", .counter(incrBad), { Responses.status(to: $0, .notANumber) }),
+            ("meta", .meta(namespace: [], key: Array("doc".utf8), tiers: 0),
+             { Responses.meta(to: $0, MetaInfo(tiersPresent: 3, encoding: 1, size: 10240, storedSize: 2100, expiresAt: 0,
+                                               version: self.V, flags: 7, extendedSize: 0)) }),
+            ("scan", .scan(namespace: [], cursor: [], limit: 2),
+             { Responses.scan(to: $0, keys: [Array("a".utf8), Array("b".utf8)], next: Array("b".utf8)) }),
+            ("flush_ns", .flush(namespace: Array("alice".utf8), all: false), { Responses.status(to: $0, .ok) }),
+            ("flush_all", .flush(namespace: [], all: true), { Responses.status(to: $0, .ok) }),
+            ("stats", .stats, { Responses.stats(to: $0, json: "{\"version\":\"0.1.0\",\"uptime_s\":5}") }),
+        ]
+    }
+
+    func testEveryVectorIsCovered() throws {
+        let files = try FileManager.default.contentsOfDirectory(atPath: Self.dir.path).filter { $0.hasSuffix(".req.hex") }
+        let names = Set(files.map { String($0.dropLast(".req.hex".count)) })
+        let covered = Set(cases().map { $0.0 }).union(["error_unknown_opcode", "error_auth_required"])
+        XCTAssertEqual(names, covered)
+    }
+
+    func testRequestsParseAndReencodeByteForByte() throws {
+        for (name, expected, _) in cases() {
+            let bytes = try load(name + ".req.hex")
+            let (frame, used) = try XCTUnwrap(server.decode(bytes), name)
+            XCTAssertEqual(used, bytes.count, name)
+            let req = try Request.parse(frame)
+            XCTAssertEqual(req, expected, name)
+            let again = expected.frame(id: frame.requestID, quiet: frame.requestFlags.contains(.quiet)).encoded()
+            XCTAssertEqual(again.hexString, bytes.hexString, name)
+        }
+    }
+
+    func testResponsesEncodeByteForByteAndDecode() throws {
+        for (name, _, build) in cases() {
+            let reqBytes = try load(name + ".req.hex")
+            let want = try load(name + ".resp.hex")
+            let (req, _) = try XCTUnwrap(server.decode(reqBytes))
+            guard let resp = build(req) else {
+                XCTAssertTrue(want.isEmpty, "\(name): a quiet request must have no response")
+                continue
+            }
+            XCTAssertEqual(resp.encoded().hexString, want.hexString, name)
+            let (decoded, used) = try XCTUnwrap(client.decode(want), name)
+            XCTAssertEqual(used, want.count)
+            XCTAssertEqual(decoded, resp, name)
+        }
+    }
+
+    func testTypedResponseParsersReadTheVectors() throws {
+        let hit = try XCTUnwrap(client.decode(load("get_hit.resp.hex"))).frame
+        let item = try Responses.parseGet(hit)
+        XCTAssertEqual(item.value, Array("bar!!".utf8))
+        XCTAssertEqual(item.flags, 42)
+        XCTAssertEqual(item.version, V)
+        XCTAssertNil(item.meta)
+        let withMeta = try Responses.parseGet(XCTUnwrap(client.decode(load("get_touch_meta.resp.hex"))).frame)
+        XCTAssertEqual(withMeta.meta, MetaBlock(tiersPresent: 3, encoding: 0, storedSize: 4))
+        XCTAssertEqual(withMeta.extended, [1, 2])
+        let m = try Responses.parseMGet(XCTUnwrap(client.decode(load("mget.resp.hex"))).frame, count: 2)
+        XCTAssertEqual(m.count, 2)
+        XCTAssertEqual(m[0]?.value, Array("bar!!".utf8))
+        XCTAssertNil(m[1])
+        XCTAssertEqual(try Responses.parseCounter(XCTUnwrap(client.decode(load("decr.resp.hex"))).frame), 7)
+        let meta = try Responses.parseMeta(XCTUnwrap(client.decode(load("meta.resp.hex"))).frame)
+        XCTAssertEqual(meta.size, 10240)
+        XCTAssertEqual(meta.storedSize, 2100)
+        let scan = try Responses.parseScan(XCTUnwrap(client.decode(load("scan.resp.hex"))).frame)
+        XCTAssertEqual(scan.keys, [Array("a".utf8), Array("b".utf8)])
+        XCTAssertEqual(scan.next, Array("b".utf8))
+        let hello = try Responses.parseHello(XCTUnwrap(client.decode(load("hello.resp.hex"))).frame)
+        XCTAssertEqual(hello.server, "strata 0.1.0")
+        XCTAssertTrue(hello.authenticated)
+    }
+
+    func testErrorVectors() throws {
+        let unknown = try XCTUnwrap(server.decode(load("error_unknown_opcode.req.hex"))).frame
+        XCTAssertThrowsError(try Request.parse(unknown)) { e in
+            let w = e as! WireError
+            XCTAssertEqual(w.status, .unknownOpcode)
+            XCTAssertFalse(w.fatal)
+            XCTAssertEqual(try? Responses.error(to: unknown, w.status, w.message).encoded().hexString,
+                           try? self.load("error_unknown_opcode.resp.hex").hexString)
+        }
+        let get = try XCTUnwrap(server.decode(load("error_auth_required.req.hex"))).frame
+        XCTAssertEqual(Responses.error(to: get, .authRequired, "authenticate with HELLO first").encoded().hexString,
+                       try load("error_auth_required.resp.hex").hexString)
+    }
+}
+
+func hexBytes(_ s: String) -> [UInt8]? {
+    var out: [UInt8] = []
+    var high: UInt8? = nil
+    for c in s.utf8 {
+        let v: UInt8
+        switch c {
+        case 48...57: v = c - 48
+        case 97...102: v = c - 87
+        case 65...70: v = c - 55
+        case 32, 10, 13, 9: continue
+        default: return nil
+        }
+        if let h = high { out.append(h << 4 | v); high = nil } else { high = v }
+    }
+    return high == nil ? out : nil
+}
+
+extension Array where Element == UInt8 {
+    var hexString: String { map { String(format: "%02x", $0) }.joined() }
+}

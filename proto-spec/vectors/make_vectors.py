@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Writes the golden frames of PROTOCOL.md into this folder.
+
+An independent encoder written from the spec alone (it shares no code with StrataWire), so
+the Swift codec is checked against a second reading of the document. Run it from anywhere:
+    python3 proto-spec/vectors/make_vectors.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REQ, RESP = 0x53, 0x73
+OPS = dict(HELLO=0x01, PING=0x02, QUIT=0x03, GET=0x10, MGET=0x11, SET=0x12, DELETE=0x13, TOUCH=0x14,
+           EXISTS=0x15, INCR=0x16, DECR=0x17, META=0x18, SCAN=0x19, FLUSH=0x1A, STATS=0x1B)
+QUIET, WRITE_BEHIND, WANT_META, ALL = 0x01, 0x02, 0x04, 0x08
+OK, NOT_FOUND, EXISTS, CAS_MISMATCH, SUPERSEDED, NOT_A_NUMBER = 0, 1, 2, 3, 4, 5
+INVALID_ARGUMENT, TOO_LARGE, UNKNOWN_OPCODE, MALFORMED, AUTH_REQUIRED, AUTH_FAILED = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
+V = 0x0001800000000001  # a version a node might assign
+
+
+def frame(magic, op, rid, flags=0, status=0, tiers=0, cas=0, extras=b"", ns=b"", key=b"", value=b"", version=1):
+    body = extras + ns + key + value
+    head = struct.pack(">BBBBHBBHHIIQI", magic, version, op, flags, status, tiers, len(ns), len(key), len(extras),
+                       len(body), rid, cas, 0)
+    assert len(head) == 32
+    return head + body
+
+
+def expiry(kind, value=0):
+    return struct.pack(">Bq", kind, value)
+
+
+def set_extras(mode=0, exp=expiry(0), flags=0, version=0, ext=b""):
+    return struct.pack(">B", mode) + exp + struct.pack(">IQ", flags, version) + ext
+
+
+def get_extras(flags, expires, ext=b"", meta=None):
+    out = struct.pack(">IqH", flags, expires, len(ext)) + ext
+    if meta:
+        out += struct.pack(">BBI", *meta)
+    return out
+
+
+CASES = []
+
+
+def case(name, what, req, resp):
+    CASES.append((name, what, req, resp))
+
+
+case("hello", "HELLO with a token; the node answers version 1, authenticated",
+     frame(REQ, OPS["HELLO"], 1, extras=bytes([1, 1]), value=b"secret"),
+     frame(RESP, OPS["HELLO"], 1, extras=bytes([1, 1]), value=b"strata 0.1.0"))
+case("ping", "PING and its empty OK",
+     frame(REQ, OPS["PING"], 2), frame(RESP, OPS["PING"], 2))
+case("quit", "QUIT: OK, then the node closes",
+     frame(REQ, OPS["QUIT"], 3), frame(RESP, OPS["QUIT"], 3))
+case("set_basic", "SET foo=bar!! with a 60 s TTL and flags 42 (the annotated example of §8)",
+     frame(REQ, OPS["SET"], 7, extras=set_extras(0, expiry(2, 60), 42), key=b"foo", value=b"bar!!"),
+     frame(RESP, OPS["SET"], 7, cas=V))
+case("set_ns_disk_ext", "SET in namespace alice, disk tier only, write-behind, extended data 01 02, caller version 500",
+     frame(REQ, OPS["SET"], 8, flags=WRITE_BEHIND, tiers=2,
+           extras=set_extras(0, expiry(1), 0, 500, b"\x01\x02"), ns=b"alice", key=b"img", value=b"\x89PNG"),
+     frame(RESP, OPS["SET"], 8, flags=WRITE_BEHIND, cas=500))
+case("set_add_exists", "SET mode add on a present key: EXISTS",
+     frame(REQ, OPS["SET"], 9, extras=set_extras(1), key=b"foo", value=b"x"),
+     frame(RESP, OPS["SET"], 9, status=EXISTS))
+case("set_cas_mismatch", "SET mode cas with a stale version: CAS_MISMATCH carrying the stored version",
+     frame(REQ, OPS["SET"], 10, cas=V - 1, extras=set_extras(3), key=b"foo", value=b"y"),
+     frame(RESP, OPS["SET"], 10, status=CAS_MISMATCH, cas=V))
+case("set_superseded", "SET with caller version 400 when 500 is stored: SUPERSEDED",
+     frame(REQ, OPS["SET"], 11, extras=set_extras(0, expiry(0), 0, 400), key=b"img", ns=b"alice", value=b"old"),
+     frame(RESP, OPS["SET"], 11, status=SUPERSEDED, cas=500))
+case("set_quiet", "SET with QUIET: no response on success (the .resp file is empty)",
+     frame(REQ, OPS["SET"], 12, flags=QUIET, extras=set_extras(), key=b"q", value=b"1"), b"")
+case("get_hit", "GET foo: a memory hit (tiers 1) with flags 42, expiry at a fixed time, no extended data",
+     frame(REQ, OPS["GET"], 20, key=b"foo"),
+     frame(RESP, OPS["GET"], 20, tiers=1, cas=V, extras=get_extras(42, 1764400000000000), value=b"bar!!"))
+case("get_miss", "GET of an absent key: NOT_FOUND, empty body",
+     frame(REQ, OPS["GET"], 21, key=b"nope"), frame(RESP, OPS["GET"], 21, status=NOT_FOUND))
+case("get_touch_meta", "GET from disk that also touches (TTL 300 s) and asks for metadata",
+     frame(REQ, OPS["GET"], 22, flags=WANT_META, tiers=2, extras=expiry(2, 300), ns=b"alice", key=b"img"),
+     frame(RESP, OPS["GET"], 22, flags=WANT_META, tiers=2, cas=V + 1,
+           extras=get_extras(0, 1764400300000000, b"\x01\x02", (3, 0, 4)), value=b"\x89PNG"))
+case("mget", "MGET of two keys, one found",
+     frame(REQ, OPS["MGET"], 23, value=struct.pack(">HH", 2, 3) + b"foo" + struct.pack(">H", 4) + b"nope"),
+     frame(RESP, OPS["MGET"], 23, value=b"\x01" + struct.pack(">IqQI", 42, 0, V, 5) + b"bar!!" + b"\x00"))
+case("delete", "DELETE foo",
+     frame(REQ, OPS["DELETE"], 30, key=b"foo"), frame(RESP, OPS["DELETE"], 30))
+case("delete_versioned_miss", "DELETE with version 900 of an absent key: NOT_FOUND (a tombstone is left)",
+     frame(REQ, OPS["DELETE"], 31, extras=struct.pack(">Q", 900), key=b"ghost"),
+     frame(RESP, OPS["DELETE"], 31, status=NOT_FOUND))
+case("touch", "TOUCH foo to expire at an absolute time",
+     frame(REQ, OPS["TOUCH"], 32, extras=expiry(3, 1764500000000000), key=b"foo"),
+     frame(RESP, OPS["TOUCH"], 32, cas=V + 2))
+case("exists", "EXISTS foo",
+     frame(REQ, OPS["EXISTS"], 33, key=b"foo"), frame(RESP, OPS["EXISTS"], 33))
+case("incr_initial", "INCR hits by 5 with initial 10 when absent: stores 10",
+     frame(REQ, OPS["INCR"], 40, extras=struct.pack(">QBQ", 5, 1, 10) + expiry(0), key=b"hits"),
+     frame(RESP, OPS["INCR"], 40, cas=V + 3, extras=struct.pack(">Q", 10)))
+case("decr", "DECR hits by 3",
+     frame(REQ, OPS["DECR"], 41, extras=struct.pack(">QBQ", 3, 0, 0) + expiry(0), key=b"hits"),
+     frame(RESP, OPS["DECR"], 41, cas=V + 4, extras=struct.pack(">Q", 7)))
+case("incr_not_a_number", "INCR of a value that is not a counter",
+     frame(REQ, OPS["INCR"], 42, extras=struct.pack(">QBQ", 1, 0, 0) + expiry(0), key=b"foo"),
+     frame(RESP, OPS["INCR"], 42, status=NOT_A_NUMBER))
+case("meta", "META of a zstd-compressed item present in both tiers",
+     frame(REQ, OPS["META"], 50, key=b"doc"),
+     frame(RESP, OPS["META"], 50, cas=V, extras=struct.pack(">BBIqqQIIB", 3, 1, 10240, 2100, 0, V, 7, 0, 0)))
+case("scan", "SCAN the default namespace from the start, limit 2: two keys and a cursor",
+     frame(REQ, OPS["SCAN"], 60, extras=struct.pack(">I", 2)),
+     frame(RESP, OPS["SCAN"], 60, extras=struct.pack(">I", 2), key=b"b",
+           value=struct.pack(">H", 1) + b"a" + struct.pack(">H", 1) + b"b"))
+case("flush_ns", "FLUSH namespace alice",
+     frame(REQ, OPS["FLUSH"], 70, ns=b"alice"), frame(RESP, OPS["FLUSH"], 70))
+case("flush_all", "FLUSH with flag ALL",
+     frame(REQ, OPS["FLUSH"], 71, flags=ALL), frame(RESP, OPS["FLUSH"], 71, flags=ALL))
+case("stats", "STATS: a JSON object (a small sample; real nodes send many more counters)",
+     frame(REQ, OPS["STATS"], 80),
+     frame(RESP, OPS["STATS"], 80, value=b'{"version":"0.1.0","uptime_s":5}'))
+case("error_unknown_opcode", "An unknown opcode 0x7f: UNKNOWN_OPCODE with a message; the connection stays open",
+     frame(REQ, 0x7F, 90), frame(RESP, 0x7F, 90, status=UNKNOWN_OPCODE, value=b"unknown opcode 0x7f"))
+case("error_auth_required", "GET before HELLO on a node with a token: AUTH_REQUIRED",
+     frame(REQ, OPS["GET"], 91, key=b"foo"),
+     frame(RESP, OPS["GET"], 91, status=AUTH_REQUIRED, value=b"authenticate with HELLO first"))
+
+
+def hexlines(b):
+    out = []
+    for i in range(0, len(b), 16):
+        out.append(" ".join("%02x" % x for x in b[i:i + 16]))
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def main():
+    lines = ["# Golden frames", "",
+             "Written by `make_vectors.py` (an encoder written from PROTOCOL.md alone). Each case has",
+             "`NAME.req.hex` (what a client sends) and `NAME.resp.hex` (what the node answers); hex text,",
+             "whitespace ignored. An empty `.resp.hex` means no response (QUIET).", "",
+             "| case | what it shows |", "|---|---|"]
+    for name, what, req, resp in CASES:
+        with open(os.path.join(HERE, name + ".req.hex"), "w") as f:
+            f.write(hexlines(req))
+        with open(os.path.join(HERE, name + ".resp.hex"), "w") as f:
+            f.write(hexlines(resp))
+        lines.append("| `%s` | %s |" % (name, what))
+    with open(os.path.join(HERE, "README.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
