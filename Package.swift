@@ -9,6 +9,8 @@ let package = Package(
         .library(name: "StrataStore", targets: ["StrataStore"]),
         .library(name: "StrataCore", targets: ["StrataCore"]),
         .executable(name: "strata-bench", targets: ["strata-bench"]),
+        .executable(name: "strata", targets: ["strata"]),
+        .library(name: "StrataClient", targets: ["StrataClient"]),
     ],
     targets: [
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
@@ -19,6 +21,10 @@ let package = Package(
 
         .target(name: "StrataCore"),
         .target(name: "StrataWire"),
+        .target(name: "StrataNet", dependencies: ["StrataCore", "CLinux"]),
+        .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore"]),
+        .target(name: "StrataClient", dependencies: ["StrataCore", "StrataWire", "StrataNet"]),
+        .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
 
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore"], path: "bench/strata-bench"),

@@ -1,0 +1,136 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+import StrataNet
+import StrataWire
+
+/// Why a client call failed.
+public struct ClientError: Error, CustomStringConvertible, Sendable {
+    public enum Kind: Sendable { case connection, server, protocolViolation }
+    public let kind: Kind
+    public let message: String
+    /// For `.server`: the status the node answered with.
+    public let status: Status?
+    public init(_ kind: Kind, _ message: String, status: Status? = nil) {
+        self.kind = kind; self.message = message; self.status = status
+    }
+    public var description: String { message }
+}
+
+/// One blocking connection to one node: send a request, wait for the response with the same
+/// request id. For scripts, the CLI and tests; not thread-safe (one caller at a time).
+/// Every wait is bounded by `timeout` seconds.
+public final class NodeConnection {
+    public let address: SocketAddress
+    private var fd: Int32
+    private var nextID: UInt32 = 1
+    private var buffer: [UInt8] = []
+    private let decoder = FrameDecoder(magic: Wire.responseMagic, maxBody: (32 << 20) + (64 << 10) + (8 << 20))
+    public private(set) var serverName = ""
+
+    /// Connects (and authenticates with HELLO when `token` is given).
+    public init(host: String, port: UInt16, timeout: Double = 5, token: [UInt8]? = nil) throws {
+        guard let a = SocketAddress(host: host, port: port) else {
+            throw ClientError(.connection, "\(host) is not a numeric address (or localhost)")
+        }
+        address = a
+        do { fd = try Socket.connect(a, timeout: timeout) } catch {
+            throw ClientError(.connection, "cannot connect to \(a): \(error)")
+        }
+        if let t = token {
+            let resp = try call(.hello(minVersion: Wire.version, maxVersion: Wire.version, token: t))
+            try Self.check(resp, allow: [.ok])
+            serverName = (try? Responses.parseHello(resp).server) ?? ""
+        }
+    }
+
+    deinit { close() }
+
+    public func close() {
+        if fd >= 0 { Sys.close(fd); fd = -1 }
+    }
+
+    /// Sends raw bytes (tests use this to send malformed frames).
+    public func sendRaw(_ bytes: [UInt8]) throws {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ClientError(.connection, "send to \(address): \(String(cString: strerror(errno)))")
+            }
+            sent += n
+        }
+    }
+
+    /// Reads the next response frame, whatever its id.
+    public func readFrame() throws -> Frame {
+        while true {
+            do {
+                if let (f, used) = try decoder.decode(buffer) {
+                    buffer.removeFirst(used)
+                    return f
+                }
+            } catch {
+                throw ClientError(.protocolViolation, "bad response from \(address): \(error)")
+            }
+            var chunk = [UInt8](repeating: 0, count: 64 << 10)
+            let n = chunk.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress!, $0.count, 0) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let why = errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : String(cString: strerror(errno))
+                throw ClientError(.connection, "reading from \(address): \(why)")
+            }
+            if n == 0 { throw ClientError(.connection, "\(address) closed the connection") }
+            buffer.append(contentsOf: chunk[0..<n])
+        }
+    }
+
+    /// Sends `request` and returns its response (responses to other ids are skipped).
+    public func call(_ request: Request) throws -> Frame {
+        let id = nextID
+        nextID &+= 1
+        if nextID == 0 { nextID = 1 }
+        try sendRaw(request.frame(id: id).encoded())
+        while true {
+            let f = try readFrame()
+            if f.requestID == id { return f }
+            if f.requestID == 0 && f.statusCode != .ok {
+                throw ClientError(.server, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))", status: f.statusCode)
+            }
+        }
+    }
+
+    /// Throws `.server` unless the response's status is one of `allow`.
+    public static func check(_ f: Frame, allow: Set<Status>) throws {
+        if !allow.contains(f.statusCode) {
+            let msg = String(decoding: f.value, as: UTF8.self)
+            throw ClientError(.server, msg.isEmpty ? f.statusCode.description : "\(f.statusCode): \(msg)", status: f.statusCode)
+        }
+    }
+
+    // MARK: Typed helpers
+
+    public func ping() throws { try Self.check(call(.ping), allow: [.ok]) }
+
+    /// The item, or nil on a miss.
+    public func get(_ key: [UInt8], namespace: [UInt8] = [], tiers: UInt8 = 0, wantMeta: Bool = false) throws -> ItemPayload? {
+        let f = try call(.get(GetRequest(key: key, namespace: namespace, tiers: tiers, wantMeta: wantMeta)))
+        if f.statusCode == .notFound { return nil }
+        try Self.check(f, allow: [.ok])
+        return try Responses.parseGet(f)
+    }
+
+    /// Stores the item; returns the response (status and version in `cas`).
+    @discardableResult
+    public func set(_ request: SetRequest) throws -> Frame {
+        try call(.set(request))
+    }
+
+    public func stats() throws -> String {
+        let f = try call(.stats)
+        try Self.check(f, allow: [.ok])
+        return String(decoding: f.value, as: UTF8.self)
+    }
+}

@@ -1,0 +1,129 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+import StrataCore
+
+// The one place that knows epoll and eventfd.
+
+/// Something an event loop calls when its file descriptor is ready. Called on the loop's
+/// thread only.
+public protocol EventHandler: AnyObject {
+    /// `readable`/`writable`/`hangup` from the epoll events.
+    func handle(readable: Bool, writable: Bool, hangup: Bool)
+}
+
+/// One epoll event loop on one thread.
+///
+/// Handlers are registered, changed and removed only on the loop's thread. Other threads hand
+/// work to the loop with `execute`, which wakes it through an eventfd. `tick` runs about every
+/// `tickInterval` seconds (timeouts, idle checks). Not thread-safe except `execute` and `stop`.
+public final class EventLoop: @unchecked Sendable {
+    private let epfd: Int32
+    private let wakeFD: Int32
+    private var handlers: [Int32: EventHandler] = [:]
+    private let taskLock = Lock()
+    private var tasks: [() -> Void] = []
+    private var stopping = false
+    public let index: Int
+
+    public init(index: Int) throws(SystemError) {
+        self.index = index
+        epfd = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard epfd >= 0 else { throw SystemError(errno: errno, call: "epoll_create1") }
+        wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        guard wakeFD >= 0 else { throw SystemError(errno: errno, call: "eventfd") }
+        var ev = epoll_event()
+        ev.events = EPOLLIN.rawValue
+        ev.data.fd = wakeFD
+        epoll_ctl(epfd, EPOLL_CTL_ADD, wakeFD, &ev)
+    }
+
+    deinit {
+        Glibc.close(epfd)
+        Glibc.close(wakeFD)
+    }
+
+    public struct Interest: OptionSet, Sendable {
+        public let rawValue: UInt32
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        public static let read = Interest(rawValue: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
+        public static let write = Interest(rawValue: EPOLLOUT.rawValue)
+        /// For a listening socket shared by several loops: readable, waking only one loop
+        /// (EPOLLEXCLUSIVE allows no other flags but EPOLLIN).
+        public static let accept = Interest(rawValue: EPOLLIN.rawValue | EPOLLEXCLUSIVE.rawValue)
+    }
+
+    public func register(_ fd: Int32, _ interest: Interest, _ handler: EventHandler) throws(SystemError) {
+        var ev = epoll_event()
+        ev.events = interest.rawValue
+        ev.data.fd = fd
+        guard epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 else { throw SystemError(errno: errno, call: "epoll_ctl add") }
+        handlers[fd] = handler
+    }
+
+    public func modify(_ fd: Int32, _ interest: Interest) {
+        var ev = epoll_event()
+        ev.events = interest.rawValue
+        ev.data.fd = fd
+        epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev)
+    }
+
+    /// Stops watching `fd` (call before closing it).
+    public func unregister(_ fd: Int32) {
+        epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nil)
+        handlers[fd] = nil
+    }
+
+    /// Runs `task` on the loop's thread soon. Thread-safe.
+    public func execute(_ task: @escaping () -> Void) {
+        taskLock.withLock { tasks.append(task) }
+        var one: UInt64 = 1
+        _ = Glibc.write(wakeFD, &one, 8)
+    }
+
+    /// Makes `run` return after the current iteration. Thread-safe.
+    public func stop() {
+        taskLock.withLock { stopping = true }
+        var one: UInt64 = 1
+        _ = Glibc.write(wakeFD, &one, 8)
+    }
+
+    /// Runs until `stop()`. Blocks the calling thread.
+    public func run(tickInterval: Double = 0.1, tick: () -> Void) {
+        let maxEvents = 256
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: maxEvents)
+        defer { events.deallocate() }
+        var lastTick = monotonicSeconds()
+        while true {
+            let n = epoll_wait(epfd, events, Int32(maxEvents), Int32(tickInterval * 1000))
+            if n < 0 && errno != EINTR { break }
+            for i in 0..<max(0, Int(n)) {
+                let ev = events[i]
+                let fd = ev.data.fd
+                if fd == wakeFD {
+                    var v: UInt64 = 0
+                    _ = Glibc.read(wakeFD, &v, 8)
+                    continue
+                }
+                guard let h = handlers[fd] else { continue }
+                let e = ev.events
+                h.handle(readable: e & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue) != 0,
+                         writable: e & EPOLLOUT.rawValue != 0,
+                         hangup: e & (EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0)
+            }
+            let (pending, stop): ([() -> Void], Bool) = taskLock.withLock {
+                let t = tasks
+                tasks.removeAll(keepingCapacity: true)
+                return (t, stopping)
+            }
+            for t in pending { t() }
+            let now = monotonicSeconds()
+            if now - lastTick >= tickInterval {
+                lastTick = now
+                tick()
+            }
+            if stop { break }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+
+/// An IPv4 or IPv6 socket address built from a numeric host.
+public struct SocketAddress: Sendable, CustomStringConvertible {
+    public let host: String
+    public let port: UInt16
+    var storage = sockaddr_storage()
+    var length: socklen_t = 0
+
+    /// Parses a numeric IPv4/IPv6 host (`127.0.0.1`, `::1`) or `localhost`. Nil when not numeric.
+    public init?(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+        let h = host == "localhost" ? "127.0.0.1" : host
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, h, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = port.bigEndian
+            withUnsafeBytes(of: v4) { src in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: src) } }
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            return
+        }
+        var v6 = sockaddr_in6()
+        if inet_pton(AF_INET6, h, &v6.sin6_addr) == 1 {
+            v6.sin6_family = sa_family_t(AF_INET6)
+            v6.sin6_port = port.bigEndian
+            withUnsafeBytes(of: v6) { src in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: src) } }
+            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            return
+        }
+        return nil
+    }
+
+    public var family: Int32 { Int32(storage.ss_family) }
+
+    /// True for 127.0.0.0/8, ::1 and localhost.
+    public var isLoopback: Bool {
+        if host == "localhost" || host == "::1" { return true }
+        return host.hasPrefix("127.")
+    }
+
+    public var description: String { family == AF_INET6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        withUnsafeBytes(of: storage) { body($0.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) }
+    }
+}
+
+public enum Socket {
+    /// A non-blocking listening TCP socket with SO_REUSEADDR; returns it and the port it got
+    /// (useful with port 0).
+    public static func listen(_ address: SocketAddress, backlog: Int32 = 1024) throws(SystemError) -> (fd: Int32, port: UInt16) {
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError(errno: errno, call: "socket") }
+        var one: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        let rc = address.withSockaddr { bind(fd, $0, $1) }
+        if rc != 0 {
+            let e = errno
+            Glibc.close(fd)
+            throw SystemError(errno: e, call: "bind \(address)")
+        }
+        if Glibc.listen(fd, backlog) != 0 {
+            let e = errno
+            Glibc.close(fd)
+            throw SystemError(errno: e, call: "listen")
+        }
+        return (fd, boundPort(fd))
+    }
+
+    static func boundPort(_ fd: Int32) -> UInt16 {
+        var ss = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        _ = withUnsafeMutablePointer(to: &ss) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        if Int32(ss.ss_family) == AF_INET6 {
+            return withUnsafeBytes(of: ss) { UInt16(bigEndian: $0.load(fromByteOffset: 2, as: UInt16.self)) }
+        }
+        return withUnsafeBytes(of: ss) { UInt16(bigEndian: $0.load(fromByteOffset: 2, as: UInt16.self)) }
+    }
+
+    /// A blocking TCP connection with TCP_NODELAY, connect bounded by `timeout` seconds, and
+    /// send/receive timeouts of `timeout` seconds.
+    public static func connect(_ address: SocketAddress, timeout: Double) throws(SystemError) -> Int32 {
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError(errno: errno, call: "socket") }
+        let rc = address.withSockaddr { Glibc.connect(fd, $0, $1) }
+        if rc != 0 {
+            guard errno == EINPROGRESS else {
+                let e = errno
+                Glibc.close(fd)
+                throw SystemError(errno: e, call: "connect \(address)")
+            }
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            let n = poll(&p, 1, Int32(timeout * 1000))
+            if n <= 0 {
+                Glibc.close(fd)
+                throw SystemError(errno: n == 0 ? ETIMEDOUT : errno, call: "connect \(address)")
+            }
+            var err: Int32 = 0
+            var len = socklen_t(MemoryLayout<Int32>.size)
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
+            if err != 0 {
+                Glibc.close(fd)
+                throw SystemError(errno: err, call: "connect \(address)")
+            }
+        }
+        // Back to blocking, with timeouts, for simple request/response clients.
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)
+        var tv = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - Double(Int(timeout))) * 1_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        Sys.setNoDelay(fd)
+        return fd
+    }
+}

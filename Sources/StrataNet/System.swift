@@ -1,0 +1,70 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+
+// The one syscall wrapper: loops on EINTR, turns EAGAIN into "would block", throws one
+// `SystemError(errno:call:)` for everything else.
+
+/// A failed system call: its errno and name.
+public struct SystemError: Error, CustomStringConvertible, Sendable, Equatable {
+    public let errno: Int32
+    public let call: String
+    public init(errno: Int32, call: String) { self.errno = errno; self.call = call }
+    public var description: String { "\(call): \(String(cString: strerror(errno))) (errno \(errno))" }
+}
+
+/// The outcome of a non-blocking call.
+public enum IOResult: Equatable {
+    case done(Int)
+    case wouldBlock
+}
+
+@inline(__always)
+func syscall(_ name: String, _ body: () -> Int) throws(SystemError) -> IOResult {
+    while true {
+        let r = body()
+        if r >= 0 { return .done(r) }
+        let e = errno
+        if e == EINTR { continue }
+        if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
+        throw SystemError(errno: e, call: name)
+    }
+}
+
+@inline(__always)
+func syscallNoBlock(_ name: String, _ body: () -> Int32) throws(SystemError) -> Int32 {
+    switch try syscall(name, { Int(body()) }) {
+    case .done(let n): return Int32(n)
+    case .wouldBlock: throw SystemError(errno: EAGAIN, call: name)
+    }
+}
+
+public enum Sys {
+    /// Reads into `buffer`; `.done(0)` is end of stream.
+    public static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) throws(SystemError) -> IOResult {
+        try syscall("read") { Glibc.read(fd, buffer, count) }
+    }
+
+    /// Sends without SIGPIPE.
+    public static func send(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) throws(SystemError) -> IOResult {
+        try syscall("send") { Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    public static func close(_ fd: Int32) { _ = Glibc.close(fd) }
+
+    /// Accepts one connection, non-blocking and close-on-exec; nil when none is waiting.
+    public static func accept(_ fd: Int32) throws(SystemError) -> Int32? {
+        switch try syscall("accept4", { Int(accept4(fd, nil, nil, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))) }) {
+        case .done(let c): return Int32(c)
+        case .wouldBlock: return nil
+        }
+    }
+
+    public static func setNoDelay(_ fd: Int32) {
+        var one: Int32 = 1
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    public static func ignoreSIGPIPE() { signal(SIGPIPE, SIG_IGN) }
+}

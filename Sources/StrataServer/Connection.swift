@@ -1,0 +1,312 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+import StrataNet
+import StrataWire
+
+/// One client connection, owned by one event loop (every method runs on that loop's thread).
+///
+/// Reads into an input buffer, decodes frames (PROTOCOL.md §2.2), answers memory hits and
+/// control operations at once, hands disk work to the worker pool and writes its response
+/// when it comes back (responses are matched by request id, so order may differ). Closes on
+/// a fatal protocol error (after answering it), on a frame that takes longer than the frame
+/// timeout, on idleness past the idle timeout, and when unsent output passes the cap.
+final class Connection: EventHandler {
+    let fd: Int32
+    unowned let loop: EventLoop
+    unowned let node: Node
+    let id: Int
+
+    private var input: [UInt8] = []
+    private var inputStart = 0
+    private var output: [UInt8] = []
+    private var outputStart = 0
+    private var accounted = 0
+    private var wantWrite = false
+
+    private(set) var authenticated: Bool
+    private(set) var closed = false
+    private var closeAfterFlush = false
+    /// Disk jobs submitted and not yet answered.
+    private(set) var inFlight = 0
+    /// When the frame now being received started to arrive (nil when between frames).
+    private(set) var frameStarted: Double?
+    private(set) var lastActive = monotonicSeconds()
+
+    init(fd: Int32, loop: EventLoop, node: Node, id: Int) {
+        self.fd = fd
+        self.loop = loop
+        self.node = node
+        self.id = id
+        authenticated = node.config.authToken == nil
+    }
+
+    var idle: Bool { inFlight == 0 && outputStart == output.count }
+
+    // MARK: Events
+
+    func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        if writable { flush() }
+        if readable { readAvailable() }
+        if hangup && !closed && !readable { close(reason: "hangup") }
+    }
+
+    private func readAvailable() {
+        guard !closed else { return }
+        let scratch = node.scratch(for: loop)
+        var sawEOF = false
+        while !closed {
+            let r: IOResult
+            do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
+                close(reason: "read: \(error)")
+                return
+            }
+            guard case .done(let n) = r else { break }
+            if n == 0 { sawEOF = true; break }
+            input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+            node.stats.bytesIn.add(n, ordering: .relaxed)
+            lastActive = monotonicSeconds()
+            if n < scratch.count { break }
+        }
+        processFrames()
+        if sawEOF {
+            // The peer finished sending; answer what it sent, then close.
+            if idle { close(reason: "eof") } else { closeAfterFlush = true }
+        }
+        updateAccounting()
+    }
+
+    private func processFrames() {
+        let decoder = FrameDecoder(magic: Wire.requestMagic,
+                                   maxBody: authenticated ? node.config.maxFrame : min(node.config.maxFrame, node.config.preAuthFrameLimit))
+        while !closed && !closeAfterFlush {
+            let available = input.count - inputStart
+            if available == 0 { break }
+            let result: Result<(frame: Frame, consumed: Int)?, WireError> = input.withUnsafeBytes { all in
+                do throws(WireError) {
+                    return .success(try decoder.decode(UnsafeRawBufferPointer(rebasing: all[inputStart...])))
+                } catch { return .failure(error) }
+            }
+            switch result {
+            case .failure(let e):
+                node.stats.malformedFrames.add(1, ordering: .relaxed)
+                node.log.debug("frame_refused", [("conn", String(id)), ("status", e.status.description), ("reason", e.message)])
+                send(Responses.error(e))
+                closeAfterFlush = true
+                frameStarted = nil
+                if idle { flushAndMaybeClose() }
+                return
+            case .success(nil):
+                if frameStarted == nil { frameStarted = monotonicSeconds() }
+                compactInput()
+                return
+            case .success(let (frame, used)?):
+                inputStart += used
+                frameStarted = nil
+                handleFrame(frame)
+            }
+        }
+        compactInput()
+    }
+
+    private func compactInput() {
+        if inputStart == input.count {
+            input.removeAll(keepingCapacity: input.capacity <= 1 << 20)
+            inputStart = 0
+        } else if inputStart > 64 << 10 && inputStart * 2 > input.count {
+            input.removeFirst(inputStart)
+            inputStart = 0
+        }
+    }
+
+    // MARK: Requests
+
+    private func handleFrame(_ f: Frame) {
+        let started = monotonicSeconds()
+        let request: Request
+        do { request = try Request.parse(f) } catch {
+            send(Responses.error(to: f, error.status, error.message))
+            return
+        }
+        if node.draining {
+            send(Responses.error(to: f, .shuttingDown, "the node is shutting down"))
+            return
+        }
+        if !authenticated {
+            switch request {
+            case .hello, .ping: break
+            default:
+                send(Responses.error(to: f, .authRequired, "authenticate with HELLO first"))
+                return
+            }
+        }
+        let quiet = f.requestFlags.contains(.quiet)
+        switch request {
+        case .ping:
+            if !quiet { send(Responses.status(to: f, .ok)) }
+            node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
+            return
+        case .quit:
+            if !quiet { send(Responses.status(to: f, .ok)) }
+            closeAfterFlush = true
+            flushAndMaybeClose()
+            return
+        case let .hello(lo, hi, token):
+            guard lo <= Wire.version && Wire.version <= hi else {
+                send(Responses.error(to: f, .unsupportedVersion, "this node speaks protocol version \(Wire.version) only"))
+                return
+            }
+            if let expected = node.config.authToken {
+                guard constantTimeEqual(token, expected) else {
+                    node.stats.authFailures.add(1, ordering: .relaxed)
+                    node.log.warn("auth_failed", [("conn", String(id))])
+                    send(Responses.error(to: f, .authFailed, "wrong token"))
+                    closeAfterFlush = true
+                    flushAndMaybeClose()
+                    return
+                }
+                authenticated = true
+            }
+            send(Responses.hello(to: f, version: Wire.version, authenticated: authenticated, server: "strata \(Node.version)"))
+            return
+        case .stats:
+            send(Responses.stats(to: f, json: node.statsJSON()))
+            return
+        default:
+            break
+        }
+        if node.overloaded {
+            node.stats.busyRefusals.add(1, ordering: .relaxed)
+            send(Responses.error(to: f, .busy, "the node is at its buffered-bytes limit; retry later"))
+            return
+        }
+        if case .get(let g) = request, let hit = node.dispatcher.memoryHit(g, f) {
+            send(hit)
+            node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
+            return
+        }
+        if Dispatcher.runsOnLoop(request) {
+            if let resp = node.dispatcher.execute(request, f) { send(resp) }
+            node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
+            return
+        }
+        // Disk work: a worker runs it, the loop writes the answer.
+        inFlight += 1
+        let dispatcher = node.dispatcher
+        let stats = node.stats
+        let loop = self.loop
+        let accepted = node.workers.submit { [self] in
+            let resp = dispatcher.execute(request, f)
+            stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
+            loop.execute { [self] in completed(resp) }
+        }
+        if !accepted {
+            inFlight -= 1
+            node.stats.busyRefusals.add(1, ordering: .relaxed)
+            send(Responses.error(to: f, .busy, "too much disk work queued; retry later"))
+        }
+    }
+
+    private func completed(_ resp: Frame?) {
+        inFlight -= 1
+        guard !closed else { return }
+        if let r = resp { send(r) }
+        if closeAfterFlush { flushAndMaybeClose() }
+        updateAccounting()
+    }
+
+    // MARK: Output
+
+    func send(_ frame: Frame) {
+        guard !closed else { return }
+        if outputStart == output.count { output.removeAll(keepingCapacity: output.capacity <= 1 << 20); outputStart = 0 }
+        frame.encode(into: &output)
+        if output.count - outputStart > node.config.outputCap {
+            node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
+            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count - outputStart))])
+            close(reason: "output cap")
+            return
+        }
+        flush()
+    }
+
+    private func flush() {
+        guard !closed else { return }
+        while outputStart < output.count {
+            let r: IOResult
+            do {
+                r = try output.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + outputStart, output.count - outputStart) }
+            } catch {
+                close(reason: "send: \(error)")
+                return
+            }
+            guard case .done(let n) = r else { break }
+            outputStart += n
+            node.stats.bytesOut.add(n, ordering: .relaxed)
+        }
+        let pending = outputStart < output.count
+        if pending != wantWrite {
+            wantWrite = pending
+            loop.modify(fd, pending ? [.read, .write] : .read)
+        }
+        if !pending && closeAfterFlush && inFlight == 0 { close(reason: "done") }
+        updateAccounting()
+    }
+
+    private func flushAndMaybeClose() {
+        flush()
+    }
+
+    private func updateAccounting() {
+        guard !closed else { return }
+        let now = (input.count - inputStart) + (output.count - outputStart)
+        if now != accounted {
+            node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
+            accounted = now
+        }
+    }
+
+    // MARK: Timers and closing
+
+    /// Called by the loop's tick.
+    func checkTimers(now: Double) {
+        guard !closed else { return }
+        if let started = frameStarted, now - started > node.config.frameTimeout {
+            node.stats.timeouts.add(1, ordering: .relaxed)
+            close(reason: "frame timeout")
+            return
+        }
+        if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
+            node.stats.timeouts.add(1, ordering: .relaxed)
+            close(reason: "idle timeout")
+        }
+    }
+
+    func close(reason: String) {
+        guard !closed else { return }
+        closed = true
+        loop.unregister(fd)
+        Sys.close(fd)
+        node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
+        accounted = 0
+        input = []
+        inputStart = 0
+        output = []
+        outputStart = 0
+        node.connectionClosed(self)
+        node.log.debug("connection_closed", [("conn", String(id)), ("reason", reason)])
+    }
+}
+
+/// Compares without an early exit, so the time taken does not reveal how much matched.
+func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    var diff = UInt8(a.count == b.count ? 0 : 1)
+    let n = max(a.count, b.count)
+    for i in 0..<n {
+        let x = i < a.count ? a[i] : 0
+        let y = i < b.count ? b[i] : 0
+        diff |= x ^ y
+    }
+    return diff == 0
+}

@@ -1,0 +1,142 @@
+import StrataCore
+import StrataStore
+import StrataWire
+
+// How each request becomes store calls and a response frame (PROTOCOL.md §7). Pure with
+// respect to the network: given the store and a frame, returns the response.
+
+extension Tiers {
+    /// Wire tiers: 0 means both.
+    init(wire: UInt8) { self = wire == 0 ? .all : Tiers(rawValue: wire & 3) }
+}
+
+extension WireExpiry {
+    var storeExpiry: Expiry {
+        switch self {
+        case .storeDefault: return .storeDefault
+        case .never: return .never
+        case .seconds(let s): return .seconds(Double(s))
+        case .at(let t): return .at(unixMicros: t)
+        }
+    }
+}
+
+func status(for e: StoreError) -> Status {
+    switch e.code {
+    case .invalidKey, .invalidNamespace, .invalidArgument: return .invalidArgument
+    case .valueTooLarge, .extendedTooLarge: return .tooLarge
+    case .diskFull: return .diskFull
+    case .closed: return .shuttingDown
+    default: return .serverError
+    }
+}
+
+struct Dispatcher {
+    let store: TieredCache
+
+    /// True when the request can be answered on the event loop without touching the disk.
+    static func runsOnLoop(_ r: Request) -> Bool {
+        switch r {
+        case .ping, .hello, .quit, .stats: return true
+        case .set(let s): return Tiers(wire: s.tiers) == .memory
+        case .delete(_, _, let tiers, _, _), .touch(_, _, let tiers, _): return Tiers(wire: tiers) == .memory
+        case .counter(let c): return Tiers(wire: c.tiers) == .memory
+        default: return false
+        }
+    }
+
+    /// A memory-tier hit for a plain GET, answered on the loop; nil means "go to a worker".
+    func memoryHit(_ g: GetRequest, _ f: Frame) -> Frame? {
+        guard g.touch == nil, !g.wantMeta, Tiers(wire: g.tiers).contains(.memory),
+              let item = try? store.get(g.key, namespace: g.namespace, tiers: .memory) else { return nil }
+        return Responses.get(to: f, payload(item))
+    }
+
+    func payload(_ item: CacheItem) -> ItemPayload {
+        ItemPayload(value: item.value, flags: item.flags, expiresAt: item.expiresAt ?? 0, extended: item.extended,
+                    version: item.version, tier: item.tier.rawValue)
+    }
+
+    /// Runs `r` against the store (may block on the disk tier). Nil = no response (QUIET success).
+    func execute(_ r: Request, _ f: Frame) -> Frame? {
+        let quiet = f.requestFlags.contains(.quiet)
+        func ok(cas: UInt64 = 0) -> Frame? { quiet ? nil : Responses.status(to: f, .ok, cas: cas) }
+        do {
+            switch r {
+            case .get(let g):
+                guard let item = try store.get(g.key, namespace: g.namespace, tiers: Tiers(wire: g.tiers), touch: g.touch?.storeExpiry) else {
+                    return quiet ? nil : Responses.status(to: f, .notFound)
+                }
+                var p = payload(item)
+                if g.wantMeta, let m = try store.metadata(g.key, namespace: g.namespace) {
+                    p.meta = MetaBlock(tiersPresent: m.tiers.rawValue, encoding: m.encoding?.rawValue ?? 255,
+                                       storedSize: UInt32(clamping: m.storedSize ?? 0))
+                }
+                return Responses.get(to: f, p)
+            case let .mget(ns, keys, tiers):
+                let items = try store.getMany(keys, namespace: ns, tiers: Tiers(wire: tiers))
+                return Responses.mget(to: f, items.map { $0.map { MGetItem(flags: $0.flags, expiresAt: $0.expiresAt ?? 0, version: $0.version, value: $0.value) } })
+            case .set(let s):
+                let mode: SetMode
+                switch s.mode {
+                case .set: mode = .set
+                case .add: mode = .add
+                case .replace: mode = .replace
+                case .cas: mode = .cas(s.casVersion)
+                }
+                let out = try store.set(s.key, s.value, namespace: s.namespace, options: SetOptions(
+                    mode: mode, expiry: s.expiry.storeExpiry, flags: s.flags, extended: s.extended, tiers: Tiers(wire: s.tiers),
+                    version: s.version == 0 ? nil : s.version, writeBehind: s.writeBehind))
+                switch out {
+                case .stored(let v): return ok(cas: v)
+                case .exists: return Responses.status(to: f, .exists)
+                case .notFound: return Responses.status(to: f, .notFound)
+                case .casMismatch(let cur): return Responses.status(to: f, .casMismatch, cas: cur)
+                case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
+                }
+            case let .delete(ns, key, tiers, version, _):
+                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
+                case .removed: return ok()
+                case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
+                case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
+                }
+            case let .touch(ns, key, tiers, expiry):
+                guard let v = try store.touchVersioned(key, namespace: ns, expiry: expiry.storeExpiry, tiers: Tiers(wire: tiers)) else {
+                    return quiet ? nil : Responses.status(to: f, .notFound)
+                }
+                return ok(cas: v)
+            case let .exists(ns, key, tiers):
+                return try store.contains(key, namespace: ns, tiers: Tiers(wire: tiers)) ? ok() : (quiet ? nil : Responses.status(to: f, .notFound))
+            case .counter(let c):
+                let out = c.decrement
+                    ? try store.decrement(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial, expiry: c.expiry.storeExpiry)
+                    : try store.increment(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial, expiry: c.expiry.storeExpiry)
+                switch out {
+                case .value(let v, let version): return quiet ? nil : Responses.counter(to: f, value: v, version: version)
+                case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
+                case .notANumber: return Responses.status(to: f, .notANumber)
+                }
+            case let .meta(ns, key, tiers):
+                guard let m = try store.metadata(key, namespace: ns, tiers: Tiers(wire: tiers)) else {
+                    return Responses.status(to: f, .notFound)
+                }
+                return Responses.meta(to: f, MetaInfo(tiersPresent: m.tiers.rawValue, encoding: m.encoding?.rawValue ?? 255,
+                                                      size: UInt32(clamping: m.size), storedSize: Int64(m.storedSize ?? -1),
+                                                      expiresAt: m.expiresAt ?? 0, version: m.version, flags: m.flags,
+                                                      extendedSize: UInt32(m.extendedSize)))
+            case let .scan(ns, cursor, limit):
+                let page = try store.keys(namespace: ns, after: cursor.isEmpty ? nil : cursor, limit: Int(limit))
+                return Responses.scan(to: f, keys: page.keys, next: page.next)
+            case let .flush(ns, all):
+                if all { try store.flushAll() } else { try store.flush(namespace: ns) }
+                return ok()
+            case .ping, .quit, .hello, .stats:
+                return ok() // answered by the connection itself; kept total for safety
+            }
+        } catch let e as StoreError {
+            return Responses.error(to: f, status(for: e), e.message)
+        } catch {
+            return Responses.error(to: f, .serverError, "\(error)")
+        }
+    }
+}

@@ -1,0 +1,41 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+
+/// Structured log lines on stderr: `ts=… level=… event=… key=value…`. Thread-safe (one write
+/// per line).
+public struct Logger: Sendable {
+    public let level: LogLevel
+    public init(level: LogLevel) { self.level = level }
+
+    public func log(_ l: LogLevel, _ event: String, _ fields: [(String, String)] = []) {
+        guard l >= level else { return }
+        var line = "ts=\(isoNow()) level=\(l.name) event=\(event)"
+        for (k, v) in fields {
+            let needsQuotes = v.contains(" ") || v.contains("=") || v.isEmpty
+            line += " \(k)=" + (needsQuotes ? "\"" + v.replacingQuotes() + "\"" : v)
+        }
+        line += "\n"
+        line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    }
+
+    public func info(_ e: String, _ f: [(String, String)] = []) { log(.info, e, f) }
+    public func warn(_ e: String, _ f: [(String, String)] = []) { log(.warn, e, f) }
+    public func error(_ e: String, _ f: [(String, String)] = []) { log(.error, e, f) }
+    public func debug(_ e: String, _ f: [(String, String)] = []) { log(.debug, e, f) }
+}
+
+func isoNow() -> String {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    var t = ts.tv_sec
+    var tm = tm()
+    gmtime_r(&t, &tm)
+    func p(_ v: Int32, _ w: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, w - s.count)) + s }
+    return "\(p(tm.tm_year + 1900, 4))-\(p(tm.tm_mon + 1, 2))-\(p(tm.tm_mday, 2))T\(p(tm.tm_hour, 2)):\(p(tm.tm_min, 2)):\(p(tm.tm_sec, 2)).\(p(Int32(ts.tv_nsec / 1_000_000), 3))Z"
+}
+
+extension String {
+    func replacingQuotes() -> String { String(self.map { $0 == "\"" ? "'" : $0 }) }
+}

@@ -1,0 +1,256 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+import StrataCore
+import StrataNet
+import StrataStore
+import StrataWire
+
+/// A Strata node: the store behind epoll event loops speaking PROTOCOL.md.
+///
+/// Threads: one event loop per core (or `threads`), each accepting from the shared listening
+/// socket and owning its connections; a worker pool for disk-tier work; the store's own
+/// writer and notifier threads. Guarantees: bad input gets an error frame and never crashes
+/// the node or touches other connections; `shutdown` answers everything in flight (up to the
+/// drain time), flushes write-behind, checkpoints and releases the data directory.
+public final class Node: @unchecked Sendable {
+    public static let version = "0.1.0"
+
+    public let config: NodeConfiguration
+    public let store: TieredCache
+    let log: Logger
+    let stats = NodeStats()
+    let dispatcher: Dispatcher
+    let workers: WorkerPool
+    private var loops: [EventLoop] = []
+    private var listenFD: Int32 = -1
+    private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
+    private var connections: [[Int: Connection]] = []
+    private let nextConnectionID = Atomic<Int>(1)
+    private let drainFlag = Atomic<Bool>(false)
+    private let loopsStopped = Counter()
+    private let allStopped = Completion<Void>()
+    /// The port the node listens on (useful after binding port 0).
+    public private(set) var port: UInt16 = 0
+
+    /// Checks the configuration and opens the store. Throws `NodeError` with a reason.
+    public init(config: NodeConfiguration) throws {
+        guard let address = SocketAddress(host: config.host, port: config.port) else {
+            throw NodeError(exitCode: 2, "--host must be a numeric IPv4/IPv6 address or localhost, got '\(config.host)'")
+        }
+        if !address.isLoopback && config.authToken == nil && !config.insecure {
+            throw NodeError(exitCode: 2, "refusing to listen on \(address) without an auth token: set --auth-token-file, or pass --insecure to allow it")
+        }
+        self.config = config
+        self.log = Logger(level: config.logLevel)
+        var sc = StoreConfiguration(directory: config.dataDirectory)
+        sc.memoryCostLimit = config.memoryLimit
+        sc.diskByteLimit = config.diskLimit
+        sc.maxItemBytes = config.maxItem
+        sc.defaultTTL = config.defaultTTL
+        let logger = log
+        sc.log = { line in logger.log(.warn, "store", [("detail", line)]) }
+        do {
+            store = try TieredCache(configuration: sc)
+        } catch let e as StoreError {
+            throw NodeError(exitCode: e.code == .locked || e.code == .directory || e.code == .schemaTooNew ? 2 : 3, e.description)
+        }
+        dispatcher = Dispatcher(store: store)
+        workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)
+    }
+
+    /// Binds, starts the event loops and returns once the node is accepting.
+    public func start() throws {
+        Sys.ignoreSIGPIPE()
+        let address = SocketAddress(host: config.host, port: config.port)!
+        let (fd, bound): (Int32, UInt16)
+        do { (fd, bound) = try Socket.listen(address) } catch {
+            store.close()
+            throw NodeError(exitCode: 3, "cannot listen on \(address): \(error)")
+        }
+        listenFD = fd
+        port = bound
+        var n = config.threads
+        if n <= 0 { n = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+        connections = Array(repeating: [:], count: n)
+        for i in 0..<n {
+            let loop = try EventLoop(index: i)
+            loops.append(loop)
+            scratchBuffers.append(.allocate(byteCount: 64 << 10, alignment: 16))
+            try loop.register(fd, .accept, Acceptor(node: self, loop: loop))
+        }
+        for loop in loops {
+            startThread(name: "strata-loop") { [self] in
+                loop.run(tickInterval: 0.1) { self.tick(loop) }
+                if loopsStopped.load() + 1 == loops.count { } // counted below
+                loopsStopped.add(1)
+                if loopsStopped.load() == loops.count { allStopped.fulfil(()) }
+            }
+        }
+        log.info("listening", [("addr", SocketAddress(host: config.host, port: bound)!.description),
+                               ("data", config.dataDirectory), ("threads", String(n)),
+                               ("auth", config.authToken == nil ? "off" : "token"), ("version", Node.version)])
+    }
+
+    func scratch(for loop: EventLoop) -> UnsafeMutableRawBufferPointer { scratchBuffers[loop.index] }
+
+    var draining: Bool { drainFlag.load(ordering: .relaxed) }
+
+    var overloaded: Bool { stats.bufferedBytes.load(ordering: .relaxed) > config.maxBufferedBytes }
+
+    // MARK: Connections (each loop's own map, touched on that loop only)
+
+    func accepted(_ fd: Int32, on loop: EventLoop) {
+        let current = stats.connectionsCurrent.load(ordering: .relaxed)
+        if current >= config.maxConnections || draining {
+            stats.connectionsRefused.add(1, ordering: .relaxed)
+            var f = Frame(magic: Wire.responseMagic, opcode: 0, requestID: 0)
+            f.status = (draining ? Status.shuttingDown : Status.tooManyConnections).rawValue
+            f.value = Array((draining ? "the node is shutting down" : "too many connections (limit \(config.maxConnections))").utf8)
+            let bytes = f.encoded()
+            _ = bytes.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress!, $0.count) }
+            Sys.close(fd)
+            return
+        }
+        Sys.setNoDelay(fd)
+        let id = nextConnectionID.add(1, ordering: .relaxed).newValue
+        let c = Connection(fd: fd, loop: loop, node: self, id: id)
+        do { try loop.register(fd, .read, c) } catch {
+            Sys.close(fd)
+            return
+        }
+        connections[loop.index][id] = c
+        stats.connectionsCurrent.add(1, ordering: .relaxed)
+        stats.connectionsTotal.add(1, ordering: .relaxed)
+    }
+
+    func connectionClosed(_ c: Connection) {
+        connections[c.loop.index][c.id] = nil
+        stats.connectionsCurrent.add(-1, ordering: .relaxed)
+    }
+
+    private func tick(_ loop: EventLoop) {
+        let now = monotonicSeconds()
+        for c in connections[loop.index].values { c.checkTimers(now: now) }
+    }
+
+    // MARK: Shutdown
+
+    /// Stops accepting, answers in-flight requests (up to `drainTime`), closes connections,
+    /// flushes write-behind writes, checkpoints and closes the store.
+    public func shutdown() {
+        guard !drainFlag.exchange(true, ordering: .relaxed) else { return }
+        log.info("draining", [("in_flight", String(workers.outstanding))])
+        // Stop accepting: each loop drops the listening socket.
+        let dropped = Counter()
+        for loop in loops { loop.execute { loop.unregister(self.listenFD); dropped.add() } }
+        let deadline = monotonicSeconds() + config.drainTime
+        while monotonicSeconds() < deadline {
+            if dropped.load() == loops.count && workers.outstanding == 0 && allIdle() { break }
+            usleep(10_000)
+        }
+        for (i, loop) in loops.enumerated() {
+            loop.execute { [self] in
+                for c in connections[i].values { c.close(reason: "shutdown") }
+                loop.stop()
+            }
+        }
+        if !loops.isEmpty { allStopped.wait() }
+        Sys.close(listenFD)
+        workers.stop()
+        store.close()
+        log.info("stopped", [("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed)))])
+    }
+
+    private func allIdle() -> Bool {
+        let idleCount = Counter()
+        let checked = Counter()
+        for (i, loop) in loops.enumerated() {
+            loop.execute { [self] in
+                if connections[i].values.allSatisfy({ $0.idle }) { idleCount.add() }
+                checked.add()
+            }
+        }
+        let until = monotonicSeconds() + 1
+        while checked.load() < loops.count && monotonicSeconds() < until { usleep(1000) }
+        return idleCount.load() == loops.count
+    }
+
+    // MARK: Stats
+
+    func statsJSON() -> String {
+        let s = store.stats()
+        var fields: [(String, String)] = [
+            ("version", "\"\(Node.version)\""),
+            ("uptime_s", String(Int(monotonicSeconds() - stats.started))),
+            ("connections_current", String(stats.connectionsCurrent.load(ordering: .relaxed))),
+            ("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed))),
+            ("connections_refused", String(stats.connectionsRefused.load(ordering: .relaxed))),
+            ("bytes_in", String(stats.bytesIn.load(ordering: .relaxed))),
+            ("bytes_out", String(stats.bytesOut.load(ordering: .relaxed))),
+            ("buffered_bytes", String(stats.bufferedBytes.load(ordering: .relaxed))),
+            ("busy_refusals", String(stats.busyRefusals.load(ordering: .relaxed))),
+            ("malformed_frames", String(stats.malformedFrames.load(ordering: .relaxed))),
+            ("output_cap_cutoffs", String(stats.outputCapCutoffs.load(ordering: .relaxed))),
+            ("timeouts", String(stats.timeouts.load(ordering: .relaxed))),
+            ("auth_failures", String(stats.authFailures.load(ordering: .relaxed))),
+            ("disk_jobs_outstanding", String(workers.outstanding)),
+            ("memory_items", String(s.memory.items)), ("memory_bytes", String(s.memory.bytes)),
+            ("memory_hits", String(s.memory.hits)), ("memory_misses", String(s.memory.misses)),
+            ("memory_evictions", String(s.memory.evictions)), ("memory_expirations", String(s.memory.expirations)),
+            ("disk_items", String(s.disk.items)), ("disk_bytes", String(s.disk.bytes)),
+            ("disk_hits", String(s.disk.hits)), ("disk_misses", String(s.disk.misses)),
+            ("disk_evictions", String(s.disk.evictions)), ("disk_expirations", String(s.disk.expirations)),
+            ("disk_commits", String(s.commits)), ("disk_write_errors", String(s.diskWriteErrors)),
+            ("corrupt_items", String(s.corruptItems)), ("quarantines", String(s.quarantines)),
+            ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
+            ("compression_raw_bytes", String(s.rawBytesWritten)), ("compression_stored_bytes", String(s.storedBytesWritten)),
+        ]
+        for op in Opcode.allCases {
+            let n = stats.ops[Int(op.rawValue)].load()
+            fields.append(("ops_\(op.name)", String(n)))
+            if n > 0 {
+                let h = stats.latency[Int(op.rawValue)]
+                fields.append(("latency_us_\(op.name)_p50", fmt(h.percentile(0.5))))
+                fields.append(("latency_us_\(op.name)_p99", fmt(h.percentile(0.99))))
+                fields.append(("latency_us_\(op.name)_p999", fmt(h.percentile(0.999))))
+            }
+        }
+        return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    private func fmt(_ x: Double) -> String { String(Double(Int(x * 10)) / 10) }
+}
+
+/// Accepts connections from the shared listening socket on one loop.
+final class Acceptor: EventHandler {
+    unowned let node: Node
+    unowned let loop: EventLoop
+    init(node: Node, loop: EventLoop) { self.node = node; self.loop = loop }
+
+    func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        while true {
+            let fd: Int32?
+            do { fd = try Sys.accept(node.listenFDValue) } catch {
+                // EMFILE and friends: log and try again on the next wakeup.
+                node.log.warn("accept_failed", [("error", "\(error)")])
+                return
+            }
+            guard let c = fd else { return }
+            node.accepted(c, on: loop)
+        }
+    }
+}
+
+extension Node {
+    var listenFDValue: Int32 { listenFD }
+}
+
+/// A node that cannot start: the message and the exit code the CLI should use.
+public struct NodeError: Error, CustomStringConvertible {
+    public let exitCode: Int32
+    public let message: String
+    public init(exitCode: Int32, _ message: String) { self.exitCode = exitCode; self.message = message }
+    public var description: String { message }
+}

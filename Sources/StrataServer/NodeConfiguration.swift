@@ -1,0 +1,56 @@
+import StrataCore
+
+/// Everything a node can be told. Defaults follow memcached/Redis where they have one.
+public struct NodeConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    public var port: UInt16 = 7400
+    public var dataDirectory = "./strata-data"
+    public var memoryLimit = 256 << 20
+    public var diskLimit = 4 << 30
+    public var maxItem = 32 << 20
+    /// Seconds; nil = items never expire unless a write says so.
+    public var defaultTTL: Double? = nil
+    /// Event loops; 0 = one per core.
+    public var threads = 0
+    /// Threads that run disk-tier work (each waits on SQLite or a group commit).
+    public var diskWorkers = 32
+    /// Disk jobs queued beyond the workers before new ones get BUSY.
+    public var maxQueuedDiskJobs = 10_000
+    public var authToken: [UInt8]? = nil
+    /// Allow a non-loopback address without a token.
+    public var insecure = false
+    public var maxConnections = 10_000
+    /// Seconds a connection may stay idle; nil = no timeout (memcached, Redis).
+    public var idleTimeout: Double? = nil
+    /// Seconds a frame that has started may take to arrive in full (stops slowloris).
+    public var frameTimeout: Double = 10
+    /// Unsent response bytes a connection may hold before it is cut off.
+    public var outputCap = 64 << 20
+    /// Bytes buffered (in + out) across all connections before new requests get BUSY.
+    public var maxBufferedBytes = 1 << 30
+    /// Frame body limit before authentication when a token is set.
+    public var preAuthFrameLimit = 16 << 10
+    /// Seconds SIGTERM waits for in-flight requests.
+    public var drainTime: Double = 10
+    public var logLevel: LogLevel = .info
+
+    public init() {}
+
+    /// The largest frame body: max item + 64 KiB for key, namespace and extras.
+    public var maxFrame: Int { maxItem + (64 << 10) }
+}
+
+public enum LogLevel: Int, Sendable, Comparable {
+    case debug = 0, info, warn, error
+    public init?(name: String) {
+        switch name {
+        case "debug": self = .debug
+        case "info": self = .info
+        case "warn", "warning": self = .warn
+        case "error": self = .error
+        default: return nil
+        }
+    }
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
+    var name: String { ["debug", "info", "warn", "error"][rawValue] }
+}

@@ -1,0 +1,85 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import StrataClient
+import StrataCore
+import StrataServer
+import StrataWire
+
+let topUsage = """
+usage: strata <command> [options]
+
+commands:
+  serve     start a node
+  ping      check that a node answers
+  stats     a node's counters (--json for JSON)
+  set       store a value (from the argument, or stdin when omitted)
+  get       print a value (exit 1 on a miss)
+  del       delete a key
+  exists    exit 0 if the key exists, 1 if not
+  touch     give a key a new TTL
+  incr      add to a counter
+  decr      subtract from a counter
+  meta      an item's metadata
+  keys      list the keys of a namespace
+  flush     empty a namespace (--ns) or everything (--all)
+
+`strata <command> --help` describes each command.
+Exit codes: 0 ok, 1 not found, 2 bad usage, 3 connection or server error.
+"""
+
+func printOut(_ s: String) {
+    let line = s + "\n"
+    line.withCString { _ = write(1, $0, strlen($0)) }
+}
+
+func printErr(_ s: String) {
+    let line = s + "\n"
+    line.withCString { _ = write(2, $0, strlen($0)) }
+}
+
+func writeBytes(_ b: [UInt8]) {
+    var off = 0
+    while off < b.count {
+        let n = b.withUnsafeBytes { write(1, $0.baseAddress! + off, b.count - off) }
+        if n <= 0 { return }
+        off += n
+    }
+}
+
+func runCLI(_ args: [String]) -> Int32 {
+    guard let command = args.first else {
+        printErr(topUsage)
+        return 2
+    }
+    let rest = Array(args.dropFirst())
+    do {
+        switch command {
+        case "serve": return try serveCommand(rest)
+        case "--help", "-h", "help":
+            printOut(topUsage)
+            return 0
+        case "--version", "version":
+            printOut("strata \(Node.version)")
+            return 0
+        default:
+            guard let spec = clientCommands[command] else {
+                throw UsageError(message: "unknown command '\(command)' (see strata --help)")
+            }
+            return try runClientCommand(command, spec, rest)
+        }
+    } catch let e as UsageError {
+        printErr("strata \(command): \(e.message)")
+        return 2
+    } catch let e as ClientError {
+        printErr("strata \(command): \(e.message)")
+        return 3
+    } catch let e as NodeError {
+        printErr("strata \(command): \(e.message)")
+        return e.exitCode
+    } catch {
+        printErr("strata \(command): \(error)")
+        return 3
+    }
+}

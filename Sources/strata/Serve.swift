@@ -1,0 +1,149 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import StrataCore
+import StrataServer
+
+let serveUsage = """
+usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--memory-limit 256MiB]
+                    [--disk-limit 4GiB] [--max-item 32MiB] [--default-ttl SECONDS] [--threads N]
+                    [--auth-token-file FILE] [--insecure] [--config FILE.json] [--log-level info]
+                    [--max-connections 10000] [--idle-timeout SECONDS] [--frame-timeout 10]
+                    [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32]
+
+Starts a node in the foreground. Settings come from the JSON file given by --config, then
+STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
+name in upper case with _ for -), then flags; the later wins. Sizes accept B, KiB, MiB, GiB.
+Binding an address other than loopback needs --auth-token-file or --insecure.
+SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
+"""
+
+/// The settings `serve` knows, by flag name (without dashes); each maps to the config.
+let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-limit", "max-item", "default-ttl",
+                               "threads", "auth-token-file", "log-level", "max-connections", "idle-timeout",
+                               "frame-timeout", "output-cap", "drain-time", "disk-workers"]
+
+func serveCommand(_ args: [String]) throws -> Int32 {
+    let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
+                                 switches: ["--insecure", "--help"], maxPositionals: 0)
+    if opts.switches.contains("--help") {
+        printOut(serveUsage)
+        return 0
+    }
+    // Layering: file, then environment, then flags.
+    var settings: [String: String] = [:]
+    var insecure = false
+    if let path = opts.string("--config") {
+        let (fileSettings, fileInsecure) = try loadConfigFile(path)
+        settings.merge(fileSettings) { $1 }
+        insecure = fileInsecure ?? insecure
+    }
+    let env = ProcessInfo.processInfo.environment
+    for name in serveSettings {
+        let envName = "STRATA_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
+        if let v = env[envName] { settings[name] = v }
+    }
+    if let v = env["STRATA_INSECURE"] { insecure = v == "1" || v == "true" }
+    for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
+    if opts.switches.contains("--insecure") { insecure = true }
+
+    var config = NodeConfiguration()
+    config.insecure = insecure
+    try apply(settings, to: &config)
+
+    // Signals are blocked before any thread starts, so every thread inherits the mask and
+    // only sigwait below sees them.
+    var set = sigset_t()
+    sigemptyset(&set)
+    sigaddset(&set, SIGTERM)
+    sigaddset(&set, SIGINT)
+    pthread_sigmask(SIG_BLOCK, &set, nil)
+
+    let node = try Node(config: config)
+    try node.start()
+    printOut("strata \(Node.version) listening on \(config.host):\(node.port), data in \(config.dataDirectory)")
+    var sig: Int32 = 0
+    sigwait(&set, &sig)
+    node.shutdown()
+    return 0
+}
+
+func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
+    func size(_ name: String) throws -> Int? {
+        guard let v = s[name] else { return nil }
+        guard let n = parseByteSize(v) else { throw UsageError(message: "--\(name) must be a size such as 512MiB, got '\(v)'") }
+        return n
+    }
+    func int(_ name: String, min: Int = 0) throws -> Int? {
+        guard let v = s[name] else { return nil }
+        guard let n = Int(v), n >= min else { throw UsageError(message: "--\(name) must be an integer ≥ \(min), got '\(v)'") }
+        return n
+    }
+    func seconds(_ name: String) throws -> Double? {
+        guard let v = s[name] else { return nil }
+        guard let n = Double(v), n >= 0, n.isFinite else { throw UsageError(message: "--\(name) must be a number of seconds, got '\(v)'") }
+        return n
+    }
+    if let v = s["host"] { c.host = v }
+    if let v = try int("port") {
+        guard v <= 65535 else { throw UsageError(message: "--port must be 0…65535, got \(v)") }
+        c.port = UInt16(v)
+    }
+    if let v = s["data"] { c.dataDirectory = v }
+    if let v = try size("memory-limit") { c.memoryLimit = v }
+    if let v = try size("disk-limit") { c.diskLimit = v }
+    if let v = try size("max-item") {
+        guard v > 0 else { throw UsageError(message: "--max-item must be positive") }
+        c.maxItem = v
+    }
+    if let v = try seconds("default-ttl") { c.defaultTTL = v > 0 ? v : nil }
+    if let v = try int("threads") { c.threads = v }
+    if let v = try int("disk-workers", min: 1) { c.diskWorkers = v }
+    if let v = try int("max-connections", min: 1) { c.maxConnections = v }
+    if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
+    if let v = try seconds("frame-timeout") { c.frameTimeout = v }
+    if let v = try size("output-cap") { c.outputCap = v }
+    if let v = try seconds("drain-time") { c.drainTime = v }
+    if let v = s["log-level"] {
+        guard let l = LogLevel(name: v) else { throw UsageError(message: "--log-level must be debug, info, warn or error, got '\(v)'") }
+        c.logLevel = l
+    }
+    if let path = s["auth-token-file"] { c.authToken = try readToken(path) }
+}
+
+/// The token in `path`, trailing newline removed. Empty or unreadable files are usage errors.
+func readToken(_ path: String) throws -> [UInt8] {
+    guard let data = FileManager.default.contents(atPath: path) else {
+        throw UsageError(message: "cannot read the auth token file '\(path)'")
+    }
+    var bytes = [UInt8](data)
+    while let last = bytes.last, last == 10 || last == 13 { bytes.removeLast() }
+    guard !bytes.isEmpty else { throw UsageError(message: "the auth token file '\(path)' is empty") }
+    return bytes
+}
+
+/// Reads a JSON object whose keys are the serve flags' names (with - or _) plus `insecure`.
+func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
+    guard let data = FileManager.default.contents(atPath: path) else {
+        throw UsageError(message: "cannot read the config file '\(path)'")
+    }
+    guard let obj = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
+        throw UsageError(message: "the config file '\(path)' is not a JSON object")
+    }
+    var out: [String: String] = [:]
+    var insecure: Bool? = nil
+    for (k, v) in obj {
+        let name = k.replacingOccurrences(of: "_", with: "-")
+        if name == "insecure" {
+            guard let b = v as? Bool else { throw UsageError(message: "config '\(k)' must be true or false") }
+            insecure = b
+            continue
+        }
+        guard serveSettings.contains(name) else { throw UsageError(message: "unknown config key '\(k)' in '\(path)'") }
+        if let s = v as? String { out[name] = s } else if let n = v as? NSNumber { out[name] = n.stringValue } else {
+            throw UsageError(message: "config '\(k)' must be a string or a number")
+        }
+    }
+    return (out, insecure)
+}
