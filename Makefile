@@ -6,6 +6,10 @@ SWIFT_BUILD_FLAGS ?=
 
 .PHONY: deps build release test run bench-store soak clean
 
+# Where `make run` keeps the node's data (override: make run DATA=/path PORT=7401).
+DATA ?= ./strata-data
+PORT ?= 7400
+
 # Installs only the Debian packages that are missing (apt-get update first, once).
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -26,6 +30,10 @@ release: deps
 test: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	swift test --skip-build $(SWIFT_BUILD_FLAGS)
+
+# One node in the foreground on 127.0.0.1:$(PORT), data in $(DATA). Ctrl-C stops it cleanly.
+run: release
+	.build/release/strata serve --host 127.0.0.1 --port $(PORT) --data $(DATA)
 
 # The embedded store benchmark (issue 2's figures); see bench/RESULTS.md.
 bench-store: release

@@ -33,6 +33,8 @@ let package = Package(
 
         .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
         .testTarget(name: "StrataWireTests", dependencies: ["StrataWire"]),
+        // End-to-end: start the real `strata` binary and talk to it over sockets.
+        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore"]),
     ]
 )

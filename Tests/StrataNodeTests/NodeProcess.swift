@@ -1,0 +1,127 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// The path of an executable built beside the test bundle.
+func builtExecutable(_ name: String) -> String? {
+    var candidates: [String] = []
+    for b in Bundle.allBundles { candidates.append(b.bundleURL.deletingLastPathComponent().appendingPathComponent(name).path) }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    candidates.append(root.appendingPathComponent(".build/debug/\(name)").path)
+    candidates.append(root.appendingPathComponent(".build/release/\(name)").path)
+    return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
+}
+
+final class TempDir {
+    let path: String
+    init() {
+        var template = Array((NSTemporaryDirectory() + "strata-e2e-XXXXXX").utf8CString)
+        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A real `strata serve` process on 127.0.0.1 and a free port (port 0; the port is read from
+/// its first line of output). Stopped with SIGTERM (or killed) at deinit.
+final class NodeProcess: @unchecked Sendable {
+    let process = Process()
+    let dataDir: String
+    private(set) var port: UInt16 = 0
+    private let stdoutPipe = Pipe()
+    private let stderrPipe = Pipe()
+    private let errLock = NSLock()
+    private var errText = ""
+
+    init(dataDir: String, extra: [String] = [], file: StaticString = #filePath, line: UInt = #line) throws {
+        self.dataDir = dataDir
+        let exe = try XCTUnwrap(builtExecutable("strata"), "strata is not built", file: file, line: line)
+        process.executableURL = URL(fileURLWithPath: exe)
+        process.arguments = ["serve", "--port", "0", "--data", dataDir, "--threads", "2", "--disk-workers", "8", "--log-level", "warn"] + extra
+        process.standardOutput = stdoutPipe
+        process.standardError = stderrPipe
+        stderrPipe.fileHandleForReading.readabilityHandler = { [weak self] h in
+            let d = h.availableData
+            guard let self, !d.isEmpty else { return }
+            self.errLock.lock(); self.errText += String(decoding: d, as: UTF8.self); self.errLock.unlock()
+        }
+        try process.run()
+        // First stdout line: "strata X listening on HOST:PORT, data in DIR".
+        var line = ""
+        let deadline = Date().addingTimeInterval(20)
+        while !line.contains("\n") && Date() < deadline && process.isRunning {
+            let d = stdoutPipe.fileHandleForReading.availableData
+            if d.isEmpty { usleep(10_000); continue }
+            line += String(decoding: d, as: UTF8.self)
+        }
+        guard let r = line.range(of: "listening on 127.0.0.1:"),
+              let p = UInt16(line[r.upperBound...].prefix { $0.isNumber }) else {
+            process.waitUntilExit()
+            throw NSError(domain: "NodeProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "node did not start: \(line) \(stderr)"])
+        }
+        port = p
+    }
+
+    var stderr: String { errLock.lock(); defer { errLock.unlock() }; return errText }
+
+    func connect(token: [UInt8]? = nil, timeout: Double = 10) throws -> NodeConnection {
+        try NodeConnection(host: "127.0.0.1", port: port, timeout: timeout, token: token)
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    @discardableResult
+    func terminate(timeout: Double = 30) -> Int32 {
+        guard process.isRunning else { return process.terminationStatus }
+        kill(process.processIdentifier, SIGTERM)
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    deinit { terminate() }
+}
+
+/// Runs the CLI once; returns exit code, stdout and stderr.
+func runCLI(_ args: [String], stdin: [UInt8]? = nil, env: [String: String] = [:]) throws -> (code: Int32, out: [UInt8], err: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: try XCTUnwrap(builtExecutable("strata")))
+    p.arguments = args
+    var environment = ProcessInfo.processInfo.environment
+    for (k, v) in env { environment[k] = v }
+    p.environment = environment
+    let out = Pipe(), err = Pipe(), inp = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    p.standardInput = inp
+    try p.run()
+    if let s = stdin { inp.fileHandleForWriting.write(Data(s)) }
+    try inp.fileHandleForWriting.close()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, [UInt8](o), String(decoding: e, as: UTF8.self))
+}
+
+func b(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+/// Reads until the peer closes; true when it did within `seconds`.
+func peerCloses(_ c: NodeConnection, within seconds: Double) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        do { _ = try c.readFrame() } catch let e as ClientError {
+            return e.message.contains("closed") || e.message.contains("reset")
+        } catch { return false }
+    }
+    return false
+}
+
+/// A list shared by threads.
+final class SharedList<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [T] = []
+    func append(_ x: T) { lock.lock(); items.append(x); lock.unlock() }
+    var all: [T] { lock.lock(); defer { lock.unlock() }; return items }
+}

@@ -1,0 +1,472 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+final class NodeOperationTests: XCTestCase {
+    func testEveryOperationOverARealSocket() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        try c.ping()
+        // HELLO without a token on an open node.
+        let hello = try c.call(.hello(minVersion: 1, maxVersion: 3, token: []))
+        XCTAssertEqual(try Responses.parseHello(hello).version, 1)
+        XCTAssertEqual(try c.call(.hello(minVersion: 2, maxVersion: 3, token: [])).statusCode, .unsupportedVersion)
+        // SET / GET with flags, TTL, extended data, namespace.
+        var s = SetRequest(key: b("foo"), value: b("bar"), namespace: b("ns1"))
+        s.flags = 9; s.expiry = .seconds(100); s.extended = [1, 2, 3]
+        let stored = try c.set(s)
+        XCTAssertEqual(stored.statusCode, .ok)
+        let v1 = stored.cas
+        let got = try XCTUnwrap(c.get(b("foo"), namespace: b("ns1")))
+        XCTAssertEqual(got.value, b("bar"))
+        XCTAssertEqual(got.flags, 9)
+        XCTAssertEqual(got.extended, [1, 2, 3])
+        XCTAssertEqual(got.version, v1)
+        XCTAssertGreaterThan(got.expiresAt, 0)
+        XCTAssertNil(try c.get(b("foo")), "namespaces are separate")
+        // Modes.
+        var add = SetRequest(key: b("foo"), value: b("x"), namespace: b("ns1")); add.mode = .add
+        XCTAssertEqual(try c.set(add).statusCode, .exists)
+        var cas = SetRequest(key: b("foo"), value: b("y"), namespace: b("ns1")); cas.mode = .cas; cas.casVersion = v1 - 1
+        let mismatch = try c.set(cas)
+        XCTAssertEqual(mismatch.statusCode, .casMismatch)
+        XCTAssertEqual(mismatch.cas, v1)
+        cas.casVersion = v1
+        XCTAssertEqual(try c.set(cas).statusCode, .ok)
+        var old = SetRequest(key: b("v"), value: b("new")); old.version = 1000
+        XCTAssertEqual(try c.set(old).statusCode, .ok)
+        old.version = 999
+        XCTAssertEqual(try c.set(old).statusCode, .superseded)
+        // GET with touch and metadata.
+        let meta = try XCTUnwrap(c.get(b("foo"), namespace: b("ns1"), wantMeta: true))
+        XCTAssertEqual(meta.meta?.tiersPresent, 3, "\(meta)")
+        let touched = try c.call(.get(GetRequest(key: b("foo"), namespace: b("ns1"), touch: .never)))
+        XCTAssertEqual(try Responses.parseGet(touched).expiresAt, 0)
+        // MGET.
+        let mget = try c.call(.mget(namespace: b("ns1"), keys: [b("foo"), b("missing")], tiers: 0))
+        let items = try Responses.parseMGet(mget, count: 2)
+        XCTAssertEqual(items[0]?.value, b("y"))
+        XCTAssertNil(items[1])
+        // TOUCH, EXISTS, META.
+        XCTAssertEqual(try c.call(.touch(namespace: b("ns1"), key: b("foo"), tiers: 0, expiry: .seconds(50))).statusCode, .ok)
+        XCTAssertEqual(try c.call(.touch(namespace: [], key: b("nope"), tiers: 0, expiry: .seconds(50))).statusCode, .notFound)
+        XCTAssertEqual(try c.call(.exists(namespace: b("ns1"), key: b("foo"), tiers: 0)).statusCode, .ok)
+        XCTAssertEqual(try c.call(.exists(namespace: [], key: b("foo"), tiers: 0)).statusCode, .notFound)
+        let m = try Responses.parseMeta(c.call(.meta(namespace: b("ns1"), key: b("foo"), tiers: 0)))
+        XCTAssertEqual(m.size, 1)
+        XCTAssertEqual(m.extendedSize, 0, "the cas write replaced the extended data")
+        XCTAssertEqual(m.tiersPresent, 3)
+        // INCR / DECR.
+        var incr = CounterRequest(key: b("n"), delta: 5); incr.initial = 10
+        XCTAssertEqual(try Responses.parseCounter(c.call(.counter(incr))), 10)
+        XCTAssertEqual(try Responses.parseCounter(c.call(.counter(CounterRequest(key: b("n"), delta: 5)))), 15)
+        XCTAssertEqual(try Responses.parseCounter(c.call(.counter(CounterRequest(key: b("n"), delta: 20, decrement: true)))), 0)
+        XCTAssertEqual(try c.call(.counter(CounterRequest(key: b("v"), delta: 1))).statusCode, .notANumber)
+        XCTAssertEqual(try c.call(.counter(CounterRequest(key: b("none"), delta: 1))).statusCode, .notFound)
+        // SCAN.
+        for i in 0..<5 { try c.set(SetRequest(key: b("k\(i)"), value: b("v"), namespace: b("scan"))) }
+        let page1 = try Responses.parseScan(c.call(.scan(namespace: b("scan"), cursor: [], limit: 3)))
+        XCTAssertEqual(page1.keys, [b("k0"), b("k1"), b("k2")])
+        let page2 = try Responses.parseScan(c.call(.scan(namespace: b("scan"), cursor: try XCTUnwrap(page1.next), limit: 3)))
+        XCTAssertEqual(page2.keys, [b("k3"), b("k4")])
+        XCTAssertNil(page2.next)
+        // DELETE (plain and versioned), FLUSH.
+        XCTAssertEqual(try c.call(.delete(namespace: b("ns1"), key: b("foo"), tiers: 0, version: nil, writeBehind: false)).statusCode, .ok)
+        XCTAssertEqual(try c.call(.delete(namespace: b("ns1"), key: b("foo"), tiers: 0, version: nil, writeBehind: false)).statusCode, .notFound)
+        XCTAssertEqual(try c.call(.delete(namespace: [], key: b("v"), tiers: 0, version: 2000, writeBehind: false)).statusCode, .ok)
+        old.version = 1500
+        XCTAssertEqual(try c.set(old).statusCode, .superseded, "the tombstone blocks an older write")
+        XCTAssertEqual(try c.call(.flush(namespace: b("scan"), all: false)).statusCode, .ok)
+        XCTAssertNil(try c.get(b("k1"), namespace: b("scan")))
+        XCTAssertNotNil(try c.get(b("n")))
+        XCTAssertEqual(try c.call(.flush(namespace: [], all: true)).statusCode, .ok)
+        XCTAssertNil(try c.get(b("n")))
+        // Bad input gets a reason.
+        var big = SetRequest(key: b("big"), value: []); big.extended = [UInt8](repeating: 0, count: 4097)
+        let refused = try c.set(big)
+        XCTAssertEqual(refused.statusCode, .tooLarge)
+        XCTAssertFalse(refused.value.isEmpty)
+        // STATS.
+        let stats = try c.stats()
+        let obj = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(stats.utf8)) as? [String: Any])
+        XCTAssertEqual(obj["version"] as? String, "0.1.0")
+        XCTAssertGreaterThan(obj["ops_set"] as? Int ?? 0, 5)
+        XCTAssertNotNil(obj["latency_us_get_p99"])
+        XCTAssertEqual(obj["connections_current"] as? Int, 1)
+        // QUIET: no response on success; PING after it answers.
+        var q = SetRequest(key: b("quiet"), value: b("1"))
+        q.tiers = 1
+        try c.sendRaw(Request.set(q).frame(id: 777, quiet: true).encoded())
+        let pong = try c.call(.ping)
+        XCTAssertEqual(pong.statusCode, .ok)
+        XCTAssertNotNil(try c.get(b("quiet")))
+        // QUIT: OK then close.
+        XCTAssertEqual(try c.call(.quit).statusCode, .ok)
+        XCTAssertTrue(peerCloses(c, within: 5))
+        XCTAssertEqual(node.terminate(), 0)
+    }
+
+    func testPipelinedMixOfMemoryAndDiskHitsAllAnswered() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        for i in 0..<50 {
+            var mem = SetRequest(key: b("m\(i)"), value: b("memory \(i)")); mem.tiers = 1
+            XCTAssertEqual(try c.set(mem).statusCode, .ok)
+            var disk = SetRequest(key: b("d\(i)"), value: b("disk \(i)")); disk.tiers = 2
+            XCTAssertEqual(try c.set(disk).statusCode, .ok)
+        }
+        var batch: [UInt8] = []
+        var expected: [UInt32: [UInt8]] = [:]
+        for i in 0..<100 {
+            let key = i % 2 == 0 ? "d\(i / 2)" : "m\(i / 2)"
+            let id = UInt32(1000 + i)
+            // Disk keys read with tiers=disk, so each is a real disk read.
+            batch += Request.get(GetRequest(key: b(key), tiers: i % 2 == 0 ? 2 : 1)).frame(id: id).encoded()
+            expected[id] = b(i % 2 == 0 ? "disk \(i / 2)" : "memory \(i / 2)")
+        }
+        try c.sendRaw(batch)
+        var seen: [UInt32: [UInt8]] = [:]
+        var order: [UInt32] = []
+        while seen.count < 100 {
+            let f = try c.readFrame()
+            XCTAssertEqual(f.statusCode, .ok)
+            seen[f.requestID] = try Responses.parseGet(f).value
+            order.append(f.requestID)
+        }
+        XCTAssertEqual(seen, expected)
+        node.terminate()
+    }
+}
+
+final class NodeLimitTests: XCTestCase {
+    func testConnectionsOverTheLimitAreRefusedWithAReason() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--max-connections", "3"])
+        let held = try (0..<3).map { _ in try node.connect() }
+        for c in held { try c.ping() }
+        let extra = try node.connect()
+        let f = try extra.readFrame()
+        XCTAssertEqual(f.statusCode, .tooManyConnections)
+        XCTAssertTrue(String(decoding: f.value, as: UTF8.self).contains("too many connections"))
+        XCTAssertTrue(peerCloses(extra, within: 5))
+        try held[0].ping() // the others are unaffected
+        held[1].close()
+        usleep(200_000)
+        let again = try node.connect()
+        try again.ping()
+        let stats = try JSONSerialization.jsonObject(with: Data(try again.stats().utf8)) as! [String: Any]
+        XCTAssertGreaterThanOrEqual(stats["connections_refused"] as? Int ?? 0, 1)
+    }
+
+    func testIdleConnectionsAreClosedAfterTheIdleTimeout() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--idle-timeout", "0.5"])
+        let c = try node.connect()
+        try c.ping()
+        XCTAssertTrue(peerCloses(c, within: 5))
+        let fresh = try node.connect()
+        try fresh.ping()
+    }
+
+    func testNoIdleTimeoutByDefault() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        try c.ping()
+        sleep(1)
+        try c.ping()
+    }
+
+    func testClientThatNeverReadsIsCutOffAndOthersAreUnaffected() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--output-cap", "1MiB"])
+        let setter = try node.connect()
+        var s = SetRequest(key: b("big"), value: [UInt8](repeating: 7, count: 256 << 10)); s.tiers = 1
+        XCTAssertEqual(try setter.set(s).statusCode, .ok)
+        let greedy = try node.connect(timeout: 5)
+        // 400 GETs of 256 KiB = 100 MiB of answers that are never read.
+        var batch: [UInt8] = []
+        for i in 0..<400 { batch += Request.get(GetRequest(key: b("big"))).frame(id: UInt32(i + 1)).encoded() }
+        try? greedy.sendRaw(batch)
+        usleep(500_000)
+        try setter.ping()
+        let stats = try JSONSerialization.jsonObject(with: Data(try setter.stats().utf8)) as! [String: Any]
+        XCTAssertGreaterThanOrEqual(stats["output_cap_cutoffs"] as? Int ?? 0, 1)
+        XCTAssertEqual(stats["connections_current"] as? Int, 1)
+    }
+}
+
+final class MalformedFrameTests: XCTestCase {
+    var dir: TempDir!
+    var node: NodeProcess!
+
+    override func setUpWithError() throws {
+        dir = TempDir()
+        node = try NodeProcess(dataDir: dir.path, extra: ["--frame-timeout", "0.5"])
+    }
+
+    override func tearDown() {
+        node.terminate()
+    }
+
+    private func expectErrorThenClose(_ bytes: [UInt8], _ status: Status, file: StaticString = #filePath, line: UInt = #line) throws {
+        let c = try node.connect(timeout: 5)
+        try c.sendRaw(bytes)
+        let f = try c.readFrame()
+        XCTAssertEqual(f.statusCode, status, file: file, line: line)
+        XCTAssertFalse(f.value.isEmpty, "an error says why", file: file, line: line)
+        XCTAssertTrue(peerCloses(c, within: 5), "connection should close", file: file, line: line)
+        let other = try node.connect()
+        try other.ping()
+    }
+
+    func testBadMagic() throws {
+        var f = Request.ping.frame(id: 1).encoded()
+        f[0] = 0x99
+        try expectErrorThenClose(f, .malformed)
+    }
+
+    func testBodyLengthOfAllOnes() throws {
+        var f = Request.ping.frame(id: 1).encoded()
+        f[12] = 0xFF; f[13] = 0xFF; f[14] = 0xFF; f[15] = 0xFF
+        try expectErrorThenClose(f, .tooLarge)
+    }
+
+    func testLengthsWhoseSumExceedTheBody() throws {
+        var f = Request.get(GetRequest(key: b("abc"))).frame(id: 1).encoded()
+        f[8] = 0x00; f[9] = 0x10 // key length 16 > body 3
+        try expectErrorThenClose(f, .malformed)
+    }
+
+    func testJustOverTheMaxFrame() throws {
+        var f = Request.ping.frame(id: 1).encoded()
+        let over = (32 << 20) + (64 << 10) + 1
+        f[12] = UInt8(over >> 24); f[13] = UInt8((over >> 16) & 0xFF); f[14] = UInt8((over >> 8) & 0xFF); f[15] = UInt8(over & 0xFF)
+        try expectErrorThenClose(f, .tooLarge)
+    }
+
+    func testUnknownOpcodeIsAnsweredAndTheConnectionStays() throws {
+        let c = try node.connect()
+        try c.sendRaw(Frame(magic: Wire.requestMagic, opcode: 0x7E, requestID: 5).encoded())
+        let f = try c.readFrame()
+        XCTAssertEqual(f.statusCode, .unknownOpcode)
+        XCTAssertEqual(f.requestID, 5)
+        try c.ping()
+        var bad = Request.ping.frame(id: 6)
+        bad.protocolVersion = 7
+        try c.sendRaw(bad.encoded())
+        XCTAssertEqual(try c.readFrame().statusCode, .unsupportedVersion)
+        try c.ping()
+        // Bad extras: answered, connection kept.
+        var set = Request.set(SetRequest(key: b("k"), value: b("v"))).frame(id: 8)
+        set.extras = [0, 9]
+        try c.sendRaw(set.encoded())
+        XCTAssertEqual(try c.readFrame().statusCode, .malformed)
+        try c.ping()
+    }
+
+    func testTruncatedFrameIsCutOffAfterTheFrameTimeout() throws {
+        let c = try node.connect(timeout: 5)
+        let f = Request.set(SetRequest(key: b("k"), value: [UInt8](repeating: 1, count: 100))).frame(id: 1).encoded()
+        try c.sendRaw(Array(f.prefix(50)))
+        XCTAssertTrue(peerCloses(c, within: 5))
+        let other = try node.connect()
+        try other.ping()
+    }
+
+    func testGarbageNeverCrashesTheNode() throws {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<30 {
+            let c = try node.connect(timeout: 2)
+            var junk = Request.ping.frame(id: 1).encoded()
+            junk += (0..<Int.random(in: 1...300, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            if Bool.random(using: &rng) { junk[0] = Wire.requestMagic }
+            try? c.sendRaw(junk)
+            c.close()
+        }
+        let c = try node.connect()
+        try c.ping()
+    }
+}
+
+final class NodeAuthTests: XCTestCase {
+    func testTokenRequiredWrongRefusedRightAccepted() throws {
+        let dir = TempDir()
+        let tokenFile = dir.path + "/token"
+        try "s3cret\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--auth-token-file", tokenFile])
+        let anon = try node.connect()
+        try anon.ping() // PING is allowed before authentication
+        let denied = try anon.call(.get(GetRequest(key: b("k"))))
+        XCTAssertEqual(denied.statusCode, .authRequired)
+        // A big frame before authentication is refused (16 KiB cap).
+        let big = Request.set(SetRequest(key: b("k"), value: [UInt8](repeating: 0, count: 20_000))).frame(id: 9).encoded()
+        try anon.sendRaw(big)
+        XCTAssertEqual(try anon.readFrame().statusCode, .tooLarge)
+        XCTAssertTrue(peerCloses(anon, within: 5))
+
+        let wrong = try node.connect()
+        XCTAssertEqual(try wrong.call(.hello(minVersion: 1, maxVersion: 1, token: b("nope"))).statusCode, .authFailed)
+        XCTAssertTrue(peerCloses(wrong, within: 5))
+
+        let good = try node.connect(token: b("s3cret"))
+        XCTAssertEqual(try good.set(SetRequest(key: b("k"), value: [UInt8](repeating: 0, count: 20_000))).statusCode, .ok)
+        XCTAssertEqual(try good.get(b("k"))?.value.count, 20_000)
+    }
+
+    func testNonLoopbackWithoutTokenRefusesToStart() throws {
+        let dir = TempDir()
+        let r = try runCLI(["serve", "--host", "0.0.0.0", "--port", "0", "--data", dir.path])
+        XCTAssertEqual(r.code, 2)
+        XCTAssertTrue(r.err.contains("auth token"), r.err)
+        XCTAssertTrue(r.err.contains("--insecure"), r.err)
+    }
+
+    func testSecondNodeOnTheSameDataDirectoryIsRefused() throws {
+        let dir = TempDir()
+        let first = try NodeProcess(dataDir: dir.path)
+        let r = try runCLI(["serve", "--port", "0", "--data", dir.path])
+        XCTAssertEqual(r.code, 2)
+        XCTAssertTrue(r.err.contains("in use"), r.err)
+        first.terminate()
+    }
+}
+
+final class NodeLifecycleTests: XCTestCase {
+    func testRestartKeepsDiskTierData() throws {
+        let dir = TempDir()
+        var node = try NodeProcess(dataDir: dir.path)
+        var c = try node.connect()
+        for i in 0..<20 { XCTAssertEqual(try c.set(SetRequest(key: b("k\(i)"), value: b("v\(i)"))).statusCode, .ok) }
+        c.close()
+        XCTAssertEqual(node.terminate(), 0)
+        node = try NodeProcess(dataDir: dir.path)
+        c = try node.connect()
+        for i in 0..<20 {
+            let item = try XCTUnwrap(c.get(b("k\(i)")))
+            XCTAssertEqual(item.value, b("v\(i)"))
+        }
+        XCTAssertEqual(try XCTUnwrap(c.get(b("k0"), tiers: 0)).tier, 1, "promoted after the first read")
+        node.terminate()
+    }
+
+    func testSigtermDuringLoadLosesNoAcknowledgedWrite() throws {
+        let dir = TempDir()
+        var node = try NodeProcess(dataDir: dir.path)
+        let acked = Counter()
+        let port = node.port
+        let writers = 4
+        let done = DispatchGroup()
+        let ackedKeys = SharedList<String>()
+        for w in 0..<writers {
+            done.enter()
+            Thread.detachNewThread {
+                defer { done.leave() }
+                guard let c = try? NodeConnection(host: "127.0.0.1", port: port, timeout: 5) else { return }
+                for i in 0..<100_000 {
+                    let key = "w\(w)-\(i)"
+                    guard let f = try? c.set(SetRequest(key: b(key), value: b("value-\(key)"))) else { return }
+                    if f.statusCode == .ok {
+                        ackedKeys.append(key)
+                        acked.add()
+                    } else { return }
+                }
+            }
+        }
+        let until = Date().addingTimeInterval(10)
+        while acked.load() < 300 && Date() < until { usleep(10_000) }
+        XCTAssertEqual(node.terminate(), 0, node.stderr)
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        XCTAssertGreaterThan(ackedKeys.all.count, 100)
+        node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        for key in ackedKeys.all { XCTAssertEqual(try c.get(b(key))?.value, b("value-\(key)"), key) }
+        node.terminate()
+    }
+}
+
+final class CLITests: XCTestCase {
+    func testCommandsAndExitCodes() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let server = ["--server", "127.0.0.1:\(node.port)"]
+        var r = try runCLI(["ping"] + server)
+        XCTAssertEqual(r.code, 0)
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("PONG"))
+        r = try runCLI(["set", "greeting", "hello", "--ttl", "60", "--ns", "cli"] + server)
+        XCTAssertEqual(r.code, 0, r.err)
+        r = try runCLI(["get", "greeting", "--ns", "cli"] + server)
+        XCTAssertEqual(r.code, 0)
+        XCTAssertEqual(r.out, b("hello"))
+        // Binary from stdin, byte for byte.
+        let binary = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        r = try runCLI(["set", "blob"] + server, stdin: binary)
+        XCTAssertEqual(r.code, 0, r.err)
+        r = try runCLI(["get", "blob"] + server)
+        XCTAssertEqual(r.out, binary)
+        r = try runCLI(["get", "missing"] + server)
+        XCTAssertEqual(r.code, 1)
+        XCTAssertTrue(r.err.contains("not found"))
+        XCTAssertEqual(try runCLI(["exists", "blob"] + server).code, 0)
+        XCTAssertEqual(try runCLI(["exists", "nope"] + server).code, 1)
+        r = try runCLI(["incr", "hits", "3", "--initial", "10"] + server)
+        XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "10\n")
+        r = try runCLI(["incr", "hits", "3"] + server)
+        XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "13\n")
+        r = try runCLI(["decr", "hits"] + server)
+        XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "12\n")
+        XCTAssertEqual(try runCLI(["touch", "blob", "--ttl", "30"] + server).code, 0)
+        r = try runCLI(["meta", "blob"] + server)
+        XCTAssertEqual(r.code, 0)
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("size          3000"))
+        r = try runCLI(["keys"] + server)
+        XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "blob\nhits\n")
+        XCTAssertEqual(try runCLI(["del", "blob"] + server).code, 0)
+        XCTAssertEqual(try runCLI(["del", "blob"] + server).code, 1)
+        r = try runCLI(["stats", "--json"] + server)
+        XCTAssertNotNil(try JSONSerialization.jsonObject(with: Data(r.out)) as? [String: Any])
+        r = try runCLI(["stats"] + server)
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("memory_items"))
+        XCTAssertEqual(try runCLI(["flush", "--ns", "cli"] + server).code, 0)
+        XCTAssertEqual(try runCLI(["get", "greeting", "--ns", "cli"] + server).code, 1)
+        XCTAssertEqual(try runCLI(["flush", "--all"] + server).code, 0)
+        // STRATA_SERVER instead of --server.
+        XCTAssertEqual(try runCLI(["ping"], env: ["STRATA_SERVER": "127.0.0.1:\(node.port)"]).code, 0)
+        // Usage errors: exit 2 with a one-line reason.
+        for bad in [["get"], ["set"], ["frobnicate"], ["get", "k", "--bogus"], ["set", "k", "v", "--ttl", "soon"],
+                    ["flush"], ["get", "k", "--tiers", "cloud"], ["serve", "--port", "99999"], ["serve", "--memory-limit", "lots"]] {
+            r = try runCLI(bad + server)
+            XCTAssertEqual(r.code, 2, "\(bad): \(r.err)")
+            XCTAssertFalse(r.err.isEmpty)
+        }
+        // Connection errors: exit 3 naming the node.
+        r = try runCLI(["ping", "--server", "127.0.0.1:1"])
+        XCTAssertEqual(r.code, 3)
+        XCTAssertTrue(r.err.contains("127.0.0.1:1"), r.err)
+        // --help everywhere.
+        for cmd in ["serve", "ping", "stats", "set", "get", "del", "exists", "touch", "incr", "decr", "meta", "keys", "flush"] {
+            r = try runCLI([cmd, "--help"])
+            XCTAssertEqual(r.code, 0, cmd)
+            XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("usage: strata"), cmd)
+        }
+    }
+
+    func testConfigFileThenEnvironmentThenFlags() throws {
+        let dir = TempDir()
+        let cfg = dir.path + "/strata.json"
+        try "{\"port\": 1, \"data\": \"\(dir.path)/from-file\", \"log_level\": \"warn\"}".write(toFile: cfg, atomically: true, encoding: .utf8)
+        // The file says port 1; the flag (port 0) wins; the data directory comes from the environment.
+        let node = try NodeProcess(dataDir: dir.path + "/from-flag", extra: ["--config", cfg])
+        XCTAssertNotEqual(node.port, 1)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir.path + "/from-flag/strata.db"))
+        node.terminate()
+        try "{\"prot\": 1}".write(toFile: cfg, atomically: true, encoding: .utf8)
+        let r = try runCLI(["serve", "--config", cfg])
+        XCTAssertEqual(r.code, 2)
+        XCTAssertTrue(r.err.contains("prot"), r.err)
+    }
+}
