@@ -55,17 +55,19 @@ public final class NodeConnection {
     public func sendRaw(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw ClientError(.connection, "send to \(address): \(String(cString: strerror(errno)))")
+            let r: IOResult
+            do { r = try bytes.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + sent, bytes.count - sent) } } catch {
+                throw ClientError(.connection, "sending to \(address): \(error)")
             }
+            // The socket is blocking with a send timeout: "would block" means the timeout passed.
+            guard case .done(let n) = r else { throw ClientError(.connection, "sending to \(address): timed out") }
             sent += n
         }
     }
 
     /// Reads the next response frame, whatever its id.
     public func readFrame() throws -> Frame {
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             do {
                 if let (f, used) = try decoder.decode(buffer) {
@@ -75,13 +77,11 @@ public final class NodeConnection {
             } catch {
                 throw ClientError(.protocolViolation, "bad response from \(address): \(error)")
             }
-            var chunk = [UInt8](repeating: 0, count: 64 << 10)
-            let n = chunk.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress!, $0.count, 0) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                let why = errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : String(cString: strerror(errno))
-                throw ClientError(.connection, "reading from \(address): \(why)")
+            let r: IOResult
+            do { r = try chunk.withUnsafeMutableBytes { try Sys.read(fd, $0.baseAddress!, $0.count) } } catch {
+                throw ClientError(.connection, "reading from \(address): \(error)")
             }
+            guard case .done(let n) = r else { throw ClientError(.connection, "reading from \(address): timed out") }
             if n == 0 { throw ClientError(.connection, "\(address) closed the connection") }
             buffer.append(contentsOf: chunk[0..<n])
         }

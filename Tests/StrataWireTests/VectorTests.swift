@@ -82,6 +82,17 @@ final class VectorTests: XCTestCase {
         XCTAssertEqual(names, covered)
     }
 
+    func testProtocolDocumentShowsEveryVector() throws {
+        let spec = try String(contentsOf: Self.dir.deletingLastPathComponent().appendingPathComponent("PROTOCOL.md"), encoding: .utf8)
+        let flat = spec.filter { !$0.isWhitespace }
+        let files = try FileManager.default.contentsOfDirectory(atPath: Self.dir.path).filter { $0.hasSuffix(".hex") }
+        for file in files {
+            let hex = try load(file).hexString
+            if hex.isEmpty { continue }
+            XCTAssertTrue(flat.contains(hex), "PROTOCOL.md's appendix lacks \(file); rerun make_vectors.py")
+        }
+    }
+
     func testRequestsParseAndReencodeByteForByte() throws {
         for (name, expected, _) in cases() {
             let bytes = try load(name + ".req.hex")

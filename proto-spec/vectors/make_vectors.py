@@ -146,6 +146,34 @@ def main():
         lines.append("| `%s` | %s |" % (name, what))
     with open(os.path.join(HERE, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+    write_appendix()
+
+
+def write_appendix():
+    """Puts every case, request and response in hex, into PROTOCOL.md between the markers."""
+    spec = os.path.join(HERE, "..", "PROTOCOL.md")
+    with open(spec) as f:
+        text = f.read()
+    begin, end = "<!-- vectors:begin -->", "<!-- vectors:end -->"
+    out = [begin, ""]
+    for name, what, req, resp in CASES:
+        out.append("### %s" % name)
+        out.append("")
+        out.append(what + ".")
+        out.append("")
+        out.append("```")
+        out.append("request:")
+        out.append(hexlines(req).rstrip("\n"))
+        out.append("response:" + ("" if resp else " (none)"))
+        if resp:
+            out.append(hexlines(resp).rstrip("\n"))
+        out.append("```")
+        out.append("")
+    out.append(end)
+    a, b = text.index(begin), text.index(end) + len(end)
+    text = text[:a] + "\n".join(out) + text[b:]
+    with open(spec, "w") as f:
+        f.write(text)
 
 
 if __name__ == "__main__":
