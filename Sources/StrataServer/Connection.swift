@@ -168,7 +168,9 @@ final class Connection: EventHandler {
                 }
                 authenticated = true
             }
-            send(Responses.hello(to: f, version: Wire.version, authenticated: authenticated, server: "strata \(Node.version)"))
+            send(Responses.hello(to: f, version: Wire.version, authenticated: authenticated,
+                                 startVersion: node.store.openedWithData ? node.store.openedVersion : 0,
+                                 server: "strata \(Node.version)"))
             return
         case .stats:
             send(Responses.stats(to: f, json: node.statsJSON()))

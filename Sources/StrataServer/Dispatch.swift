@@ -64,8 +64,12 @@ struct Dispatcher {
         do {
             switch r {
             case .get(let g):
-                guard let item = try store.get(g.key, namespace: g.namespace, tiers: Tiers(wire: g.tiers), touch: g.touch?.storeExpiry) else {
-                    return quiet ? nil : Responses.status(to: f, .notFound)
+                let item: CacheItem
+                switch try store.read(g.key, namespace: g.namespace, tiers: Tiers(wire: g.tiers), touch: g.touch?.storeExpiry) {
+                case .hit(let i): item = i
+                case .miss: return quiet ? nil : Responses.status(to: f, .notFound)
+                // The tombstone's version lets a cluster client see that a delete is the newest write.
+                case .tombstone(let v): return quiet ? nil : Responses.status(to: f, .notFound, cas: v)
                 }
                 var p = payload(item)
                 if g.wantMeta, let m = try store.metadata(g.key, namespace: g.namespace) {

@@ -43,8 +43,16 @@ public final class TieredCache: @unchecked Sendable {
         self.memory = MemoryTier(config: configuration)
         self.disk = try DiskTier(config: configuration, clock: clock, registry: registry)
         try disk.start()
+        openedVersion = hlc.next()
+        openedWithData = disk.counters.rows.load(ordering: .relaxed) > 0
         startThread(name: "strata-sweeper") { [self] in sweepLoop() }
     }
+
+    /// A version taken when the store opened: every item with an older version was written
+    /// before this open (a cluster client treats such items on a restarted node as unverified).
+    public private(set) var openedVersion: UInt64 = 0
+    /// Whether the disk tier held any rows when the store opened (false for a fresh directory).
+    public private(set) var openedWithData = false
 
     deinit { close() }
 
@@ -275,42 +283,63 @@ public final class TieredCache: @unchecked Sendable {
     /// promotes a disk hit into memory when `tiers` includes memory. With `touch`, also gives
     /// the item a new expiry.
     public func get(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, touch: Expiry? = nil) throws -> CacheItem? {
+        if case .hit(let item) = try read(key, namespace: namespace, tiers: tiers, touch: touch) { return item }
+        return nil
+    }
+
+    /// What a read found: an item, the tombstone of a versioned remove (its version lets a
+    /// cluster client see that a delete is newer than another node's copy), or nothing.
+    public enum ReadResult: Sendable, Equatable {
+        case hit(CacheItem)
+        case tombstone(version: UInt64)
+        case miss
+    }
+
+    /// Like `get`, but tells a tombstone apart from a miss.
+    public func read(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, touch: Expiry? = nil) throws -> ReadResult {
         try check(key: key, namespace: namespace)
         try check(tiers: tiers)
-        guard let ns = registry.lookup(namespace) else { return nil }
+        guard let ns = registry.lookup(namespace) else { return .miss }
         let now = clock.nowMicros()
         var found: CacheItem?
+        var tombstone: UInt64?
         let loc = memory.locate(tag: ns.tag, key: key)
         if tiers.contains(.memory) {
             if let s = memory.with(loc, key, { $0.get(tag: ns.tag, key: $1, hash: loc.hash, now: now) }) {
                 found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
                                   expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .memory)
+            } else if let t = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
+                      t.state.tombstone {
+                tombstone = t.state.version
             }
         }
         if found == nil && tiers.contains(.disk) {
             let epoch = memory.deleteEpoch(loc)
-            if let row = try disk.read(namespace: namespace, key: key, withValue: true, countStats: true), !row.state.tombstone {
+            if let row = try disk.read(namespace: namespace, key: key, withValue: true, countStats: true) {
                 let s = row.state
-                if tiers.contains(.memory) {
-                    memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now)
+                if s.tombstone {
+                    tombstone = max(tombstone ?? 0, s.version)
+                } else {
+                    if tiers.contains(.memory) {
+                        memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now)
+                    }
+                    found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
+                                      expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .disk)
                 }
-                found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
-                                  expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .disk)
             }
         }
-        if found == nil {
+        guard var item = found else {
             ns.counters.misses.add(1, ordering: .relaxed)
-            return nil
+            return tombstone.map { .tombstone(version: $0) } ?? .miss
         }
         ns.counters.hits.add(1, ordering: .relaxed)
-        if let t = touch, var item = found {
-            guard let v = try touchVersioned(key, namespace: namespace, expiry: t, tiers: tiers) else { return nil }
+        if let t = touch {
+            guard let v = try touchVersioned(key, namespace: namespace, expiry: t, tiers: tiers) else { return .miss }
             let e = t.resolve(now: now, defaultTTL: configuration.defaultTTL)
             item.expiresAt = e == 0 ? nil : e
             item.version = v
-            return item
         }
-        return found
+        return .hit(item)
     }
 
     /// One result per key, in order (nil for a miss).

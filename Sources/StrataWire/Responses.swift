@@ -81,9 +81,10 @@ public enum Responses {
         return f
     }
 
-    public static func hello(to req: Frame, version: UInt8, authenticated: Bool, server: String) -> Frame {
+    public static func hello(to req: Frame, version: UInt8, authenticated: Bool, startVersion: UInt64, server: String) -> Frame {
         var f = Frame.response(to: req)
         f.extras = [version, authenticated ? 1 : 0]
+        f.extras.appendBE(startVersion)
         f.value = Array(server.utf8)
         return f
     }
@@ -157,10 +158,11 @@ public enum Responses {
 
     // MARK: Parsers (client side)
 
-    public static func parseHello(_ f: Frame) throws(WireError) -> (version: UInt8, authenticated: Bool, server: String) {
+    public static func parseHello(_ f: Frame) throws(WireError) -> (version: UInt8, authenticated: Bool, startVersion: UInt64, server: String) {
         var r = ExtrasReader(f.extras, "hello response")
         let v = try r.u8(), a = try r.u8()
-        return (v, a != 0, String(decoding: f.value, as: UTF8.self))
+        let start = try r.u64()
+        return (v, a != 0, start, String(decoding: f.value, as: UTF8.self))
     }
 
     public static func parseGet(_ f: Frame) throws(WireError) -> ItemPayload {

@@ -13,6 +13,7 @@ final class NodeOperationTests: XCTestCase {
         // HELLO without a token on an open node.
         let hello = try c.call(.hello(minVersion: 1, maxVersion: 3, token: []))
         XCTAssertEqual(try Responses.parseHello(hello).version, 1)
+        XCTAssertEqual(try Responses.parseHello(hello).startVersion, 0, "a fresh data directory has nothing unverified")
         XCTAssertEqual(try c.call(.hello(minVersion: 2, maxVersion: 3, token: [])).statusCode, .unsupportedVersion)
         // SET / GET with flags, TTL, extended data, namespace.
         var s = SetRequest(key: b("foo"), value: b("bar"), namespace: b("ns1"))
@@ -79,6 +80,9 @@ final class NodeOperationTests: XCTestCase {
         XCTAssertEqual(try c.call(.delete(namespace: [], key: b("v"), tiers: 0, version: 2000, writeBehind: false)).statusCode, .ok)
         old.version = 1500
         XCTAssertEqual(try c.set(old).statusCode, .superseded, "the tombstone blocks an older write")
+        let tomb = try c.call(.get(GetRequest(key: b("v"))))
+        XCTAssertEqual(tomb.statusCode, .notFound)
+        XCTAssertEqual(tomb.cas, 2000, "a miss carries the tombstone's version")
         XCTAssertEqual(try c.call(.flush(namespace: b("scan"), all: false)).statusCode, .ok)
         XCTAssertNil(try c.get(b("k1"), namespace: b("scan")))
         XCTAssertNotNil(try c.get(b("n")))
@@ -346,6 +350,8 @@ final class NodeLifecycleTests: XCTestCase {
         XCTAssertEqual(node.terminate(), 0)
         node = try NodeProcess(dataDir: dir.path)
         c = try node.connect()
+        let hello = try Responses.parseHello(c.call(.hello(minVersion: 1, maxVersion: 1, token: [])))
+        XCTAssertGreaterThan(hello.startVersion, 0, "a node restarted on its data reports when it started")
         for i in 0..<20 {
             let item = try XCTUnwrap(c.get(b("k\(i)")))
             XCTAssertEqual(item.value, b("v\(i)"))

@@ -35,7 +35,7 @@ final class VectorTests: XCTestCase {
         let foo = Array("foo".utf8)
         return [
             ("hello", .hello(minVersion: 1, maxVersion: 1, token: Array("secret".utf8)),
-             { Responses.hello(to: $0, version: 1, authenticated: true, server: "strata 0.1.0") }),
+             { Responses.hello(to: $0, version: 1, authenticated: true, startVersion: 0x0001_7000_0000_0000, server: "strata 0.1.0") }),
             ("ping", .ping, { Responses.status(to: $0, .ok) }),
             ("quit", .quit, { Responses.status(to: $0, .ok) }),
             ("set_basic", .set(setBasic), { Responses.status(to: $0, .ok, cas: self.V) }),
@@ -48,6 +48,7 @@ final class VectorTests: XCTestCase {
              { Responses.get(to: $0, ItemPayload(value: Array("bar!!".utf8), flags: 42, expiresAt: 1_764_400_000_000_000,
                                                  extended: [], version: self.V, tier: 1)) }),
             ("get_miss", .get(GetRequest(key: Array("nope".utf8))), { Responses.status(to: $0, .notFound) }),
+            ("get_tombstone", .get(GetRequest(key: Array("ghost".utf8))), { Responses.status(to: $0, .notFound, cas: 900) }),
             ("get_touch_meta", .get(GetRequest(key: Array("img".utf8), namespace: Array("alice".utf8), tiers: 2,
                                                touch: .seconds(300), wantMeta: true)),
              { Responses.get(to: $0, ItemPayload(value: [0x89, 0x50, 0x4E, 0x47], flags: 0, expiresAt: 1_764_400_300_000_000,
@@ -145,6 +146,7 @@ final class VectorTests: XCTestCase {
         let hello = try Responses.parseHello(XCTUnwrap(client.decode(load("hello.resp.hex"))).frame)
         XCTAssertEqual(hello.server, "strata 0.1.0")
         XCTAssertTrue(hello.authenticated)
+        XCTAssertEqual(hello.startVersion, 0x0001_7000_0000_0000)
     }
 
     func testErrorVectors() throws {

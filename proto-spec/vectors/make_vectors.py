@@ -48,9 +48,9 @@ def case(name, what, req, resp):
     CASES.append((name, what, req, resp))
 
 
-case("hello", "HELLO with a token; the node answers version 1, authenticated",
+case("hello", "HELLO with a token; the node answers version 1, authenticated, and the version it started at",
      frame(REQ, OPS["HELLO"], 1, extras=bytes([1, 1]), value=b"secret"),
-     frame(RESP, OPS["HELLO"], 1, extras=bytes([1, 1]), value=b"strata 0.1.0"))
+     frame(RESP, OPS["HELLO"], 1, extras=bytes([1, 1]) + struct.pack(">Q", 0x0001700000000000), value=b"strata 0.1.0"))
 case("ping", "PING and its empty OK",
      frame(REQ, OPS["PING"], 2), frame(RESP, OPS["PING"], 2))
 case("quit", "QUIT: OK, then the node closes",
@@ -87,6 +87,8 @@ case("mget", "MGET of two keys, one found",
      frame(RESP, OPS["MGET"], 23, value=b"\x01" + struct.pack(">IqQI", 42, 0, V, 5) + b"bar!!" + b"\x00"))
 case("delete", "DELETE foo",
      frame(REQ, OPS["DELETE"], 30, key=b"foo"), frame(RESP, OPS["DELETE"], 30))
+case("get_tombstone", "GET of a key deleted with version 900: NOT_FOUND carrying the tombstone's version",
+     frame(REQ, OPS["GET"], 24, key=b"ghost"), frame(RESP, OPS["GET"], 24, status=NOT_FOUND, cas=900))
 case("delete_versioned_miss", "DELETE with version 900 of an absent key: NOT_FOUND (a tombstone is left)",
      frame(REQ, OPS["DELETE"], 31, extras=struct.pack(">Q", 900), key=b"ghost"),
      frame(RESP, OPS["DELETE"], 31, status=NOT_FOUND))
