@@ -30,7 +30,9 @@ public final class NodeConnection {
     public private(set) var serverName = ""
 
     /// Connects (and authenticates with HELLO when `token` is given).
-    public init(host: String, port: UInt16, timeout: Double = 5, token: [UInt8]? = nil) throws {
+    /// With `hello` (or a token) the connection starts with HELLO and records what the node
+    /// says about itself (`startVersion`).
+    public init(host: String, port: UInt16, timeout: Double = 5, token: [UInt8]? = nil, hello: Bool = false) throws {
         guard let a = SocketAddress(host: host, port: port) else {
             throw ClientError(.connection, "\(host) is not a numeric address (or localhost)")
         }
@@ -38,12 +40,17 @@ public final class NodeConnection {
         do { fd = try Socket.connect(a, timeout: timeout) } catch {
             throw ClientError(.connection, "cannot connect to \(a): \(error)")
         }
-        if let t = token {
-            let resp = try call(.hello(minVersion: Wire.version, maxVersion: Wire.version, token: t))
+        if token != nil || hello {
+            let resp = try call(.hello(minVersion: Wire.version, maxVersion: Wire.version, token: token ?? []))
             try Self.check(resp, allow: [.ok])
-            serverName = (try? Responses.parseHello(resp).server) ?? ""
+            let h = try Responses.parseHello(resp)
+            serverName = h.server
+            startVersion = h.startVersion
         }
     }
+
+    /// The node's start version from HELLO (0: fresh data directory, or no HELLO sent).
+    public private(set) var startVersion: UInt64 = 0
 
     deinit { close() }
 

@@ -1,0 +1,451 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+import StrataWire
+
+/// A node of a cluster: where to connect and its name on the ring (default `host:port`).
+public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
+    public let host: String
+    public let port: UInt16
+    public let name: String
+    public init(host: String, port: UInt16, name: String? = nil) {
+        self.host = host; self.port = port; self.name = name ?? "\(host):\(port)"
+    }
+    /// Parses `HOST:PORT` (`[::1]:7400` for IPv6).
+    public static func parse(_ s: String) -> NodeAddress? {
+        guard let colon = s.lastIndex(of: ":"), let port = UInt16(s[s.index(after: colon)...]) else { return nil }
+        var host = String(s[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        return NodeAddress(host: host, port: port, name: s)
+    }
+    public var description: String { name }
+}
+
+/// How many of a key's nodes must confirm a write.
+public enum AckPolicy: String, Sendable { case one, majority, all }
+/// Where reads go: the owner (with version checks where a node may be stale), or a majority
+/// of the key's nodes, newest version wins.
+public enum ReadPolicy: String, Sendable { case owner, quorum }
+
+public struct ClusterConfiguration: Sendable {
+    public var nodes: [NodeAddress]
+    /// Copies in total (owner + replicas).
+    public var replicas = 2
+    public var ack: AckPolicy = .all
+    public var read: ReadPolicy = .owner
+    /// On an owner miss, also ask the replicas (and repair the owner).
+    public var missFailover = false
+    /// Seconds any one node may take to answer (connect, send, receive).
+    public var timeout: Double = 2
+    public var token: [UInt8]? = nil
+    public var pointsPerWeight = HashRing.defaultPointsPerWeight
+    /// Seconds after a node (re)started on existing data during which its misses are checked
+    /// against replicas (items older than its start are checked within this window too).
+    public var rejoinWindow: Double = 3600
+    /// Keys whose write missed a node, remembered so reads compare versions (bounded).
+    public var maxHints = 10_000
+    public var clock: any Clock = SystemClock()
+    public init(nodes: [NodeAddress]) { self.nodes = nodes }
+}
+
+/// Why a cluster call could not be served: a message and each node's failure.
+public struct ClusterError: Error, CustomStringConvertible, Sendable {
+    public let message: String
+    public let failures: [(node: String, reason: String)]
+    public var description: String {
+        failures.isEmpty ? message : message + " (" + failures.map { "\($0.node): \($0.reason)" }.joined(separator: "; ") + ")"
+    }
+}
+
+/// One node's connections and health (mcrouter's TKO): dead after 3 consecutive failures,
+/// then probed with backoff (1 s doubling to 30 s); a dead node fails fast.
+final class NodeHandle: @unchecked Sendable {
+    let address: NodeAddress
+    private let lock = Lock()
+    private var idle: [NodeConnection] = []
+    private var failures = 0
+    private var deadUntil: Double = 0
+    private var backoff = 1.0
+    private(set) var startVersion: UInt64 = 0
+    let timeout: Double
+    let token: [UInt8]?
+
+    init(address: NodeAddress, timeout: Double, token: [UInt8]?) {
+        self.address = address; self.timeout = timeout; self.token = token
+    }
+
+    var isDead: Bool { lock.withLock { failures >= 3 && monotonicSeconds() < deadUntil } }
+    var knownStartVersion: UInt64 { lock.withLock { startVersion } }
+
+    /// Runs `body` on a pooled connection. Connection-level failures count against health.
+    func run<T>(_ body: (NodeConnection) throws -> T) throws -> T {
+        let conn: NodeConnection = try lock.withLock { () throws -> NodeConnection? in
+            if failures >= 3 && monotonicSeconds() < deadUntil {
+                throw ClientError(.connection, "\(address) is marked dead after repeated failures (next probe in \(Int(deadUntil - monotonicSeconds()) + 1) s)")
+            }
+            return idle.popLast()
+        } ?? {
+            do {
+                let c = try NodeConnection(host: address.host, port: address.port, timeout: timeout, token: token, hello: true)
+                lock.withLock { startVersion = c.startVersion }
+                return c
+            } catch {
+                failed()
+                throw error
+            }
+        }()
+        do {
+            let r = try body(conn)
+            lock.withLock {
+                failures = 0
+                backoff = 1
+                if idle.count < 8 { idle.append(conn) }
+            }
+            return r
+        } catch let e as ClientError where e.kind != .server {
+            conn.close()
+            failed()
+            throw e
+        }
+    }
+
+    private func failed() {
+        lock.withLock {
+            failures += 1
+            if failures >= 3 {
+                deadUntil = monotonicSeconds() + backoff
+                backoff = min(30, backoff * 2)
+                for c in idle { c.close() }
+                idle.removeAll()
+            }
+        }
+    }
+}
+
+/// What a cluster write did.
+public enum ClusterSetOutcome: Equatable, Sendable {
+    case stored(version: UInt64)
+    case exists
+    case notFound
+    case casMismatch(current: UInt64)
+}
+
+/// A client for a Strata cluster: keys placed by the ring of proto-spec/RING.md, writes
+/// replicated with one client-assigned version (the owner gets all tiers, replicas the disk
+/// tier), reads from the owner with failover, version comparison and read repair.
+///
+/// No stale reads after a node returns: a node reports in HELLO when it (re)started on existing
+/// data; items older than that, and misses within `rejoinWindow` of it, are compared with the
+/// key's other nodes and the newest version (tombstones included) wins and is repaired onto
+/// the stale node. Writes that missed a node leave a bounded in-memory hint, so this client
+/// also compares versions for those keys. Thread-safe; blocking (every call is bounded by the
+/// per-node timeout for each node it has to ask).
+public final class ClusterClient: @unchecked Sendable {
+    public let configuration: ClusterConfiguration
+    public let ring: HashRing
+    private let handles: [String: NodeHandle]
+    private let hlc: HybridLogicalClock
+    private let hintLock = Lock()
+    private var hints: [HintKey: UInt64] = [:]
+    private struct HintKey: Hashable { let ns: [UInt8]; let key: [UInt8] }
+
+    public init(configuration: ClusterConfiguration) throws {
+        guard !configuration.nodes.isEmpty else { throw ClusterError(message: "no nodes given", failures: []) }
+        guard configuration.replicas >= 1 else { throw ClusterError(message: "replicas must be at least 1", failures: []) }
+        self.configuration = configuration
+        ring = HashRing(members: configuration.nodes.map { .init(name: $0.name) }, pointsPerWeight: configuration.pointsPerWeight)
+        var h: [String: NodeHandle] = [:]
+        for n in configuration.nodes { h[n.name] = NodeHandle(address: n, timeout: configuration.timeout, token: configuration.token) }
+        handles = h
+        hlc = HybridLogicalClock(clock: configuration.clock)
+    }
+
+    /// The key's nodes: owner first.
+    public func nodes(for key: [UInt8], namespace: [UInt8] = []) -> [NodeAddress] {
+        ring.nodes(for: key, namespace: namespace, count: configuration.replicas).compactMap { handles[$0.name]?.address }
+    }
+
+    private func targets(_ key: [UInt8], _ ns: [UInt8]) -> [NodeHandle] {
+        ring.nodes(for: key, namespace: ns, count: configuration.replicas).compactMap { handles[$0.name] }
+    }
+
+    private func needed(_ n: Int) -> Int {
+        switch configuration.ack {
+        case .one: return 1
+        case .majority: return n / 2 + 1
+        case .all: return n
+        }
+    }
+
+    private func hint(_ ns: [UInt8], _ key: [UInt8], _ version: UInt64) {
+        hintLock.withLock {
+            if hints.count >= configuration.maxHints, let k = hints.keys.first { hints[k] = nil }
+            hints[HintKey(ns: ns, key: key)] = version
+        }
+    }
+
+    private func isHinted(_ ns: [UInt8], _ key: [UInt8]) -> Bool { hintLock.withLock { hints[HintKey(ns: ns, key: key)] != nil } }
+    private func clearHint(_ ns: [UInt8], _ key: [UInt8]) { hintLock.withLock { hints[HintKey(ns: ns, key: key)] = nil } }
+
+    // MARK: Writes
+
+    /// Stores a value on the key's nodes. Throws `ClusterError` when the acknowledgement
+    /// policy was not met (the message names each node that failed and why).
+    public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
+                    flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set, casVersion: UInt64 = 0) throws -> ClusterSetOutcome {
+        let version = hlc.next()
+        var s = SetRequest(key: key, value: value, namespace: namespace)
+        s.expiry = expiry; s.flags = flags; s.extended = extended; s.mode = mode; s.casVersion = casVersion; s.version = version
+        return try replicate(s)
+    }
+
+    /// Writes `s` (with its version) to the first live node in all tiers, then to the others
+    /// in the disk tier as a plain versioned set.
+    private func replicate(_ s: SetRequest) throws -> ClusterSetOutcome {
+        let nodes = targets(s.key, s.namespace)
+        var acks = 0
+        var failures: [(String, String)] = []
+        var primaryDone = false
+        for node in nodes {
+            var req = s
+            if primaryDone {
+                req.mode = .set; req.casVersion = 0; req.tiers = 2
+            } else {
+                req.tiers = 0
+            }
+            do {
+                let f = try node.run { try $0.set(req) }
+                switch f.statusCode {
+                case .ok, .superseded:
+                    acks += 1
+                    primaryDone = true
+                case .exists where !primaryDone: return .exists
+                case .notFound where !primaryDone: return .notFound
+                case .casMismatch where !primaryDone: return .casMismatch(current: f.cas)
+                default:
+                    failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
+                }
+            } catch {
+                failures.append((node.address.name, "\(error)"))
+            }
+        }
+        if !failures.isEmpty { hint(s.namespace, s.key, s.version) }
+        guard acks >= needed(nodes.count), acks > 0 else {
+            throw ClusterError(message: "write of \(keyText(s.key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+                               failures: failures)
+        }
+        return .stored(version: s.version)
+    }
+
+    /// Deletes the key everywhere with one version, leaving tombstones so a late, older write
+    /// cannot bring it back. Returns whether any node held it.
+    @discardableResult
+    public func delete(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool {
+        let version = hlc.next()
+        let nodes = targets(key, namespace)
+        var acks = 0, found = false
+        var failures: [(String, String)] = []
+        for (i, node) in nodes.enumerated() {
+            do {
+                let f = try node.run { try $0.call(.delete(namespace: namespace, key: key, tiers: i == 0 ? 0 : 2, version: version, writeBehind: false)) }
+                switch f.statusCode {
+                case .ok: acks += 1; found = true
+                case .notFound, .superseded: acks += 1
+                default: failures.append((node.address.name, "\(f.statusCode)"))
+                }
+            } catch { failures.append((node.address.name, "\(error)")) }
+        }
+        if !failures.isEmpty { hint(namespace, key, version) }
+        guard acks >= needed(nodes.count), acks > 0 else {
+            throw ClusterError(message: "delete of \(keyText(key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+                               failures: failures)
+        }
+        return found
+    }
+
+    /// INCR/DECR on the first live node (it assigns the version), then the resulting item is
+    /// replicated as a versioned write. Nil when absent and no initial value was given.
+    public func counter(_ key: [UInt8], delta: UInt64, decrement: Bool = false, namespace: [UInt8] = [],
+                        initial: UInt64? = nil) throws -> UInt64? {
+        var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
+        r.initial = initial
+        return try onPrimaryThenReplicate(key, namespace) { conn in
+            let f = try conn.call(.counter(r))
+            if f.statusCode == .notFound { return nil }
+            try NodeConnection.check(f, allow: [.ok])
+            return try Responses.parseCounter(f)
+        }
+    }
+
+    /// TOUCH on the first live node, then replicated as a versioned write. False when absent.
+    public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> Bool {
+        try onPrimaryThenReplicate(key, namespace) { conn in
+            let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry))
+            if f.statusCode == .notFound { return nil }
+            try NodeConnection.check(f, allow: [.ok])
+            return true
+        } ?? false
+    }
+
+    private func onPrimaryThenReplicate<T>(_ key: [UInt8], _ ns: [UInt8], _ body: (NodeConnection) throws -> T?) throws -> T? {
+        let nodes = targets(key, ns)
+        var failures: [(String, String)] = []
+        for (i, node) in nodes.enumerated() {
+            do {
+                let (result, item): (T?, ItemPayload?) = try node.run { conn in
+                    guard let r = try body(conn) else { return (nil, nil) }
+                    return (r, try conn.get(key, namespace: ns))
+                }
+                guard let r = result else { return nil }
+                if let item, nodes.count > 1 {
+                    var s = SetRequest(key: key, value: item.value, namespace: ns)
+                    s.flags = item.flags; s.extended = item.extended; s.version = item.version
+                    s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
+                    s.tiers = 2
+                    var acks = 1
+                    for other in nodes.enumerated() where other.offset != i {
+                        do {
+                            let f = try other.element.run { try $0.set(s) }
+                            if f.statusCode == .ok || f.statusCode == .superseded { acks += 1 } else {
+                                failures.append((other.element.address.name, "\(f.statusCode)"))
+                            }
+                        } catch { failures.append((other.element.address.name, "\(error)")) }
+                    }
+                    if !failures.isEmpty { hint(ns, key, item.version) }
+                    guard acks >= needed(nodes.count) else {
+                        throw ClusterError(message: "update of \(keyText(key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))", failures: failures)
+                    }
+                }
+                return r
+            } catch let e as ClusterError {
+                throw e
+            } catch {
+                failures.append((node.address.name, "\(error)"))
+            }
+        }
+        throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
+    }
+
+    // MARK: Reads
+
+    /// What one node said about a key.
+    private enum Answer {
+        case item(ItemPayload)
+        case absent(tombstone: UInt64)
+        var version: UInt64 {
+            switch self {
+            case .item(let i): return i.version
+            case .absent(let t): return t
+            }
+        }
+    }
+
+    private func ask(_ node: NodeHandle, _ key: [UInt8], _ ns: [UInt8]) throws -> Answer {
+        try node.run { conn in
+            let f = try conn.call(.get(GetRequest(key: key, namespace: ns)))
+            if f.statusCode == .notFound { return .absent(tombstone: f.cas) }
+            try NodeConnection.check(f, allow: [.ok])
+            return .item(try Responses.parseGet(f))
+        }
+    }
+
+    /// The item, or nil. See the type's documentation for when other nodes are consulted.
+    public func get(_ key: [UInt8], namespace: [UInt8] = []) throws -> ItemPayload? {
+        let nodes = targets(key, namespace)
+        var failures: [(String, String)] = []
+        var answers: [(NodeHandle, Answer)] = []
+        let quorum = configuration.read == .quorum ? nodes.count / 2 + 1 : 1
+        var index = 0
+        // First: the owner (or the first live node), or a majority for quorum reads.
+        while index < nodes.count && answers.count < quorum {
+            let node = nodes[index]
+            index += 1
+            do { answers.append((node, try ask(node, key, namespace))) } catch {
+                failures.append((node.address.name, "\(error)"))
+            }
+        }
+        guard let first = answers.first else {
+            throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
+        }
+        // Then: should the others be asked too?
+        if answers.count < nodes.count && mustVerify(first.0, first.1, key, namespace) {
+            while index < nodes.count {
+                let node = nodes[index]
+                index += 1
+                if let a = try? ask(node, key, namespace) { answers.append((node, a)) }
+            }
+        }
+        guard let newest = answers.max(by: { $0.1.version < $1.1.version })?.1 else { return nil }
+        if answers.count > 1 { repair(answers, newest: newest, key: key, ns: namespace, all: nodes) }
+        if answers.count == nodes.count { clearHint(namespace, key) }
+        if case .item(let item) = newest { return item }
+        return nil
+    }
+
+    private func mustVerify(_ node: NodeHandle, _ a: Answer, _ key: [UInt8], _ ns: [UInt8]) -> Bool {
+        if isHinted(ns, key) { return true }
+        let start = node.knownStartVersion
+        let recentStart = start != 0 && Double(configuration.clock.nowMicros()) - Double(start) < configuration.rejoinWindow * 1e6
+        switch a {
+        case .item(let item):
+            // Written before the node's last start: it may have missed a newer write.
+            return recentStart && item.version < start
+        case .absent:
+            return configuration.missFailover || recentStart
+        }
+    }
+
+    /// Writes the newest answer onto nodes that answered with something older.
+    private func repair(_ answers: [(NodeHandle, Answer)], newest: Answer, key: [UInt8], ns: [UInt8], all: [NodeHandle]) {
+        for (node, a) in answers where a.version < newest.version {
+            let isOwner = node === all.first
+            switch newest {
+            case .item(let item):
+                var s = SetRequest(key: key, value: item.value, namespace: ns)
+                s.flags = item.flags; s.extended = item.extended; s.version = item.version
+                s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
+                s.tiers = isOwner ? 0 : 2
+                _ = try? node.run { try $0.set(s) }
+            case .absent(let tombstone) where tombstone > 0:
+                _ = try? node.run { try $0.call(.delete(namespace: ns, key: key, tiers: isOwner ? 0 : 2, version: tombstone, writeBehind: false)) }
+            case .absent:
+                break
+            }
+        }
+    }
+
+    public func exists(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool { try get(key, namespace: namespace) != nil }
+
+    public func getMany(_ keys: [[UInt8]], namespace: [UInt8] = []) throws -> [ItemPayload?] {
+        try keys.map { try get($0, namespace: namespace) }
+    }
+
+    /// META from the first live node of the key.
+    public func meta(_ key: [UInt8], namespace: [UInt8] = []) throws -> MetaInfo? {
+        var failures: [(String, String)] = []
+        for node in targets(key, namespace) {
+            do {
+                return try node.run { conn -> MetaInfo? in
+                    let f = try conn.call(.meta(namespace: namespace, key: key, tiers: 0))
+                    if f.statusCode == .notFound { return nil }
+                    try NodeConnection.check(f, allow: [.ok])
+                    return try Responses.parseMeta(f)
+                }
+            } catch { failures.append((node.address.name, "\(error)")) }
+        }
+        throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
+    }
+
+    /// Runs `body` on one node by name (stats, flush, ping of every node).
+    public func onNode<T>(_ name: String, _ body: (NodeConnection) throws -> T) throws -> T {
+        guard let h = handles[name] else { throw ClusterError(message: "no node named \(name)", failures: []) }
+        return try h.run(body)
+    }
+
+    private func keyText(_ k: [UInt8]) -> String {
+        let s = String(decoding: k.prefix(64), as: UTF8.self)
+        return "'" + s + (k.count > 64 ? "…" : "") + "'"
+    }
+}
