@@ -42,7 +42,7 @@ final class Connection: EventHandler {
         authenticated = node.config.authToken == nil
     }
 
-    var idle: Bool { inFlight == 0 && outputStart == output.count }
+    var idle: Bool { inFlight == 0 && deferred.isEmpty && outputStart == output.count }
 
     // MARK: Events
 
@@ -80,7 +80,9 @@ final class Connection: EventHandler {
     private func processFrames() {
         let decoder = FrameDecoder(magic: Wire.requestMagic,
                                    maxBody: authenticated ? node.config.maxFrame : min(node.config.maxFrame, node.config.preAuthFrameLimit))
-        while !closed && !closeAfterFlush {
+        // A client that pipelines many requests on one key waits here (its bytes stay in the
+        // input buffer) rather than growing the deferred list without bound.
+        while !closed && !closeAfterFlush && deferred.count < 4096 {
             let available = input.count - inputStart
             if available == 0 { break }
             let result: Result<(frame: Frame, consumed: Int)?, WireError> = input.withUnsafeBytes { all in
@@ -122,13 +124,74 @@ final class Connection: EventHandler {
 
     // MARK: Requests
 
+    /// What a request must wait for: requests on the same key run in the order they were
+    /// sent; keyless operations (PING, STATS, SCAN, FLUSH, HELLO, QUIT) wait for everything
+    /// sent before them, and everything after them waits for them.
+    private enum Scope {
+        case keys([[UInt8]])
+        case barrier
+    }
+
+    private struct Pending {
+        let frame: Frame
+        let request: Request
+        let scope: Scope
+        let received: Double
+    }
+
+    private var deferred: [Pending] = []
+    private var inFlightKeys: [[UInt8]: Int] = [:]
+    private var barriersInFlight = 0
+
+    private static func keyID(_ ns: [UInt8], _ key: [UInt8]) -> [UInt8] { [UInt8(ns.count)] + ns + key }
+
+    private static func scope(of r: Request) -> Scope {
+        switch r {
+        case .get(let g): return .keys([keyID(g.namespace, g.key)])
+        case .set(let s): return .keys([keyID(s.namespace, s.key)])
+        case .delete(let ns, let key, _, _, _), .touch(let ns, let key, _, _), .exists(let ns, let key, _), .meta(let ns, let key, _):
+            return .keys([keyID(ns, key)])
+        case .counter(let c): return .keys([keyID(c.namespace, c.key)])
+        case .mget(let ns, let keys, _): return .keys(keys.map { keyID(ns, $0) })
+        case .ping, .hello, .quit, .stats, .scan, .flush: return .barrier
+        }
+    }
+
+    private func canRun(_ scope: Scope) -> Bool {
+        switch scope {
+        case .barrier: return inFlight == 0
+        case .keys(let keys): return barriersInFlight == 0 && !keys.contains { inFlightKeys[$0] != nil }
+        }
+    }
+
     private func handleFrame(_ f: Frame) {
-        let started = monotonicSeconds()
+        let received = monotonicSeconds()
         let request: Request
         do { request = try Request.parse(f) } catch {
             send(Responses.error(to: f, error.status, error.message))
             return
         }
+        let p = Pending(frame: f, request: request, scope: Self.scope(of: request), received: received)
+        // Keep the connection's order: once something waits, everything after it waits too.
+        if !deferred.isEmpty || !canRun(p.scope) {
+            deferred.append(p)
+            return
+        }
+        run(p)
+    }
+
+    /// Runs deferred requests that no longer conflict, in order.
+    private func runDeferred() {
+        while !closed, let first = deferred.first, canRun(first.scope) {
+            deferred.removeFirst()
+            run(first)
+        }
+    }
+
+    private func run(_ p: Pending) {
+        let f = p.frame
+        let started = p.received
+        let request = p.request
         if node.draining {
             send(Responses.error(to: f, .shuttingDown, "the node is shutting down"))
             return
@@ -195,25 +258,44 @@ final class Connection: EventHandler {
         }
         // Disk work: a worker runs it, the loop writes the answer.
         inFlight += 1
+        let scope = p.scope
+        switch scope {
+        case .barrier: barriersInFlight += 1
+        case .keys(let keys): for k in keys { inFlightKeys[k, default: 0] += 1 }
+        }
         let dispatcher = node.dispatcher
         let stats = node.stats
         let loop = self.loop
         let accepted = node.workers.submit { [self] in
             let resp = dispatcher.execute(request, f)
             stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
-            loop.execute { [self] in completed(resp) }
+            loop.execute { [self] in completed(resp, scope) }
         }
         if !accepted {
-            inFlight -= 1
+            release(scope)
             node.stats.busyRefusals.add(1, ordering: .relaxed)
             send(Responses.error(to: f, .busy, "too much disk work queued; retry later"))
         }
     }
 
-    private func completed(_ resp: Frame?) {
+    private func release(_ scope: Scope) {
         inFlight -= 1
+        switch scope {
+        case .barrier: barriersInFlight -= 1
+        case .keys(let keys):
+            for k in keys {
+                let n = (inFlightKeys[k] ?? 1) - 1
+                inFlightKeys[k] = n == 0 ? nil : n
+            }
+        }
+    }
+
+    private func completed(_ resp: Frame?, _ scope: Scope) {
+        release(scope)
         guard !closed else { return }
         if let r = resp { send(r) }
+        runDeferred()
+        if deferred.count < 4096 && inputStart < input.count { processFrames() }
         if closeAfterFlush { flushAndMaybeClose() }
         updateAccounting()
     }

@@ -118,7 +118,7 @@ struct Dispatcher {
                 switch out {
                 case .value(let v, let version): return quiet ? nil : Responses.counter(to: f, value: v, version: version)
                 case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
-                case .notANumber: return Responses.status(to: f, .notANumber)
+                case .notANumber: return Responses.error(to: f, .notANumber, "the stored value is not a decimal counter (1–20 digits, at most 2^64−1)")
                 }
             case let .meta(ns, key, tiers):
                 guard let m = try store.metadata(key, namespace: ns, tiers: Tiers(wire: tiers)) else {

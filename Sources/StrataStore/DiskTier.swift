@@ -81,6 +81,9 @@ final class DiskTier: @unchecked Sendable {
     // Writer state: touched only by the writer thread after `start()`.
     private var writer: SQLiteConnection?
     private var rowCount = 0
+    /// The newest version ever committed (persisted with each commit), so a reopened store's
+    /// clock starts past every version it holds.
+    private(set) var maxVersion: UInt64 = 0
     private var pageSize = 4096
     /// Whether the file can give free pages back (created with auto_vacuum=INCREMENTAL).
     private var incrementalVacuum = false
@@ -198,6 +201,8 @@ final class DiskTier: @unchecked Sendable {
         }
         ns.reset()
         rowCount = Int(try db.scalarInt("SELECT value FROM counters WHERE name='rows'") ?? 0)
+        try db.execute("INSERT OR IGNORE INTO counters(name, value) VALUES('max_version', 0)")
+        maxVersion = UInt64(bitPattern: try db.scalarInt("SELECT value FROM counters WHERE name='max_version'") ?? 0)
         counters.rows.store(rowCount, ordering: .relaxed)
         return db
     }
@@ -379,6 +384,7 @@ final class DiskTier: @unchecked Sendable {
         var raw = 0
         var stored = 0
         var evicted = 0
+        var maxVersion: UInt64 = 0
     }
 
     private func runBatch(_ batch: [DiskJob]) {
@@ -417,6 +423,11 @@ final class DiskTier: @unchecked Sendable {
             for j in jobs { try apply(j, db, &staged) }
             try enforceLimits(db, &staged)
             try setRowCounter(db, rowCount + staged.rowDelta)
+            if staged.maxVersion > maxVersion {
+                let mv = try db.statement("UPDATE counters SET value=? WHERE name='max_version'")
+                mv.bind(1, Int64(bitPattern: staged.maxVersion))
+                try mv.run()
+            }
             try db.execute("COMMIT")
         } catch {
             try? db.execute("ROLLBACK")
@@ -428,6 +439,7 @@ final class DiskTier: @unchecked Sendable {
             return
         }
         rowCount += staged.rowDelta
+        maxVersion = max(maxVersion, staged.maxVersion)
         counters.rows.store(rowCount, ordering: .relaxed)
         counters.commits.add(1, ordering: .relaxed)
         counters.rawBytesWritten.add(staged.raw, ordering: .relaxed)
@@ -496,6 +508,7 @@ final class DiskTier: @unchecked Sendable {
                 let inserted = try writeRow(db, nsID: nsID, gen: ns.generation, key: key, state: state, encoded: encoded,
                                             now: now, mayExist: needs == .nothing || found != nil)
                 if inserted { staged.rowDelta += 1 }
+                staged.maxVersion = max(staged.maxVersion, state.version)
                 staged.raw += state.value.count
                 staged.stored += encoded.1.count
             }

@@ -53,6 +53,8 @@ public struct StoreConfiguration: Sendable {
     public var maxItemBytes: Int = ItemLimits.defaultMaxItemBytes
     /// TTL applied when a write says `.storeDefault` (nil = never expire).
     public var defaultTTL: Double? = nil
+    /// Caller-supplied versions (µs) more than this many seconds ahead of the clock are refused.
+    public var maxVersionSkew: Double = 24 * 3600
     /// How long a versioned remove's tombstone is kept.
     public var tombstoneTTL: Double = 24 * 3600
 

@@ -43,6 +43,7 @@ public final class TieredCache: @unchecked Sendable {
         self.memory = MemoryTier(config: configuration)
         self.disk = try DiskTier(config: configuration, clock: clock, registry: registry)
         try disk.start()
+        hlc.observe(disk.maxVersion)
         openedVersion = hlc.next()
         openedWithData = disk.counters.rows.load(ordering: .relaxed) > 0
         startThread(name: "strata-sweeper") { [self] in sweepLoop() }
@@ -78,6 +79,15 @@ public final class TieredCache: @unchecked Sendable {
         }
     }
 
+    /// A caller-supplied version far ahead of this node's clock would drag every later
+    /// version with it, so it is refused.
+    private func checkVersion(_ v: UInt64, now: Int64) throws {
+        let limit = UInt64(max(0, now)) &+ UInt64(configuration.maxVersionSkew * 1_000_000)
+        if v > limit {
+            throw StoreError(.invalidArgument, "version \(v) is more than \(Int(configuration.maxVersionSkew)) s ahead of this node's clock")
+        }
+    }
+
     private func check(tiers: Tiers) throws {
         if tiers.isEmpty || !Tiers.all.isSuperset(of: tiers) {
             throw StoreError(.invalidArgument, "tiers must be memory, disk or all")
@@ -98,7 +108,10 @@ public final class TieredCache: @unchecked Sendable {
         }
         let now = clock.nowMicros()
         let expiry = options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL)
-        if let v = options.version { hlc.observe(v) }
+        if let v = options.version {
+            try checkVersion(v, now: now)
+            hlc.observe(v)
+        }
         let op = WriteOp.set(value: value, mode: options.mode, flags: options.flags, extended: options.extended,
                              expiry: expiry, callerVersion: options.version)
         let pre = options.tiers.contains(.disk) && !options.writeBehind ? disk.codec.encode(value) : nil
@@ -113,7 +126,10 @@ public final class TieredCache: @unchecked Sendable {
     public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> RemoveOutcome {
         try check(key: key, namespace: namespace)
         try check(tiers: tiers)
-        if let v = version { hlc.observe(v) }
+        if let v = version {
+            try checkVersion(v, now: clock.nowMicros())
+            hlc.observe(v)
+        }
         let tombstoneExpiry = clock.nowMicros() + Int64(configuration.tombstoneTTL * 1_000_000)
         guard case .remove(let o) = try write(.remove(callerVersion: version, tombstoneExpiry: max(1, tombstoneExpiry)),
                                               key: key, namespace: namespace, tiers: tiers, writeBehind: false,

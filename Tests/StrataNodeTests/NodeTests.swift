@@ -146,6 +146,46 @@ final class NodeOperationTests: XCTestCase {
     }
 }
 
+final class NodeOrderingTests: XCTestCase {
+    func testPipelinedRequestsOnOneKeyApplyInOrder() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        for round in 0..<20 {
+            let key = b("k\(round)")
+            var batch: [UInt8] = []
+            batch += Request.set(SetRequest(key: key, value: b("one"))).frame(id: 1).encoded()
+            batch += Request.get(GetRequest(key: key)).frame(id: 2).encoded()
+            batch += Request.set(SetRequest(key: key, value: b("two"))).frame(id: 3).encoded()
+            batch += Request.get(GetRequest(key: key)).frame(id: 4).encoded()
+            batch += Request.delete(namespace: [], key: key, tiers: 0, version: nil, writeBehind: false).frame(id: 5).encoded()
+            batch += Request.get(GetRequest(key: key)).frame(id: 6).encoded()
+            try c.sendRaw(batch)
+            var got: [UInt32: Frame] = [:]
+            while got.count < 6 { let f = try c.readFrame(); got[f.requestID] = f }
+            XCTAssertEqual(got[1]?.statusCode, .ok)
+            XCTAssertEqual(try Responses.parseGet(XCTUnwrap(got[2])).value, b("one"), "round \(round)")
+            XCTAssertEqual(try Responses.parseGet(XCTUnwrap(got[4])).value, b("two"), "round \(round)")
+            XCTAssertEqual(got[5]?.statusCode, .ok)
+            XCTAssertEqual(got[6]?.statusCode, .notFound, "round \(round)")
+        }
+    }
+
+    func testPingAfterQuietWritesIsAnsweredAfterThemAll() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        var batch: [UInt8] = []
+        for i in 0..<50 { batch += Request.set(SetRequest(key: b("q\(i)"), value: b("v\(i)"))).frame(id: UInt32(i + 1), quiet: true).encoded() }
+        batch += Request.ping.frame(id: 999).encoded()
+        try c.sendRaw(batch)
+        let f = try c.readFrame()
+        XCTAssertEqual(f.requestID, 999, "quiet successes send nothing; PING comes after them")
+        let check = try node.connect()
+        for i in 0..<50 { XCTAssertEqual(try check.get(b("q\(i)"), tiers: 2)?.value, b("v\(i)")) }
+    }
+}
+
 final class NodeLimitTests: XCTestCase {
     func testConnectionsOverTheLimitAreRefusedWithAReason() throws {
         let dir = TempDir()

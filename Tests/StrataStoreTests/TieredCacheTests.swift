@@ -142,6 +142,30 @@ final class TieredCacheTests: XCTestCase {
         XCTAssertGreaterThan(v, 500)
     }
 
+    func testReopenedStoreVersionsPassEveryStoredVersion() throws {
+        let f = try StoreFixture()
+        let ahead = UInt64(f.clock.nowMicros()) + 3_600_000_000 // an hour ahead: a fast client clock
+        XCTAssertEqual(try f.store.set(bytes("k"), bytes("v"), options: SetOptions(tiers: .disk, version: ahead)), .stored(version: ahead))
+        try f.reopen()
+        XCTAssertGreaterThan(f.store.openedVersion, ahead)
+        guard case .stored(let v) = try f.store.set(bytes("k"), bytes("w")) else { return XCTFail() }
+        XCTAssertGreaterThan(v, ahead)
+        XCTAssertEqual(try f.store.get(bytes("k"))?.value, bytes("w"))
+    }
+
+    func testVersionFarAheadOfTheClockIsRefused() throws {
+        let f = try StoreFixture()
+        let far = UInt64(f.clock.nowMicros()) + 3 * 86_400_000_000
+        XCTAssertThrowsError(try f.store.set(bytes("k"), bytes("v"), options: SetOptions(version: far))) {
+            XCTAssertEqual(($0 as? StoreError)?.code, .invalidArgument)
+        }
+        XCTAssertThrowsError(try f.store.remove(bytes("k"), version: far)) {
+            XCTAssertEqual(($0 as? StoreError)?.code, .invalidArgument)
+        }
+        guard case .stored(let v) = try f.store.set(bytes("k"), bytes("v")) else { return XCTFail() }
+        XCTAssertLessThan(v, far, "the refused version did not move the clock")
+    }
+
     func testVersionedRemoveLeavesTombstoneThatBlocksOlderWrites() throws {
         let f = try StoreFixture { $0.tombstoneTTL = 60 }
         _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(version: 100))

@@ -105,7 +105,8 @@ case("decr", "DECR hits by 3",
      frame(RESP, OPS["DECR"], 41, cas=V + 4, extras=struct.pack(">Q", 7)))
 case("incr_not_a_number", "INCR of a value that is not a counter",
      frame(REQ, OPS["INCR"], 42, extras=struct.pack(">QBQ", 1, 0, 0) + expiry(0), key=b"foo"),
-     frame(RESP, OPS["INCR"], 42, status=NOT_A_NUMBER))
+     frame(RESP, OPS["INCR"], 42, status=NOT_A_NUMBER,
+           value="the stored value is not a decimal counter (1–20 digits, at most 2^64−1)".encode()))
 case("meta", "META of a zstd-compressed item present in both tiers",
      frame(REQ, OPS["META"], 50, key=b"doc"),
      frame(RESP, OPS["META"], 50, cas=V, extras=struct.pack(">BBIqqQIIB", 3, 1, 10240, 2100, 0, V, 7, 0, 0)))
