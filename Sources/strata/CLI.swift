@@ -24,6 +24,9 @@ commands:
   meta      an item's metadata
   keys      list the keys of a namespace
   flush     empty a namespace (--ns) or everything (--all)
+  ring      where keys live on a set of nodes, or how evenly they share keys
+
+Client commands talk to one node (--server) or a cluster (--nodes H:P,H:P,…).
 
 `strata <command> --help` describes each command.
 Exit codes: 0 ok, 1 not found, 2 bad usage, 3 connection or server error.
@@ -57,6 +60,7 @@ func runCLI(_ args: [String]) -> Int32 {
     do {
         switch command {
         case "serve": return try serveCommand(rest)
+        case "ring": return try ringCommand(rest)
         case "--help", "-h", "help":
             printOut(topUsage)
             return 0

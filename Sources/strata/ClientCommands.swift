@@ -14,7 +14,7 @@ struct ClientCommand: Sendable {
     let run: @Sendable (ParsedOptions, NodeConnection) throws -> Int32
 }
 
-let common = "  --server HOST:PORT   the node (default 127.0.0.1:7400, or STRATA_SERVER)\n  --auth-token-file F  authenticate with the token in F\n  --timeout SECONDS    per request (default 5)"
+let common = "  --server HOST:PORT   the node (default 127.0.0.1:7400, or STRATA_SERVER)\n  --nodes H:P,H:P,…    a cluster instead (keys placed by proto-spec/RING.md)\n  --replicas N         copies in total with --nodes (default 2)\n  --ack one|majority|all   nodes that must confirm a write (default all)\n  --read owner|quorum  where reads go (default owner, with version checks after a node restarts)\n  --auth-token-file F  authenticate with the token in F\n  --timeout SECONDS    per request (default 5; 2 per node with --nodes)"
 let keyOpts: Set<String> = ["--ns", "--tiers"]
 
 func tiersOption(_ o: ParsedOptions) throws -> UInt8 {
@@ -198,14 +198,25 @@ func counterCommand(decrement: Bool) -> ClientCommand {
 }
 
 func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) throws -> Int32 {
-    let o = try ParsedOptions(args, valued: spec.valued.union(["--server", "--auth-token-file", "--timeout"]),
-                              switches: spec.switches.union(["--help"]), maxPositionals: spec.positionals)
+    let o = try ParsedOptions(args, valued: spec.valued.union(["--server", "--auth-token-file", "--timeout", "--initial"]).union(clusterOptions),
+                              switches: spec.switches.union(["--help", "--all", "--json", "--meta"]), maxPositionals: spec.positionals)
     if o.switches.contains("--help") {
         printOut("usage: \(spec.usage)\n\n\(common)")
         return 0
     }
     if spec.usage.contains(" KEY") && o.positionals.isEmpty {
         throw UsageError(message: "a KEY is required (usage: \(spec.usage))")
+    }
+    for (opt, allowed) in [("--initial", spec.valued.contains("--initial")), ("--all", spec.switches.contains("--all")),
+                           ("--json", spec.switches.contains("--json")), ("--meta", spec.switches.contains("--meta"))] where !allowed {
+        if o.values[opt] != nil || o.switches.contains(opt) { throw UsageError(message: "unknown option '\(opt)'") }
+    }
+    if o.string("--nodes") != nil {
+        if o.string("--server") != nil { throw UsageError(message: "give --server or --nodes, not both") }
+        return try runClusterCommand(name, o)
+    }
+    for opt in clusterOptions where opt != "--nodes" && o.string(opt) != nil {
+        throw UsageError(message: "\(opt) needs --nodes")
     }
     let server = o.string("--server") ?? ProcessInfo.processInfo.environment["STRATA_SERVER"] ?? "127.0.0.1:7400"
     guard let colon = server.lastIndex(of: ":"), let port = UInt16(server[server.index(after: colon)...]) else {
@@ -218,4 +229,198 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     let conn = try NodeConnection(host: host, port: port, timeout: timeout, token: token)
     defer { conn.close() }
     return try spec.run(o, conn)
+}
+
+// MARK: Cluster mode (--nodes)
+
+let clusterOptions: Set<String> = ["--nodes", "--replicas", "--ack", "--read"]
+
+func clusterConfiguration(_ o: ParsedOptions) throws -> ClusterConfiguration {
+    let list = o.string("--nodes") ?? ""
+    var nodes: [NodeAddress] = []
+    for part in list.split(separator: ",") {
+        guard let a = NodeAddress.parse(String(part.trimmingCharacters(in: .whitespaces))) else {
+            throw UsageError(message: "--nodes must be HOST:PORT,HOST:PORT,…; '\(part)' is not")
+        }
+        nodes.append(a)
+    }
+    guard !nodes.isEmpty else { throw UsageError(message: "--nodes needs at least one HOST:PORT") }
+    var c = ClusterConfiguration(nodes: nodes)
+    if let r = try o.int("--replicas", min: 1) { c.replicas = r }
+    if let a = o.string("--ack") {
+        guard let p = AckPolicy(rawValue: a) else { throw UsageError(message: "--ack must be one, majority or all, got '\(a)'") }
+        c.ack = p
+    }
+    if let r = o.string("--read") {
+        guard let p = ReadPolicy(rawValue: r) else { throw UsageError(message: "--read must be owner or quorum, got '\(r)'") }
+        c.read = p
+    }
+    c.timeout = try o.double("--timeout") ?? 2
+    c.token = try o.string("--auth-token-file").map(readToken)
+    return c
+}
+
+/// Runs a client command against a cluster. Exit codes as for one node; a write exits 0 only
+/// when its acknowledgement policy was met.
+func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
+    let cluster = try ClusterClient(configuration: try clusterConfiguration(o))
+    let ns = try nsArg(o)
+    switch name {
+    case "ping":
+        var failed = 0
+        for n in cluster.configuration.nodes {
+            do { try cluster.onNode(n.name) { try $0.ping() }; printOut("\(n.name) PONG") } catch {
+                printOut("\(n.name) DOWN: \(error)"); failed += 1
+            }
+        }
+        return failed == 0 ? 0 : 3
+    case "set":
+        let key = try keyArg(o, "strata set KEY [VALUE]")
+        let value = o.positionals.count > 1 ? Array(o.positionals[1].utf8) : [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+        var flags: UInt32 = 0
+        if let f = try o.int("--flags") {
+            guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
+            flags = UInt32(f)
+        }
+        let out = try cluster.set(key, value, namespace: ns, expiry: try ttlArg(o) ?? .storeDefault, flags: flags)
+        guard case .stored(let v) = out else { throw ClientError(.server, "not stored: \(out)") }
+        printOut("stored \(value.count) bytes on \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", ")), version \(v)")
+        return 0
+    case "get":
+        let key = try keyArg(o, "strata get KEY")
+        guard let item = try cluster.get(key, namespace: ns) else {
+            printErr("not found: \(o.positionals[0])")
+            return 1
+        }
+        if o.switches.contains("--meta") {
+            printErr("version \(item.version), flags \(item.flags), \(item.value.count) bytes, expires \(formatExpiry(item.expiresAt))")
+        }
+        writeBytes(item.value)
+        return 0
+    case "del":
+        let key = try keyArg(o, "strata del KEY")
+        if try cluster.delete(key, namespace: ns) { return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
+    case "exists":
+        let key = try keyArg(o, "strata exists KEY")
+        if try cluster.exists(key, namespace: ns) { printOut("exists"); return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
+    case "touch":
+        let key = try keyArg(o, "strata touch KEY --ttl S")
+        guard let e = try ttlArg(o) else { throw UsageError(message: "--ttl is required") }
+        if try cluster.touch(key, namespace: ns, expiry: e) { return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
+    case "incr", "decr":
+        let key = try keyArg(o, "strata \(name) KEY [BY]")
+        var by: UInt64 = 1
+        if o.positionals.count > 1 {
+            guard let n = UInt64(o.positionals[1]) else { throw UsageError(message: "BY must be a non-negative integer") }
+            by = n
+        }
+        let initial = try o.string("--initial").map { (s: String) -> UInt64 in
+            guard let n = UInt64(s) else { throw UsageError(message: "--initial must be a non-negative integer") }
+            return n
+        }
+        guard let v = try cluster.counter(key, delta: by, decrement: name == "decr", namespace: ns, initial: initial) else {
+            printErr("not found: \(o.positionals[0])")
+            return 1
+        }
+        printOut(String(v))
+        return 0
+    case "meta":
+        let key = try keyArg(o, "strata meta KEY")
+        guard let m = try cluster.meta(key, namespace: ns) else { printErr("not found: \(o.positionals[0])"); return 1 }
+        printOut("nodes         \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", "))")
+        printOut("size          \(m.size)")
+        printOut("version       \(m.version)")
+        printOut("expires       \(formatExpiry(m.expiresAt))")
+        return 0
+    case "stats":
+        var totals: [String: Double] = [:]
+        var down = 0
+        for n in cluster.configuration.nodes {
+            do {
+                let json = try cluster.onNode(n.name) { try $0.stats() }
+                let obj = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:]
+                if o.switches.contains("--json") { printOut("{\"node\":\"\(n.name)\",\"stats\":\(json)}"); continue }
+                printOut("== \(n.name)")
+                for k in obj.keys.sorted() { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + "\(obj[k]!)") }
+                for (k, v) in obj { if let d = (v as? NSNumber)?.doubleValue, !k.hasPrefix("latency") { totals[k, default: 0] += d } }
+            } catch {
+                printOut("== \(n.name) DOWN: \(error)")
+                down += 1
+            }
+        }
+        if !o.switches.contains("--json") {
+            printOut("== cluster totals (\(cluster.configuration.nodes.count - down) of \(cluster.configuration.nodes.count) nodes answering)")
+            for k in totals.keys.sorted() where k != "uptime_s" { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + String(Int64(totals[k]!))) }
+        }
+        return down == 0 ? 0 : 3
+    case "keys":
+        var all = Set<[UInt8]>()
+        for n in cluster.configuration.nodes {
+            var cursor: [UInt8] = []
+            repeat {
+                let page = try cluster.onNode(n.name) { c -> (keys: [[UInt8]], next: [UInt8]?) in
+                    let f = try c.call(.scan(namespace: ns, cursor: cursor, limit: 1000))
+                    try NodeConnection.check(f, allow: [.ok])
+                    return try Responses.parseScan(f)
+                }
+                all.formUnion(page.keys)
+                cursor = page.next ?? []
+            } while !cursor.isEmpty
+        }
+        for k in all.sorted(by: { $0.lexicographicallyPrecedes($1) }) { printOut(String(decoding: k, as: UTF8.self)) }
+        return 0
+    case "flush":
+        let all = o.switches.contains("--all")
+        guard all != (o.string("--ns") != nil) else { throw UsageError(message: "say which: --ns NS or --all") }
+        for n in cluster.configuration.nodes {
+            let f = try cluster.onNode(n.name) { try $0.call(.flush(namespace: ns, all: all)) }
+            try NodeConnection.check(f, allow: [.ok])
+        }
+        printOut(all ? "flushed everything on every node" : "flushed namespace '\(o.string("--ns")!)' on every node")
+        return 0
+    default:
+        throw UsageError(message: "\(name) does not take --nodes")
+    }
+}
+
+/// `strata ring`: where keys live, or how evenly a node set shares them.
+func ringCommand(_ args: [String]) throws -> Int32 {
+    let o = try ParsedOptions(args, valued: ["--nodes", "--replicas", "--keys", "--ns"], switches: ["--balance", "--help"], maxPositionals: 10_000)
+    if o.switches.contains("--help") {
+        printOut("""
+        usage: strata ring --nodes HOST:PORT,… [--replicas N] [--ns NS] KEY…
+               strata ring --nodes HOST:PORT,… --balance [--keys 100000]
+
+        Prints each KEY's owner and replicas (proto-spec/RING.md), or, with --balance, one line
+        per node: HOST:PORT COUNT PERCENT% for the keys key-0 … key-(N-1) it owns. Needs no node
+        to be running.
+        """)
+        return 0
+    }
+    var c = try clusterConfiguration(o)
+    if let r = try o.int("--replicas", min: 1) { c.replicas = r }
+    let ring = HashRing(members: c.nodes.map { .init(name: $0.name) }, pointsPerWeight: c.pointsPerWeight)
+    if o.switches.contains("--balance") {
+        let n = try o.int("--keys", min: 1) ?? 100_000
+        var counts: [String: Int] = [:]
+        for i in 0..<n { counts[ring.owner(for: Array("key-\(i)".utf8))!.name, default: 0] += 1 }
+        for m in c.nodes {
+            let count = counts[m.name] ?? 0
+            printOut("\(m.name) \(count) " + String(format: "%.2f%%", Double(count) * 100 / Double(n)))
+        }
+        return 0
+    }
+    guard !o.positionals.isEmpty else { throw UsageError(message: "give KEYs, or --balance") }
+    let ns = try nsArg(o)
+    for k in o.positionals {
+        let nodes = ring.nodes(for: Array(k.utf8), namespace: ns, count: c.replicas).map(\.name)
+        printOut("\(k) owner \(nodes.first ?? "-") replicas \(nodes.dropFirst().joined(separator: ","))")
+    }
+    return 0
 }
