@@ -34,11 +34,11 @@ final class NodeProcess: @unchecked Sendable {
     private let errLock = NSLock()
     private var errText = ""
 
-    init(dataDir: String, extra: [String] = [], file: StaticString = #filePath, line: UInt = #line) throws {
+    init(dataDir: String, port: UInt16 = 0, extra: [String] = [], file: StaticString = #filePath, line: UInt = #line) throws {
         self.dataDir = dataDir
         let exe = try XCTUnwrap(builtExecutable("strata"), "strata is not built", file: file, line: line)
         process.executableURL = URL(fileURLWithPath: exe)
-        process.arguments = ["serve", "--port", "0", "--data", dataDir, "--threads", "2", "--disk-workers", "8", "--log-level", "warn"] + extra
+        process.arguments = ["serve", "--port", String(port), "--data", dataDir, "--threads", "2", "--disk-workers", "8", "--log-level", "warn"] + extra
         process.standardOutput = stdoutPipe
         process.standardError = stderrPipe
         stderrPipe.fileHandleForReading.readabilityHandler = { [weak self] h in
@@ -60,7 +60,7 @@ final class NodeProcess: @unchecked Sendable {
             process.waitUntilExit()
             throw NSError(domain: "NodeProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "node did not start: \(line) \(stderr)"])
         }
-        port = p
+        self.port = p
     }
 
     var stderr: String { errLock.lock(); defer { errLock.unlock() }; return errText }

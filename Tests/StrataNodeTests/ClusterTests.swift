@@ -1,0 +1,199 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Three real nodes on 127.0.0.1, each with its own data directory.
+final class Cluster {
+    let dirs = (0..<3).map { _ in TempDir() }
+    var nodes: [NodeProcess?]
+    init() throws { nodes = try dirs.map { try NodeProcess(dataDir: $0.path) } }
+    var addresses: [NodeAddress] { nodes.enumerated().map { NodeAddress(host: "127.0.0.1", port: ports[$0.offset]) } }
+    lazy var ports: [UInt16] = nodes.map { $0!.port }
+    var nodesFlag: String { addresses.map(\.name).joined(separator: ",") }
+
+    func client(_ tweak: (inout ClusterConfiguration) -> Void = { _ in }) throws -> ClusterClient {
+        var c = ClusterConfiguration(nodes: addresses)
+        c.timeout = 2
+        tweak(&c)
+        return try ClusterClient(configuration: c)
+    }
+
+    func kill(_ i: Int) {
+        guard let n = nodes[i] else { return }
+        Glibc.kill(n.process.processIdentifier, SIGKILL)
+        n.process.waitUntilExit()
+        nodes[i] = nil
+    }
+
+    /// Restarts node i on its data directory and its old port.
+    func restart(_ i: Int) throws {
+        nodes[i] = try NodeProcess(dataDir: dirs[i].path, port: ports[i])
+    }
+
+    func index(of name: String) -> Int { addresses.firstIndex { $0.name == name }! }
+}
+
+final class ClusterTests: XCTestCase {
+    func testReplicationPutsOwnerInAllTiersAndReplicaOnDiskOnly() throws {
+        let cluster = try Cluster()
+        let client = try cluster.client()
+        for i in 0..<30 {
+            let key = b("key-\(i)")
+            XCTAssertEqual(try client.set(key, b("v\(i)")), .stored(version: try versionOf(client, key)))
+            let placed = client.nodes(for: key)
+            XCTAssertEqual(placed.count, 2)
+            let owner = try NodeConnection(host: "127.0.0.1", port: placed[0].port)
+            let replica = try NodeConnection(host: "127.0.0.1", port: placed[1].port)
+            XCTAssertEqual(try owner.get(key, tiers: 1)?.value, b("v\(i)"), "owner memory")
+            XCTAssertEqual(try owner.get(key, tiers: 2)?.value, b("v\(i)"), "owner disk")
+            XCTAssertEqual(try replica.get(key, tiers: 2)?.value, b("v\(i)"), "replica disk")
+            XCTAssertNil(try replica.get(key, tiers: 1), "replica memory stays empty")
+            let other = cluster.addresses.first { !placed.contains($0) }!
+            XCTAssertNil(try NodeConnection(host: "127.0.0.1", port: other.port).get(key), "third node holds nothing")
+            XCTAssertEqual(try client.get(key)?.value, b("v\(i)"))
+        }
+    }
+
+    private func versionOf(_ c: ClusterClient, _ key: [UInt8]) throws -> UInt64 { try XCTUnwrap(c.get(key)).version }
+
+    func testKillingANodeLosesNoAllAckedKeyAndNothingHangs() throws {
+        let cluster = try Cluster()
+        let client = try cluster.client { $0.timeout = 1 }
+        var written: [Int] = []
+        for i in 0..<60 {
+            if case .stored = try client.set(b("k\(i)"), b("value \(i)")) { written.append(i) }
+        }
+        XCTAssertEqual(written.count, 60)
+        cluster.kill(1)
+        var slowest = 0.0
+        for i in written {
+            let t0 = monotonicSeconds()
+            XCTAssertEqual(try client.get(b("k\(i)"))?.value, b("value \(i)"), "k\(i)")
+            slowest = max(slowest, monotonicSeconds() - t0)
+        }
+        // Writes keep working for keys whose nodes are up; others fail with a reason, quickly.
+        for i in 100..<130 {
+            let t0 = monotonicSeconds()
+            do { _ = try client.set(b("k\(i)"), b("x")) } catch let e as ClusterError {
+                XCTAssertTrue(e.description.contains(cluster.addresses[1].name), e.description)
+            }
+            slowest = max(slowest, monotonicSeconds() - t0)
+        }
+        XCTAssertLessThan(slowest, 2 * 1 + 0.5, "no request waits much longer than its timeout per node asked")
+    }
+
+    func testRejoinedNodeNeverServesDeletedOrOverwrittenValues() throws {
+        let cluster = try Cluster()
+        let nodes = cluster.nodesFlag
+        // Keys owned by node 0, so node 0 is the one that goes stale.
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        let keys = (0..<400).map { "r\($0)" }.filter { ring.owner(for: b($0))!.name == cluster.addresses[0].name }.prefix(12)
+        XCTAssertGreaterThanOrEqual(keys.count, 6)
+        for k in keys { XCTAssertEqual(try runCLI(["set", k, "old-\(k)", "--nodes", nodes]).code, 0) }
+        cluster.kill(0)
+        // While node 0 is down, fresh CLI processes delete half and overwrite the rest (ack one).
+        for (i, k) in keys.enumerated() {
+            let r = i % 2 == 0
+                ? try runCLI(["del", k, "--nodes", nodes, "--ack", "one", "--timeout", "1"])
+                : try runCLI(["set", k, "new-\(k)", "--nodes", nodes, "--ack", "one", "--timeout", "1"])
+            XCTAssertEqual(r.code, 0, r.err)
+        }
+        try cluster.restart(0)
+        // Node 0 still holds the old values on disk; no fresh process may see them.
+        let direct = try NodeConnection(host: "127.0.0.1", port: cluster.ports[0])
+        XCTAssertEqual(try direct.get(b(keys.first!), tiers: 2)?.value, b("old-\(keys.first!)"), "the node did miss the writes")
+        for (i, k) in keys.enumerated() {
+            let r = try runCLI(["get", k, "--nodes", nodes])
+            if i % 2 == 0 {
+                XCTAssertEqual(r.code, 1, "\(k) was deleted but read as \(String(decoding: r.out, as: UTF8.self))")
+            } else {
+                XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "new-\(k)", k)
+            }
+        }
+        // Reads repaired the owner.
+        XCTAssertEqual(try direct.get(b(keys[1]))?.value, b("new-\(keys[1])"))
+    }
+
+    func testLateOlderWritesNeitherReplaceNewerValuesNorResurrectDeletes() throws {
+        let cluster = try Cluster()
+        let client = try cluster.client()
+        guard case .stored(let v1) = try client.set(b("a"), b("first")) else { return XCTFail() }
+        _ = try client.set(b("a"), b("second"))
+        _ = try client.set(b("d"), b("doomed"))
+        XCTAssertTrue(try client.delete(b("d")))
+        // A replica write arriving late, carrying the first version, to every node of the key.
+        for n in client.nodes(for: b("a")) {
+            var late = SetRequest(key: b("a"), value: b("first"))
+            late.version = v1
+            XCTAssertEqual(try NodeConnection(host: "127.0.0.1", port: n.port).set(late).statusCode, .superseded)
+        }
+        for n in client.nodes(for: b("d")) {
+            var late = SetRequest(key: b("d"), value: b("doomed"))
+            late.version = v1
+            XCTAssertEqual(try NodeConnection(host: "127.0.0.1", port: n.port).set(late).statusCode, .superseded)
+        }
+        XCTAssertEqual(try client.get(b("a"))?.value, b("second"))
+        XCTAssertNil(try client.get(b("d")))
+    }
+
+    func testQuorumReadsReturnTheNewestVersionAndRepair() throws {
+        let cluster = try Cluster()
+        let client = try cluster.client { $0.read = .quorum }
+        _ = try client.set(b("q"), b("v1"))
+        let placed = client.nodes(for: b("q"))
+        // Make the owner stale behind the client's back: an old version written directly.
+        let owner = try NodeConnection(host: "127.0.0.1", port: placed[0].port)
+        XCTAssertEqual(try owner.call(.flush(namespace: [], all: true)).statusCode, .ok)
+        var stale = SetRequest(key: b("q"), value: b("stale")); stale.version = 10
+        XCTAssertEqual(try owner.set(stale).statusCode, .ok)
+        XCTAssertEqual(try client.get(b("q"))?.value, b("v1"))
+        XCTAssertEqual(try owner.get(b("q"))?.value, b("v1"), "repaired")
+    }
+
+    func testCountersAndTouchRunOnTheOwnerAndReplicate() throws {
+        let cluster = try Cluster()
+        let client = try cluster.client()
+        XCTAssertEqual(try client.counter(b("n"), delta: 1, initial: 5), 5)
+        XCTAssertEqual(try client.counter(b("n"), delta: 3), 8)
+        XCTAssertNil(try client.counter(b("missing"), delta: 1))
+        let replica = client.nodes(for: b("n"))[1]
+        XCTAssertEqual(try NodeConnection(host: "127.0.0.1", port: replica.port).get(b("n"), tiers: 2)?.value, b("8"))
+        XCTAssertTrue(try client.touch(b("n"), expiry: .seconds(300)))
+        XCTAssertGreaterThan(try XCTUnwrap(NodeConnection(host: "127.0.0.1", port: replica.port).get(b("n"))).expiresAt, 0)
+        XCTAssertFalse(try client.touch(b("missing"), expiry: .seconds(5)))
+    }
+
+    func testClusterCLI() throws {
+        let cluster = try Cluster()
+        let nodes = cluster.nodesFlag
+        var r = try runCLI(["set", "cli-key", "cli-value", "--nodes", nodes])
+        XCTAssertEqual(r.code, 0, r.err)
+        r = try runCLI(["get", "cli-key", "--nodes", nodes])
+        XCTAssertEqual(r.out, b("cli-value"))
+        r = try runCLI(["ring", "--nodes", nodes, "cli-key"])
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).hasPrefix("cli-key owner 127.0.0.1:"))
+        r = try runCLI(["ring", "--nodes", nodes, "--balance", "--keys", "3000"])
+        let lines = String(decoding: r.out, as: UTF8.self).split(separator: "\n")
+        XCTAssertEqual(lines.count, 3)
+        for line in lines {
+            let parts = line.split(separator: " ")
+            XCTAssertEqual(parts.count, 3, String(line))
+            XCTAssertNotNil(Int(parts[1]))
+            XCTAssertTrue(parts[2].hasSuffix("%"))
+        }
+        r = try runCLI(["stats", "--nodes", nodes])
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("cluster totals (3 of 3 nodes answering)"))
+        cluster.kill(2)
+        // With a node down and ack all, writes of keys that need it fail with exit 3 and a reason.
+        var failedOne = false
+        for i in 0..<20 {
+            r = try runCLI(["set", "k\(i)", "v", "--nodes", nodes, "--timeout", "1"])
+            if r.code == 3 { failedOne = true; XCTAssertTrue(r.err.contains("policy"), r.err) } else { XCTAssertEqual(r.code, 0, r.err) }
+        }
+        XCTAssertTrue(failedOne)
+        XCTAssertEqual(try runCLI(["set", "x", "v", "--server", "127.0.0.1:1", "--nodes", nodes]).code, 2)
+        XCTAssertEqual(try runCLI(["set", "x", "v", "--ack", "one"]).code, 2)
+    }
+}
