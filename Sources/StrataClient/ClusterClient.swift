@@ -449,3 +449,84 @@ public final class ClusterClient: @unchecked Sendable {
         return "'" + s + (k.count > 64 ? "…" : "") + "'"
     }
 }
+
+import Dispatch
+
+// MARK: Async forms (each runs the blocking call on a worker thread; the caller's task is not
+// blocked).
+
+extension ClusterClient {
+    private static let asyncQueue = DispatchQueue(label: "strata.cluster.async", attributes: .concurrent)
+
+    private func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { cont in
+            Self.asyncQueue.async { cont.resume(with: Result { try body() }) }
+        }
+    }
+
+    public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
+                    flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set, casVersion: UInt64 = 0) async throws -> ClusterSetOutcome {
+        try await offload { try self.set(key, value, namespace: namespace, expiry: expiry, flags: flags, extended: extended, mode: mode, casVersion: casVersion) }
+    }
+    public func get(_ key: [UInt8], namespace: [UInt8] = []) async throws -> ItemPayload? {
+        try await offload { try self.get(key, namespace: namespace) }
+    }
+    public func getMany(_ keys: [[UInt8]], namespace: [UInt8] = []) async throws -> [ItemPayload?] {
+        try await offload { try self.getMany(keys, namespace: namespace) }
+    }
+    @discardableResult
+    public func delete(_ key: [UInt8], namespace: [UInt8] = []) async throws -> Bool {
+        try await offload { try self.delete(key, namespace: namespace) }
+    }
+    public func exists(_ key: [UInt8], namespace: [UInt8] = []) async throws -> Bool {
+        try await offload { try self.exists(key, namespace: namespace) }
+    }
+    public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) async throws -> Bool {
+        try await offload { try self.touch(key, namespace: namespace, expiry: expiry) }
+    }
+    public func counter(_ key: [UInt8], delta: UInt64, decrement: Bool = false, namespace: [UInt8] = [],
+                        initial: UInt64? = nil) async throws -> UInt64? {
+        try await offload { try self.counter(key, delta: delta, decrement: decrement, namespace: namespace, initial: initial) }
+    }
+    public func meta(_ key: [UInt8], namespace: [UInt8] = []) async throws -> MetaInfo? {
+        try await offload { try self.meta(key, namespace: namespace) }
+    }
+}
+
+// MARK: Membership from DNS
+
+extension NodeAddress {
+    /// Every address `host` resolves to (a Kubernetes headless service resolves to all its
+    /// pods), with `port`. A node's ring name is its reverse-DNS name when it has one (stable
+    /// pod names in a StatefulSet), else `ip:port`.
+    public static func resolve(_ host: String, port: UInt16) throws -> [NodeAddress] {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var res: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &res)
+        guard rc == 0, let first = res else {
+            throw ClusterError(message: "cannot resolve \(host): \(String(cString: gai_strerror(rc)))", failures: [])
+        }
+        defer { freeaddrinfo(first) }
+        var out: [NodeAddress] = []
+        var seen = Set<String>()
+        var p: UnsafeMutablePointer<addrinfo>? = first
+        while let ai = p {
+            var ipBuf = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+            var nameBuf = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+            if getnameinfo(ai.pointee.ai_addr, ai.pointee.ai_addrlen, &ipBuf, socklen_t(ipBuf.count), nil, 0, NI_NUMERICHOST) == 0 {
+                let ip = String(decoding: ipBuf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                if seen.insert(ip).inserted {
+                    var name = ip.contains(":") ? "[\(ip)]:\(port)" : "\(ip):\(port)"
+                    if getnameinfo(ai.pointee.ai_addr, ai.pointee.ai_addrlen, &nameBuf, socklen_t(nameBuf.count), nil, 0, NI_NAMEREQD) == 0 {
+                        let dns = String(decoding: nameBuf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                        if dns != "localhost" && !dns.isEmpty { name = "\(dns):\(port)" }
+                    }
+                    out.append(NodeAddress(host: ip, port: port, name: name))
+                }
+            }
+            p = ai.pointee.ai_next
+        }
+        return out.sorted { $0.name < $1.name }
+    }
+}

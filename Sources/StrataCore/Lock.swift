@@ -99,4 +99,17 @@ public final class Completion<T>: @unchecked Sendable {
         while value == nil { cond.wait() }
         return value!
     }
+
+    /// Waits at most `seconds`; nil when nothing arrived in time.
+    public func wait(seconds: Double) -> T? {
+        let deadline = monotonicSeconds() + seconds
+        cond.lock()
+        defer { cond.unlock() }
+        while value == nil {
+            let left = deadline - monotonicSeconds()
+            if left <= 0 { return nil }
+            cond.wait(seconds: left)
+        }
+        return value
+    }
 }

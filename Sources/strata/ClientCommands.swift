@@ -14,7 +14,7 @@ struct ClientCommand: Sendable {
     let run: @Sendable (ParsedOptions, NodeConnection) throws -> Int32
 }
 
-let common = "  --server HOST:PORT   the node (default 127.0.0.1:7400, or STRATA_SERVER)\n  --nodes H:P,H:P,…    a cluster instead (keys placed by proto-spec/RING.md)\n  --replicas N         copies in total with --nodes (default 2)\n  --ack one|majority|all   nodes that must confirm a write (default all)\n  --read owner|quorum  where reads go (default owner, with version checks after a node restarts)\n  --auth-token-file F  authenticate with the token in F\n  --timeout SECONDS    per request (default 5; 2 per node with --nodes)"
+let common = "  --server HOST:PORT   the node (default 127.0.0.1:7400, or STRATA_SERVER)\n  --nodes H:P,H:P,…    a cluster instead (keys placed by proto-spec/RING.md); an entry\n                       dns:NAME:PORT stands for every address NAME resolves to\n  --replicas N         copies in total with --nodes (default 2)\n  --ack one|majority|all   nodes that must confirm a write (default all)\n  --read owner|quorum  where reads go (default owner, with version checks after a node restarts)\n  --auth-token-file F  authenticate with the token in F\n  --timeout SECONDS    per request (default 5; 2 per node with --nodes)"
 let keyOpts: Set<String> = ["--ns", "--tiers"]
 
 func tiersOption(_ o: ParsedOptions) throws -> UInt8 {
@@ -239,8 +239,19 @@ func clusterConfiguration(_ o: ParsedOptions) throws -> ClusterConfiguration {
     let list = o.string("--nodes") ?? ""
     var nodes: [NodeAddress] = []
     for part in list.split(separator: ",") {
-        guard let a = NodeAddress.parse(String(part.trimmingCharacters(in: .whitespaces))) else {
-            throw UsageError(message: "--nodes must be HOST:PORT,HOST:PORT,…; '\(part)' is not")
+        let item = String(part.trimmingCharacters(in: .whitespaces))
+        // dns:NAME:PORT — every address NAME resolves to (a Kubernetes headless service).
+        if item.hasPrefix("dns:") {
+            guard let a = NodeAddress.parse(String(item.dropFirst(4))) else {
+                throw UsageError(message: "--nodes entry '\(item)' must be dns:NAME:PORT")
+            }
+            do { nodes += try NodeAddress.resolve(a.host, port: a.port) } catch {
+                throw ClientError(.connection, "\(error)")
+            }
+            continue
+        }
+        guard let a = NodeAddress.parse(item) else {
+            throw UsageError(message: "--nodes must be HOST:PORT,HOST:PORT,… or dns:NAME:PORT; '\(part)' is not")
         }
         nodes.append(a)
     }

@@ -1,0 +1,202 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+import StrataNet
+import StrataWire
+
+/// One pipelined connection to one node: many requests in flight at once from any number of
+/// threads or tasks, responses matched by request id (PROTOCOL.md §3). A reader thread owns
+/// the receiving side. Every request is bounded by `requestTimeout`; a broken connection fails
+/// its waiters with the reason and is reopened by the next request. Thread-safe.
+public final class NodeClient: @unchecked Sendable {
+    public let host: String
+    public let port: UInt16
+    public let connectTimeout: Double
+    public let requestTimeout: Double
+    public let token: [UInt8]?
+
+    private let lock = Lock()
+    private let sendLock = Lock()
+    private var fd: Int32 = -1
+    private var generation = 0
+    private var nextID: UInt32 = 1
+    private var waiters: [UInt32: Waiter] = [:]
+    private var closed = false
+
+    /// One request in flight. `finish` is called exactly once: by whoever removes it from
+    /// `waiters` (the reader, the reaper on timeout, or close).
+    private final class Waiter: @unchecked Sendable {
+        let done = Completion<Result<Frame, ClientError>>()
+        let deadline: Double
+        var onDone: ((Result<Frame, ClientError>) -> Void)?
+        init(deadline: Double) { self.deadline = deadline }
+        func finish(_ r: Result<Frame, ClientError>) {
+            done.fulfil(r)
+            onDone?(r)
+        }
+    }
+
+    private var reaperRunning = false
+
+    /// Fails requests past their deadline (one thread per client, started on first use).
+    private func startReaperIfNeeded() {
+        let start: Bool = lock.withLock {
+            if reaperRunning || closed { return false }
+            reaperRunning = true
+            return true
+        }
+        guard start else { return }
+        startThread(name: "strata-reaper") { [self] in
+            while true {
+                usleep(20_000)
+                let now = monotonicSeconds()
+                let (expired, stop): ([Waiter], Bool) = lock.withLock {
+                    let ids = waiters.filter { $0.value.deadline <= now }.map(\.key)
+                    let ws = ids.compactMap { waiters.removeValue(forKey: $0) }
+                    return (ws, closed)
+                }
+                for w in expired { w.finish(.failure(ClientError(.connection, "\(host):\(port) did not answer within \(requestTimeout) s"))) }
+                if stop { break }
+            }
+        }
+    }
+
+    public init(host: String, port: UInt16, connectTimeout: Double = 2, requestTimeout: Double = 2, token: [UInt8]? = nil) {
+        self.host = host; self.port = port; self.connectTimeout = connectTimeout
+        self.requestTimeout = requestTimeout; self.token = token
+    }
+
+    deinit { close() }
+
+    public func close() {
+        let (f, pending): (Int32, [Waiter]) = lock.withLock {
+            closed = true
+            let f = fd
+            fd = -1
+            let p = Array(waiters.values)
+            waiters.removeAll()
+            return (f, p)
+        }
+        if f >= 0 { shutdown(f, Int32(SHUT_RDWR)); Sys.close(f) }
+        for w in pending { w.finish(.failure(ClientError(.connection, "connection to \(host):\(port) closed"))) }
+    }
+
+    /// Opens the connection if it is not open (HELLO with the token when one is set).
+    private func connectIfNeeded() throws -> (Int32, Int) {
+        if let open: (Int32, Int) = lock.withLock({ fd >= 0 ? (fd, generation) : nil }) { return open }
+        guard let address = SocketAddress(host: host, port: port) else {
+            throw ClientError(.connection, "\(host) is not a numeric address")
+        }
+        let newFD: Int32
+        do { newFD = try Socket.connect(address, timeout: connectTimeout) } catch {
+            throw ClientError(.connection, "cannot connect to \(address): \(error)")
+        }
+        // The reader blocks in recv; a short receive timeout lets it notice close().
+        var tv = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(newFD, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        let gen: Int = lock.withLock {
+            if closed { return -1 }
+            if fd >= 0 { return -2 } // another caller connected first
+            fd = newFD
+            generation += 1
+            return generation
+        }
+        if gen < 0 {
+            Sys.close(newFD)
+            if gen == -1 { throw ClientError(.connection, "client closed") }
+            return try connectIfNeeded()
+        }
+        startThread(name: "strata-client") { [self] in readLoop(fd: newFD, generation: gen) }
+        if let t = token {
+            let f = try requestBlocking(.hello(minVersion: Wire.version, maxVersion: Wire.version, token: t))
+            try NodeConnection.check(f, allow: [.ok])
+        }
+        return (newFD, gen)
+    }
+
+    private func readLoop(fd: Int32, generation gen: Int) {
+        let decoder = FrameDecoder(magic: Wire.responseMagic, maxBody: (40 << 20))
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        var failure = "connection to \(host):\(port) closed by the node"
+        loop: while true {
+            if lock.withLock({ self.fd != fd || closed }) { break }
+            let r: IOResult
+            do { r = try chunk.withUnsafeMutableBytes { try Sys.read(fd, $0.baseAddress!, $0.count) } } catch {
+                failure = "reading from \(host):\(port): \(error)"
+                break
+            }
+            guard case .done(let n) = r else { continue } // receive timeout: check closed, go on
+            if n == 0 { break }
+            buffer.append(contentsOf: chunk[0..<n])
+            while true {
+                let next: (frame: Frame, consumed: Int)?
+                do { next = try decoder.decode(buffer) } catch {
+                    failure = "bad response from \(host):\(port): \(error)"
+                    break loop
+                }
+                guard let (f, used) = next else { break }
+                buffer.removeFirst(used)
+                let w = lock.withLock { waiters.removeValue(forKey: f.requestID) }
+                w?.finish(.success(f))
+            }
+        }
+        // Fail everyone waiting on this connection; the next request reconnects.
+        let pending: [Waiter] = lock.withLock {
+            guard self.fd == fd else { return [] }
+            self.fd = -1
+            let p = Array(waiters.values)
+            waiters.removeAll()
+            return p
+        }
+        Sys.close(fd)
+        for w in pending { w.finish(.failure(ClientError(.connection, failure))) }
+    }
+
+    private func submit(_ request: Request, _ waiter: Waiter) throws -> UInt32 {
+        let (f, _) = try connectIfNeeded()
+        let id: UInt32 = lock.withLock {
+            var id = nextID
+            while waiters[id] != nil || id == 0 { id &+= 1 }
+            nextID = id &+ 1
+            waiters[id] = waiter
+            return id
+        }
+        let bytes = request.frame(id: id).encoded()
+        let ok: Bool = sendLock.withLock {
+            var sent = 0
+            while sent < bytes.count {
+                guard let r = try? bytes.withUnsafeBytes({ try Sys.send(f, $0.baseAddress! + sent, bytes.count - sent) }),
+                      case .done(let n) = r else { return false }
+                sent += n
+            }
+            return true
+        }
+        if !ok {
+            lock.withLock { waiters[id] = nil }
+            throw ClientError(.connection, "sending to \(host):\(port) failed")
+        }
+        return id
+    }
+
+    /// Sends `request` and waits (at most `requestTimeout`) for its response.
+    public func requestBlocking(_ request: Request) throws -> Frame {
+        startReaperIfNeeded()
+        let w = Waiter(deadline: monotonicSeconds() + requestTimeout)
+        _ = try submit(request, w)
+        return try w.done.wait().get()
+    }
+
+    /// Sends `request` and awaits its response (at most `requestTimeout`).
+    public func request(_ request: Request) async throws -> Frame {
+        startReaperIfNeeded()
+        let w = Waiter(deadline: monotonicSeconds() + requestTimeout)
+        return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Frame, Error>) in
+            w.onDone = { cont.resume(with: $0.mapError { $0 as Error }) }
+            do { _ = try submit(request, w) } catch {
+                w.finish(.failure(error as? ClientError ?? ClientError(.connection, "\(error)")))
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+final class NodeClientTests: XCTestCase {
+    func testManyThreadsShareOnePipelinedConnection() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let client = NodeClient(host: "127.0.0.1", port: node.port, requestTimeout: 10)
+        let errors = Counter()
+        DispatchQueue.concurrentPerform(iterations: 8) { t in
+            for i in 0..<100 {
+                let key = b("t\(t)-\(i)")
+                var s = SetRequest(key: key, value: b("value \(t) \(i)"))
+                s.tiers = i % 2 == 0 ? 0 : 2
+                guard let set = try? client.requestBlocking(.set(s)), set.statusCode == .ok,
+                      let got = try? client.requestBlocking(.get(GetRequest(key: key))),
+                      (try? Responses.parseGet(got).value) == b("value \(t) \(i)") else { errors.add(); continue }
+            }
+        }
+        XCTAssertEqual(errors.load(), 0)
+    }
+
+    func testAsyncRequests() async throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let client = NodeClient(host: "127.0.0.1", port: node.port, requestTimeout: 10)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<50 {
+                group.addTask {
+                    let set = try await client.request(.set(SetRequest(key: b("a\(i)"), value: b("\(i)"))))
+                    XCTAssertEqual(set.statusCode, .ok)
+                    let got = try await client.request(.get(GetRequest(key: b("a\(i)"))))
+                    XCTAssertEqual(try Responses.parseGet(got).value, b("\(i)"))
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    func testRequestsTimeOutWhenTheNodeStopsAnswering() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let client = NodeClient(host: "127.0.0.1", port: node.port, requestTimeout: 0.5)
+        _ = try client.requestBlocking(.ping)
+        kill(node.process.processIdentifier, SIGSTOP)
+        defer { kill(node.process.processIdentifier, SIGCONT) }
+        let t0 = monotonicSeconds()
+        XCTAssertThrowsError(try client.requestBlocking(.ping)) { e in
+            XCTAssertTrue("\(e)".contains("did not answer"), "\(e)")
+        }
+        let waited = monotonicSeconds() - t0
+        XCTAssertGreaterThanOrEqual(waited, 0.45)
+        XCTAssertLessThan(waited, 2)
+    }
+
+    func testReconnectsAfterTheNodeRestarts() throws {
+        let dir = TempDir()
+        var node = try NodeProcess(dataDir: dir.path)
+        let port = node.port
+        let client = NodeClient(host: "127.0.0.1", port: port, requestTimeout: 2)
+        XCTAssertEqual(try client.requestBlocking(.set(SetRequest(key: b("k"), value: b("v")))).statusCode, .ok)
+        node.terminate()
+        XCTAssertThrowsError(try client.requestBlocking(.ping))
+        node = try NodeProcess(dataDir: dir.path, port: port)
+        let got = try client.requestBlocking(.get(GetRequest(key: b("k"))))
+        XCTAssertEqual(try Responses.parseGet(got).value, b("v"))
+    }
+
+    func testDNSMembershipResolvesEveryAddress() throws {
+        let nodes = try NodeAddress.resolve("localhost", port: 7400)
+        XCTAssertTrue(nodes.contains { $0.host == "127.0.0.1" && $0.port == 7400 }, "\(nodes)")
+    }
+
+    func testClusterAsyncForms() async throws {
+        let cluster = try Cluster()
+        let client = try cluster.client()
+        let out = try await client.set(b("x"), b("y"))
+        guard case .stored = out else { return XCTFail("\(out)") }
+        let item = try await client.get(b("x"))
+        XCTAssertEqual(item?.value, b("y"))
+        let removed = try await client.delete(b("x"))
+        XCTAssertTrue(removed)
+    }
+}
