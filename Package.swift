@@ -31,10 +31,12 @@ let package = Package(
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
 
+        // Helpers shared by the test targets (temp directories, finding built executables).
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
         .testTarget(name: "StrataWireTests", dependencies: ["StrataWire"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
-        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore"]),
-        .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore"]),
+        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore", "TestSupport"]),
+        .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore", "TestSupport"]),
     ]
 )

@@ -3,25 +3,7 @@ import XCTest
 import StrataClient
 import StrataCore
 import StrataWire
-
-/// The path of an executable built beside the test bundle.
-func builtExecutable(_ name: String) -> String? {
-    var candidates: [String] = []
-    for b in Bundle.allBundles { candidates.append(b.bundleURL.deletingLastPathComponent().appendingPathComponent(name).path) }
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    candidates.append(root.appendingPathComponent(".build/debug/\(name)").path)
-    candidates.append(root.appendingPathComponent(".build/release/\(name)").path)
-    return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
-}
-
-final class TempDir {
-    let path: String
-    init() {
-        var template = Array((NSTemporaryDirectory() + "strata-e2e-XXXXXX").utf8CString)
-        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
+@_exported import TestSupport
 
 /// A real `strata serve` process on 127.0.0.1 and a free port (port 0; the port is read from
 /// its first line of output). Stopped with SIGTERM (or killed) at deinit.

@@ -2,16 +2,7 @@ import Foundation
 import XCTest
 import StrataCore
 @testable import StrataStore
-
-/// A fresh temporary directory, removed at deinit.
-final class TempDir {
-    let path: String
-    init() {
-        var template = Array((NSTemporaryDirectory() + "strata-test-XXXXXX").utf8CString)
-        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
+@_exported import TestSupport
 
 /// Collects the store's log lines.
 final class LogSink: @unchecked Sendable {
@@ -63,14 +54,4 @@ func eventually(_ seconds: Double = 5, _ condition: () throws -> Bool) rethrows 
 /// A raw connection to a store's database file, for tests that damage or inspect it.
 func openDatabase(_ dir: TempDir) throws -> SQLiteConnection {
     try SQLiteConnection(path: dir.path + "/" + DiskTier.fileName)
-}
-
-/// The path of an executable built beside the test bundle.
-func builtExecutable(_ name: String) -> String? {
-    var candidates: [String] = []
-    for b in Bundle.allBundles { candidates.append(b.bundleURL.deletingLastPathComponent().appendingPathComponent(name).path) }
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    candidates.append(root.appendingPathComponent(".build/debug/\(name)").path)
-    candidates.append(root.appendingPathComponent(".build/release/\(name)").path)
-    return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
 }

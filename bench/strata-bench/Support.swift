@@ -27,28 +27,6 @@ func residentBytes() -> Int {
     return resident * Int(sysconf(Int32(_SC_PAGESIZE)))
 }
 
-/// A fast deterministic generator for keys and values.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func bytes(_ n: Int) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: n)
-        var i = 0
-        while i < n {
-            var r = next()
-            for _ in 0..<8 where i < n { out[i] = UInt8(truncatingIfNeeded: r); r >>= 8; i += 1 }
-        }
-        return out
-    }
-}
-
 /// A JSON document of about `size` bytes shaped like an API response (repeated field names,
 /// varied values) — what people cache most.
 func jsonLikeValue(size: Int, seed: UInt64) -> [UInt8] {
