@@ -66,7 +66,27 @@ final class ClusterTests: XCTestCase {
             if case .stored = try client.set(b("k\(i)"), b("value \(i)")) { written.append(i) }
         }
         XCTAssertEqual(written.count, 60)
+        // A second client keeps reading and writing while the node is killed.
+        let busy = try cluster.client { $0.timeout = 1; $0.ack = .one }
+        let stop = Counter()
+        let worst = SharedList<Double>()
+        let background = Thread {
+            var i = 0
+            while stop.load() == 0 && i < 5000 {
+                let t0 = monotonicSeconds()
+                _ = try? busy.set(b("bg\(i % 50)"), b("x"))
+                _ = try? busy.get(b("k\(i % 60)"))
+                worst.append(monotonicSeconds() - t0)
+                i += 1
+            }
+        }
+        background.start()
+        usleep(100_000)
         cluster.kill(1)
+        usleep(300_000)
+        stop.add()
+        while background.isExecuting { usleep(10_000) }
+        XCTAssertLessThan(worst.all.max() ?? 0, 2 * 2 * 1 + 0.5, "a set and a get, each bounded by the timeout per node asked")
         var slowest = 0.0
         for i in written {
             let t0 = monotonicSeconds()
