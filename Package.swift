@@ -27,7 +27,7 @@ let package = Package(
         .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
 
-        .executableTarget(name: "strata-bench", dependencies: ["StrataStore"], path: "bench/strata-bench"),
+        .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
 
@@ -35,6 +35,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
         .testTarget(name: "StrataWireTests", dependencies: ["StrataWire"]),
+        .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
         .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore", "TestSupport"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore", "TestSupport"]),

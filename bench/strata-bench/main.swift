@@ -1,6 +1,7 @@
 // strata-bench — load generator and benchmarks for Strata.
 //
 //   strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]
+//   strata-bench run --target strata=127.0.0.1:7400 [--target memcached=…] [--target redis=…] …  (see --help)
 //
 // `store` runs the embeddable store in-process beside a plain SQLite baseline, in the same run,
 // and reports medians over the rounds. See bench/RESULTS.md for figures and how to read them.
@@ -16,13 +17,16 @@ do {
     switch command {
     case "store":
         try StoreBench(arguments: Array(arguments.dropFirst())).run()
+    case "run":
+        if arguments.dropFirst().contains("--help") { print(NetBench.usage); exit(0) }
+        try NetBench(arguments: Array(arguments.dropFirst())).run()
     case "store-memory-child":
         // Internal: measures memory per item in a fresh process and prints one number.
         try memoryFootprintChild(count: Int(arguments.dropFirst().first ?? "") ?? 1_000_000)
     case "--help", "-h", "help":
         print("usage: strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]")
     default:
-        printErr("strata-bench: unknown command '\(command)' (try: store)")
+        printErr("strata-bench: unknown command '\(command)' (try: store, run)")
         exit(2)
     }
 } catch let e as UsageError {

@@ -1,0 +1,433 @@
+import Glibc
+import StrataCore
+import StrataNet
+
+/// `strata-bench run`: network load against Strata, memcached and Redis with one load loop;
+/// only the codec differs per target.
+struct NetBench {
+    struct Target {
+        let kind: String       // strata | memcached | redis
+        let host: String
+        let port: UInt16
+        var label: String { "\(kind)@\(host):\(port)" }
+    }
+
+    struct Workload {
+        var getRatio = 0.9
+        var keys = 100_000
+        var zipf: Double? = nil
+        var valueMin = 100
+        var valueMax = 100
+        var connections = 50
+        var pipeline = 1
+        var duration = 5.0
+        var maxOps = Int.max
+        var preload = true
+        var strataTiers: UInt8 = 0
+        var strataWriteBehind = false
+    }
+
+    struct Result {
+        var ops = 0
+        var seconds = 0.0
+        var hits = 0, misses = 0, errors = 0
+        var firstError: String?
+        var histogram = LatencyHistogram()
+        var cpuSeconds: Double?
+        var throughput: Double { seconds > 0 ? Double(ops) / seconds : 0 }
+        var hitRatio: Double { hits + misses > 0 ? Double(hits) / Double(hits + misses) : 0 }
+        var cpuMicrosPerOp: Double? { cpuSeconds.map { ops > 0 ? $0 * 1e6 / Double(ops) : 0 } }
+    }
+
+    let targets: [Target]
+    let workload: Workload
+    let rounds: Int
+    let json: Bool
+    let svgPath: String?
+
+    static let usage = """
+    usage: strata-bench run --target KIND=HOST:PORT [--target …] [--get-ratio 0.9] [--keys 100000]
+             [--zipf 0.99] [--value-size 100 | --value-size 100-1000] [--connections 50] [--pipeline 1]
+             [--duration 5] [--ops N] [--no-preload] [--tiers memory|disk|all] [--write-behind]
+             [--rounds 1] [--json] [--svg FILE]
+      KIND is strata, memcached (text protocol) or redis (RESP). With several targets and rounds,
+      targets run alternately (A B A B …) and each figure is the median; ratios are to the first.
+    """
+
+    init(arguments: [String]) throws {
+        var targets: [Target] = []
+        var w = Workload()
+        var rounds = 1, json = false
+        var svg: String? = nil
+        var i = 0
+        func value() throws -> String {
+            guard i + 1 < arguments.count else { throw UsageError(message: "\(arguments[i]) needs a value") }
+            i += 1
+            return arguments[i]
+        }
+        func number(_ s: String, _ name: String) throws -> Double {
+            guard let d = Double(s), d >= 0, d.isFinite else { throw UsageError(message: "\(name) must be a number, got '\(s)'") }
+            return d
+        }
+        while i < arguments.count {
+            let a = arguments[i]
+            switch a {
+            case "--target":
+                let v = try value()
+                guard let eq = v.firstIndex(of: "="), let colon = v.lastIndex(of: ":"),
+                      let port = UInt16(v[v.index(after: colon)...]) else {
+                    throw UsageError(message: "--target must be KIND=HOST:PORT, got '\(v)'")
+                }
+                let kind = String(v[..<eq])
+                guard ["strata", "memcached", "redis"].contains(kind) else { throw UsageError(message: "unknown target kind '\(kind)'") }
+                targets.append(Target(kind: kind, host: String(v[v.index(after: eq)..<colon]), port: port))
+            case "--get-ratio":
+                w.getRatio = try number(try value(), a)
+                guard w.getRatio <= 1 else { throw UsageError(message: "--get-ratio must be 0…1") }
+            case "--keys": w.keys = max(1, Int(try number(try value(), a)))
+            case "--zipf": w.zipf = try number(try value(), a)
+            case "--value-size":
+                let v = try value()
+                let parts = v.split(separator: "-").compactMap { parseByteSize(String($0)) }
+                guard parts.count == (v.contains("-") ? 2 : 1), parts.allSatisfy({ $0 >= 1 }), parts.first! <= parts.last! else {
+                    throw UsageError(message: "--value-size must be N or MIN-MAX, got '\(v)'")
+                }
+                w.valueMin = parts.first!; w.valueMax = parts.last!
+            case "--connections": w.connections = max(1, Int(try number(try value(), a)))
+            case "--pipeline": w.pipeline = max(1, Int(try number(try value(), a)))
+            case "--duration": w.duration = try number(try value(), a)
+            case "--ops": w.maxOps = max(1, Int(try number(try value(), a)))
+            case "--no-preload": w.preload = false
+            case "--tiers":
+                let v = try value()
+                guard let t = Tiers(name: v) else { throw UsageError(message: "--tiers must be memory, disk or all") }
+                w.strataTiers = t.rawValue
+            case "--write-behind": w.strataWriteBehind = true
+            case "--rounds": rounds = max(1, Int(try number(try value(), a)))
+            case "--json": json = true
+            case "--svg": svg = try value()
+            default: throw UsageError(message: "unknown option '\(a)'\n\(Self.usage)")
+            }
+            i += 1
+        }
+        guard !targets.isEmpty else { throw UsageError(message: "give at least one --target\n\(Self.usage)") }
+        guard w.duration > 0 || w.maxOps < Int.max else { throw UsageError(message: "give --duration or --ops") }
+        self.targets = targets; workload = w; self.rounds = rounds; self.json = json; svgPath = svg
+    }
+
+    func codec(for t: Target) -> any LoadCodec {
+        switch t.kind {
+        case "memcached": return MemcachedLoadCodec()
+        case "redis": return RedisLoadCodec()
+        default:
+            var c = StrataLoadCodec()
+            c.tiers = workload.strataTiers
+            c.writeBehind = workload.strataWriteBehind
+            return c
+        }
+    }
+
+    func run() throws {
+        var results: [[Result]] = Array(repeating: [], count: targets.count)
+        let keys = KeySpace(count: workload.keys, zipf: workload.zipf)
+        for (i, t) in targets.enumerated() where workload.preload {
+            try preload(t, keys)
+            if !json { printErr("preloaded \(workload.keys) keys into \(t.label)") }
+            _ = i
+        }
+        for round in 0..<rounds {
+            for (i, t) in targets.enumerated() {
+                results[i].append(try measure(t, keys, seed: UInt64(round * 100 + i)))
+                if !json { printErr("round \(round + 1)/\(rounds) \(t.label) done") }
+            }
+        }
+        report(results)
+    }
+
+    /// Writes every key once (pipelined), so gets hit.
+    func preload(_ t: Target, _ keys: KeySpace) throws {
+        var codec = codec(for: t)
+        let conn = try RawConnection(host: t.host, port: t.port)
+        var rng = SplitMix(seed: 42)
+        var i = 0
+        while i < keys.count {
+            var out: [UInt8] = []
+            let n = min(100, keys.count - i)
+            for j in 0..<n { codec.appendSet(keys.key(i + j), valueBytes(&rng), into: &out) }
+            try conn.send(out)
+            for _ in 0..<n {
+                let r = try conn.readReply(codec)
+                if case .error(let e) = r { throw UsageError(message: "preload of \(t.label) failed: \(e)") }
+            }
+            i += n
+        }
+    }
+
+    func valueBytes(_ rng: inout SplitMix) -> [UInt8] {
+        let n = workload.valueMin == workload.valueMax ? workload.valueMin
+            : workload.valueMin + Int(rng.next() % UInt64(workload.valueMax - workload.valueMin + 1))
+        return rng.bytes(n)
+    }
+
+    func measure(_ t: Target, _ keys: KeySpace, seed: UInt64) throws -> Result {
+        let pid = pidListening(port: t.port)
+        let cpu0 = pid.flatMap(cpuSeconds)
+        let perThread = SharedResults()
+        let opsLeft = Counter()
+        if workload.maxOps < Int.max { opsLeft.add(workload.maxOps) }
+        let deadline = monotonicSeconds() + (workload.duration > 0 ? workload.duration : 1e9)
+        let started = monotonicSeconds()
+        let done = Counter()
+        let finished = Completion<Void>()
+        let n = workload.connections
+        for c in 0..<n {
+            let codecForThread = codec(for: t)
+            let w = workload
+            startThread(name: "bench-conn") {
+                var result = Result()
+                var codec = codecForThread
+                var rng = SplitMix(seed: seed &* 1000 &+ UInt64(c))
+                do {
+                    let conn = try RawConnection(host: t.host, port: t.port)
+                    var out: [UInt8] = []
+                    while monotonicSeconds() < deadline {
+                        var batch = w.pipeline
+                        if w.maxOps < Int.max {
+                            let left = opsLeft.load()
+                            if left <= 0 { break }
+                            batch = min(batch, left)
+                            opsLeft.add(-batch)
+                        }
+                        out.removeAll(keepingCapacity: true)
+                        for _ in 0..<batch {
+                            let key = keys.key(keys.next(&rng))
+                            if Double(rng.next() % 10_000) / 10_000 < w.getRatio { codec.appendGet(key, into: &out) } else {
+                                codec.appendSet(key, self.valueBytes(&rng), into: &out)
+                            }
+                        }
+                        let t0 = monotonicSeconds()
+                        try conn.send(out)
+                        for _ in 0..<batch {
+                            let r = try conn.readReply(codec)
+                            result.histogram.record(micros: (monotonicSeconds() - t0) * 1e6)
+                            result.ops += 1
+                            switch r {
+                            case .hit: result.hits += 1
+                            case .miss: result.misses += 1
+                            case .stored: break
+                            case .error(let e): result.errors += 1; if result.firstError == nil { result.firstError = e }
+                            }
+                        }
+                    }
+                } catch {
+                    result.errors += 1
+                    result.firstError = result.firstError ?? "\(error)"
+                }
+                perThread.append(result)
+                done.add()
+                if done.load() == n { finished.fulfil(()) }
+            }
+        }
+        finished.wait()
+        var total = Result()
+        total.seconds = monotonicSeconds() - started
+        for r in perThread.all {
+            total.ops += r.ops; total.hits += r.hits; total.misses += r.misses; total.errors += r.errors
+            total.firstError = total.firstError ?? r.firstError
+            total.histogram.merge(r.histogram)
+        }
+        if let p = pid, let c0 = cpu0, let c1 = cpuSeconds(p) { total.cpuSeconds = c1 - c0 }
+        return total
+    }
+
+    func report(_ results: [[Result]]) {
+        struct Row { var label: String; var throughput, p50, p90, p99, p999, hitRatio: Double; var cpu: Double?; var errors: Int; var firstError: String? }
+        let rows: [Row] = zip(targets, results).map { t, rs in
+            func med(_ f: (Result) -> Double) -> Double { median(rs.map(f)) }
+            let cpus = rs.compactMap(\.cpuMicrosPerOp)
+            return Row(label: t.label, throughput: med(\.throughput), p50: med { $0.histogram.percentile(0.5) },
+                       p90: med { $0.histogram.percentile(0.9) }, p99: med { $0.histogram.percentile(0.99) },
+                       p999: med { $0.histogram.percentile(0.999) }, hitRatio: med(\.hitRatio),
+                       cpu: cpus.isEmpty ? nil : median(cpus), errors: rs.map(\.errors).reduce(0, +),
+                       firstError: rs.compactMap(\.firstError).first)
+        }
+        let w = workload
+        let desc = "get \(Int(w.getRatio * 100))% / set \(100 - Int(w.getRatio * 100))%, \(w.keys) keys \(w.zipf.map { "zipf \($0)" } ?? "uniform"), values \(w.valueMin == w.valueMax ? "\(w.valueMin)" : "\(w.valueMin)-\(w.valueMax)") B, \(w.connections) conns, pipeline \(w.pipeline), \(rounds) round(s)"
+        if json {
+            let items = rows.map { r in
+                "{\"target\":\"\(r.label)\",\"ops_per_s\":\(Int(r.throughput)),\"p50_us\":\(r.p50),\"p90_us\":\(r.p90),\"p99_us\":\(r.p99),\"p999_us\":\(r.p999),\"hit_ratio\":\(r.hitRatio),\"cpu_us_per_op\":\(r.cpu.map { String($0) } ?? "null"),\"errors\":\(r.errors)}"
+            }
+            print("{\"workload\":\"\(desc)\",\"results\":[\(items.joined(separator: ","))]}")
+        } else {
+            print("strata-bench run — \(desc)")
+            print(pad("target", 28) + pad("ops/s", 10) + pad("p50 µs", 9) + pad("p90 µs", 9) + pad("p99 µs", 9) + pad("p99.9 µs", 10) + pad("hit %", 7) + pad("cpu µs/op", 10) + "errors")
+            for r in rows {
+                print(pad(r.label, 28) + pad(String(Int(r.throughput)), 10) + pad(f1(r.p50), 9) + pad(f1(r.p90), 9) + pad(f1(r.p99), 9)
+                      + pad(f1(r.p999), 10) + pad(f1(r.hitRatio * 100), 7) + pad(r.cpu.map(f1) ?? "-", 10) + String(r.errors))
+                if let e = r.firstError { print("  first error: \(e)") }
+            }
+            if rows.count > 1 {
+                for r in rows.dropFirst() {
+                    print("ratio \(rows[0].label) / \(r.label): throughput \(f2(rows[0].throughput / max(1, r.throughput))), p99 \(f2(rows[0].p99 / max(0.001, r.p99)))"
+                          + (rows[0].cpu != nil && r.cpu != nil ? ", cpu/op \(f2(rows[0].cpu! / max(0.0001, r.cpu!)))" : ""))
+                }
+            }
+        }
+        if let path = svgPath {
+            writeSVG(path, title: desc, bars: rows.map { ($0.label, $0.throughput, $0.p50, $0.p99, $0.p999) })
+        }
+    }
+
+    func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s + " " : s + String(repeating: " ", count: n - s.count) }
+    func f1(_ x: Double) -> String { String(Double(Int((x * 10).rounded())) / 10) }
+    func f2(_ x: Double) -> String { String(Double(Int((x * 100).rounded())) / 100) }
+}
+
+/// Keys `key-<i>` (zero padded), chosen uniformly or by a zipf law.
+struct KeySpace: @unchecked Sendable {
+    let count: Int
+    private let cdf: [Double]?
+
+    init(count: Int, zipf: Double?) {
+        self.count = count
+        if let s = zipf, s > 0 {
+            var c = [Double](repeating: 0, count: count)
+            var sum = 0.0
+            for i in 0..<count { sum += 1 / pow(Double(i + 1), s); c[i] = sum }
+            cdf = c.map { $0 / sum }
+        } else { cdf = nil }
+    }
+
+    func next(_ rng: inout SplitMix) -> Int {
+        guard let cdf else { return Int(rng.next() % UInt64(count)) }
+        let u = Double(rng.next() >> 11) / Double(1 << 53)
+        var lo = 0, hi = cdf.count - 1
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if cdf[mid] < u { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    func key(_ i: Int) -> [UInt8] {
+        var s = String(i)
+        while s.count < 10 { s = "0" + s }
+        return Array(("key-" + s).utf8)
+    }
+}
+
+/// A blocking socket that sends whole buffers and reads replies with a codec.
+final class RawConnection {
+    let fd: Int32
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var chunk = [UInt8](repeating: 0, count: 256 << 10)
+
+    init(host: String, port: UInt16) throws {
+        guard let a = SocketAddress(host: host, port: port) else { throw UsageError(message: "\(host) is not a numeric address") }
+        fd = try Socket.connect(a, timeout: 10)
+    }
+    deinit { Sys.close(fd) }
+
+    func send(_ bytes: [UInt8]) throws {
+        var sent = 0
+        while sent < bytes.count {
+            let r = try bytes.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + sent, bytes.count - sent) }
+            guard case .done(let n) = r else { throw UsageError(message: "send timed out") }
+            sent += n
+        }
+    }
+
+    func readReply(_ codec: any LoadCodec) throws -> Reply {
+        while true {
+            if start < buffer.count {
+                let parsed = buffer.withUnsafeBytes { codec.parse(UnsafeRawBufferPointer(rebasing: $0[start...])) }
+                if let (reply, used) = parsed {
+                    start += used
+                    if start == buffer.count { buffer.removeAll(keepingCapacity: true); start = 0 }
+                    return reply
+                }
+            }
+            if start > 0 { buffer.removeFirst(start); start = 0 }
+            let r = try chunk.withUnsafeMutableBytes { try Sys.read(fd, $0.baseAddress!, $0.count) }
+            guard case .done(let n) = r else { throw UsageError(message: "read timed out") }
+            if n == 0 { throw UsageError(message: "the server closed the connection") }
+            buffer.append(contentsOf: chunk[0..<n])
+        }
+    }
+}
+
+final class SharedResults: @unchecked Sendable {
+    private let lock = Lock()
+    private var items: [NetBench.Result] = []
+    func append(_ r: NetBench.Result) { lock.withLock { items.append(r) } }
+    var all: [NetBench.Result] { lock.withLock { items } }
+}
+
+/// The PID of the process listening on TCP `port` (from /proc/net/tcp{,6} and /proc/*/fd).
+func pidListening(port: UInt16) -> Int32? {
+    var inodes = Set<String>()
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        guard let f = fopen(file, "r") else { continue }
+        defer { fclose(f) }
+        var line = [CChar](repeating: 0, count: 512)
+        while fgets(&line, 512, f) != nil {
+            let parts = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self).split(separator: " ")
+            guard parts.count > 9, parts[3] == "0A", let colon = parts[1].lastIndex(of: ":"),
+                  UInt16(parts[1][parts[1].index(after: colon)...], radix: 16) == port else { continue }
+            inodes.insert(String(parts[9]))
+        }
+    }
+    guard !inodes.isEmpty, let proc = opendir("/proc") else { return nil }
+    defer { closedir(proc) }
+    while let e = readdir(proc) {
+        let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        guard let pid = Int32(name), let fds = opendir("/proc/\(name)/fd") else { continue }
+        defer { closedir(fds) }
+        while let fdEntry = readdir(fds) {
+            let fdName = withUnsafeBytes(of: fdEntry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            var target = [CChar](repeating: 0, count: 128)
+            let n = readlink("/proc/\(name)/fd/\(fdName)", &target, 127)
+            guard n > 0 else { continue }
+            let link = String(decoding: target.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if link.hasPrefix("socket:["), inodes.contains(String(link.dropFirst(8).dropLast())) { return pid }
+        }
+    }
+    return nil
+}
+
+/// User + system CPU seconds of a process (/proc/PID/stat fields 14 and 15).
+func cpuSeconds(_ pid: Int32) -> Double? {
+    guard let f = fopen("/proc/\(pid)/stat", "r") else { return nil }
+    defer { fclose(f) }
+    var line = [CChar](repeating: 0, count: 1024)
+    guard fgets(&line, 1024, f) != nil else { return nil }
+    let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    guard let close = text.lastIndex(of: ")") else { return nil }
+    let fields = text[text.index(after: close)...].split(separator: " ")
+    // After ")": state is field 3 → index 0; utime field 14 → index 11; stime 15 → index 12.
+    guard fields.count > 12, let u = Double(fields[11]), let s = Double(fields[12]) else { return nil }
+    return (u + s) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// A small SVG: throughput bars and p50/p99/p99.9 per target.
+func writeSVG(_ path: String, title: String, bars: [(String, Double, Double, Double, Double)]) {
+    let maxT = max(1, bars.map { $0.1 }.max() ?? 1)
+    let maxL = max(1, bars.map { $0.4 }.max() ?? 1)
+    var s = "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='\(140 + bars.count * 60)' font-family='sans-serif' font-size='12'>\n"
+    s += "<text x='10' y='20' font-size='14'>\(title.replacingOccurrences(of: "<", with: "&lt;"))</text>\n"
+    s += "<text x='10' y='45'>throughput (ops/s)</text><text x='470' y='45'>latency µs: p50 (dark), p99, p99.9 (light)</text>\n"
+    for (i, b) in bars.enumerated() {
+        let y = 60 + i * 60
+        let w = Int(380 * b.1 / maxT)
+        s += "<text x='10' y='\(y + 14)'>\(b.0)</text>\n"
+        s += "<rect x='10' y='\(y + 20)' width='\(w)' height='20' fill='#4a7'/><text x='\(w + 15)' y='\(y + 35)'>\(Int(b.1))</text>\n"
+        for (j, (v, color)) in [(b.4, "#ccd"), (b.3, "#88a"), (b.2, "#446")].enumerated() {
+            let lw = Int(380 * v / maxL)
+            s += "<rect x='470' y='\(y + 20)' width='\(lw)' height='20' fill='\(color)'/>\n"
+            if j == 0 { s += "<text x='\(470 + lw + 5)' y='\(y + 35)'>p50 \(Int(b.2)) / p99 \(Int(b.3)) / p99.9 \(Int(b.4))</text>\n" }
+        }
+    }
+    s += "</svg>\n"
+    if let f = fopen(path, "w") { fputs(s, f); fclose(f) }
+}
