@@ -414,7 +414,7 @@ func cpuSeconds(_ pid: Int32) -> Double? {
 func writeSVG(_ path: String, title: String, bars: [(String, Double, Double, Double, Double)]) {
     let maxT = max(1, bars.map { $0.1 }.max() ?? 1)
     let maxL = max(1, bars.map { $0.4 }.max() ?? 1)
-    var s = "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='\(140 + bars.count * 60)' font-family='sans-serif' font-size='12'>\n"
+    var s = "<svg xmlns='http://www.w3.org/2000/svg' width='1150' height='\(140 + bars.count * 60)' font-family='sans-serif' font-size='12'>\n"
     s += "<text x='10' y='20' font-size='14'>\(title.replacingOccurrences(of: "<", with: "&lt;"))</text>\n"
     s += "<text x='10' y='45'>throughput (ops/s)</text><text x='470' y='45'>latency µs: p50 (dark), p99, p99.9 (light)</text>\n"
     for (i, b) in bars.enumerated() {

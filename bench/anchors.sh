@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The standard suite: Strata beside memcached and Redis on this machine, one tool, one run.
+#
+#   bench/anchors.sh [SECONDS_PER_RUN] [ROUNDS]     (defaults 5 and 3)
+#
+# Installs memcached and redis-server from Debian if missing, starts every server on
+# 127.0.0.1 on free ports with one worker thread each (memcached -t 1, Redis, Strata
+# --threads 1: the other core is the load generator's), runs the workloads with targets
+# alternating (A B C A B C …), stops exactly the processes it started, and writes a dated
+# report with SVG charts under bench/results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS="${1:-5}"
+ROUNDS="${2:-3}"
+SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+
+need=""
+command -v memcached >/dev/null || need="$need memcached"
+command -v redis-server >/dev/null || need="$need redis-server"
+if [ -n "$need" ]; then $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need; fi
+make -s release >/dev/null
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+WORK=$(mktemp -d /tmp/strata-anchors-XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+
+MC_USER=$([ "$(id -u)" = 0 ] && echo "-u root" || echo "")
+P_STRATA=$(free_port); P_MC=$(free_port); P_REDIS=$(free_port); P_REDIS_AOF=$(free_port)
+.build/release/strata serve --host 127.0.0.1 --port "$P_STRATA" --data "$WORK/strata" --threads 1 --log-level warn > "$WORK/strata.out" 2>&1 &
+PIDS+=($!)
+memcached -l 127.0.0.1 -p "$P_MC" -t 1 -m 2048 -U 0 $MC_USER > "$WORK/mc.log" 2>&1 &
+PIDS+=($!)
+redis-server --bind 127.0.0.1 --port "$P_REDIS" --save '' --appendonly no --dir "$WORK" > "$WORK/redis.log" 2>&1 &
+PIDS+=($!)
+mkdir -p "$WORK/aof"
+redis-server --bind 127.0.0.1 --port "$P_REDIS_AOF" --save '' --appendonly yes --appendfsync everysec --dir "$WORK/aof" > "$WORK/redis-aof.log" 2>&1 &
+PIDS+=($!)
+for p in "$P_STRATA" "$P_MC" "$P_REDIS" "$P_REDIS_AOF"; do wait_port "$p"; done
+
+STAMP=$(date -u +%Y-%m-%d)
+OUT="bench/results/$STAMP-anchors"
+mkdir -p "$OUT"
+REPORT="$OUT/report.md"
+S="strata=127.0.0.1:$P_STRATA"; M="memcached=127.0.0.1:$P_MC"; R="redis=127.0.0.1:$P_REDIS"; RA="redis=127.0.0.1:$P_REDIS_AOF"
+{
+  echo "# Strata vs memcached vs Redis — $STAMP"
+  echo
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)."
+  echo "Servers: one worker thread each; memcached $(memcached -V | cut -d' ' -f2), $(redis-server --version | cut -d' ' -f3), strata $(.build/release/strata --version | cut -d' ' -f2)."
+  echo "Command: \`bench/anchors.sh $SECS $ROUNDS\` ($SECS s per run, $ROUNDS rounds, targets alternating; medians)."
+  echo
+} > "$REPORT"
+
+run() { # NAME ARGS…
+  local name="$1"; shift
+  echo "running $name" >&2
+  { echo "## $name"; echo; echo '```'; .build/release/strata-bench run "$@" --duration "$SECS" --rounds "$ROUNDS" --svg "$OUT/$name.svg" 2>/dev/null; echo '```'; echo "![$name]($name.svg)"; echo; } >> "$REPORT"
+}
+
+run 1-get90-100B-p1 --target "$S" --target "$M" --target "$R" --value-size 100 --keys 100000 --connections 50 --pipeline 1
+run 2-get90-100B-p16 --target "$S" --target "$M" --target "$R" --value-size 100 --keys 100000 --connections 50 --pipeline 16
+run 3-get90-10KiB-p1 --target "$S" --target "$M" --target "$R" --value-size 10KiB --keys 20000 --connections 50 --pipeline 1
+run 4a-set-1KiB-durable --target "$S" --target "$RA" --get-ratio 0 --value-size 1KiB --keys 100000 --connections 50 --no-preload
+run 4b-set-1KiB-writebehind --target "$S" --target "$M" --target "$R" --get-ratio 0 --value-size 1KiB --keys 100000 --connections 50 --no-preload --write-behind
+run 5-zipf-get90-1KiB --target "$S" --target "$M" --target "$R" --zipf 0.99 --value-size 1KiB --keys 100000 --connections 50 --pipeline 1
+
+echo "Not run yet: workload 6 (disk-tier gets vs extstore), 7 (memory per item), 8 (3-node cluster)." >> "$REPORT"
+echo "$REPORT"
