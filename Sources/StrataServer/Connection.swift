@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import StrataCore
+import StrataStore
 import StrataNet
 import StrataWire
 
@@ -12,7 +13,7 @@ import StrataWire
 /// when it comes back (responses are matched by request id, so order may differ). Closes on
 /// a fatal protocol error (after answering it), on a frame that takes longer than the frame
 /// timeout, on idleness past the idle timeout, and when unsent output passes the cap.
-final class Connection: EventHandler {
+final class Connection: EventHandler, @unchecked Sendable {
     let fd: Int32
     unowned let loop: EventLoop
     unowned let node: Node
@@ -266,6 +267,28 @@ final class Connection: EventHandler {
         let dispatcher = node.dispatcher
         let stats = node.stats
         let loop = self.loop
+        // A durable set needs no worker thread: the store's writer commits it and its notifier
+        // hands the outcome back to this loop.
+        if case .set(let s) = request, Tiers(wire: s.tiers).contains(.disk), !s.writeBehind {
+            do {
+                try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s)) { [self] result in
+                    let resp: Frame?
+                    switch result {
+                    case .success(let out): resp = Dispatcher.setResponse(out, f)
+                    case .failure(let e): resp = Responses.error(to: f, status(for: e), e.message)
+                    }
+                    stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
+                    loop.execute { [self] in completed(resp, scope) }
+                }
+            } catch let e as StoreError {
+                release(scope)
+                send(Responses.error(to: f, status(for: e), e.message))
+            } catch {
+                release(scope)
+                send(Responses.error(to: f, .serverError, "\(error)"))
+            }
+            return
+        }
         let accepted = node.workers.submit { [self] in
             let resp = dispatcher.execute(request, f)
             stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)

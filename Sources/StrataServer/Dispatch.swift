@@ -57,6 +57,28 @@ struct Dispatcher {
                     version: item.version, tier: item.tier.rawValue)
     }
 
+    static func setOptions(_ s: SetRequest) -> SetOptions {
+        let mode: SetMode
+        switch s.mode {
+        case .set: mode = .set
+        case .add: mode = .add
+        case .replace: mode = .replace
+        case .cas: mode = .cas(s.casVersion)
+        }
+        return SetOptions(mode: mode, expiry: s.expiry.storeExpiry, flags: s.flags, extended: s.extended, tiers: Tiers(wire: s.tiers),
+                          version: s.version == 0 ? nil : s.version, writeBehind: s.writeBehind)
+    }
+
+    static func setResponse(_ out: SetOutcome, _ f: Frame) -> Frame? {
+        switch out {
+        case .stored(let v): return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok, cas: v)
+        case .exists: return Responses.status(to: f, .exists)
+        case .notFound: return Responses.status(to: f, .notFound)
+        case .casMismatch(let cur): return Responses.status(to: f, .casMismatch, cas: cur)
+        case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
+        }
+    }
+
     /// Runs `r` against the store (may block on the disk tier). Nil = no response (QUIET success).
     func execute(_ r: Request, _ f: Frame) -> Frame? {
         let quiet = f.requestFlags.contains(.quiet)
@@ -88,16 +110,8 @@ struct Dispatcher {
                 case .replace: mode = .replace
                 case .cas: mode = .cas(s.casVersion)
                 }
-                let out = try store.set(s.key, s.value, namespace: s.namespace, options: SetOptions(
-                    mode: mode, expiry: s.expiry.storeExpiry, flags: s.flags, extended: s.extended, tiers: Tiers(wire: s.tiers),
-                    version: s.version == 0 ? nil : s.version, writeBehind: s.writeBehind))
-                switch out {
-                case .stored(let v): return ok(cas: v)
-                case .exists: return Responses.status(to: f, .exists)
-                case .notFound: return Responses.status(to: f, .notFound)
-                case .casMismatch(let cur): return Responses.status(to: f, .casMismatch, cas: cur)
-                case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
-                }
+                _ = mode
+                return Self.setResponse(try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s)), f)
             case let .delete(ns, key, tiers, version, _):
                 switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
                 case .removed: return ok()

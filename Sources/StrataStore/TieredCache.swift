@@ -255,9 +255,23 @@ public final class TieredCache: @unchecked Sendable {
             return result
         }
 
+        let done = Completion<Result<WriteResult, StoreError>>()
+        enqueueDiskWrite(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
+                         callerVersion: callerVersion, preEncoded: preEncoded) { done.fulfil($0) }
+        return try done.wait().get()
+    }
+
+    /// Queues a write that includes the disk tier; `completion` runs on the store's notifier
+    /// thread once the transaction committed and memory follows disk.
+    private func enqueueDiskWrite(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
+                                  loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
+                                  preEncoded: (ValueEncoding, [UInt8])?,
+                                  completion: @escaping (Result<WriteResult, StoreError>) -> Void) {
         let memoryToo = tiers.contains(.memory)
-        let done = Completion<Result<(WriteResult, WriteEffect)?, StoreError>>()
+        let needValue = needs == .value
         let memory = self.memory
+        let clock = self.clock
+        let hlc = self.hlc
         let job = DiskJob(.write(namespace: namespace, key: key, needs: needs, preEncoded: preEncoded, decide: { diskState in
             // Runs on the writer thread, so disk writes are decided (and versioned) in commit order.
             let now = clock.nowMicros()
@@ -266,8 +280,9 @@ public final class TieredCache: @unchecked Sendable {
                 : nil
             return WriteRules.decide(op, existing: Self.newest(mem, diskState), now: now, newVersion: callerVersion ?? hlc.next())
         })) { result in
-            // After the commit, before the caller returns: memory follows disk.
-            if case .success(let decided?) = result {
+            // After the commit, before the caller hears of it: memory follows disk.
+            switch result {
+            case .success(let decided?):
                 let now = clock.nowMicros()
                 memory.with(loc, key) { shard, k in
                     switch decided.1 {
@@ -282,14 +297,54 @@ public final class TieredCache: @unchecked Sendable {
                         }
                     }
                 }
+                completion(.success(decided.0))
+            case .success(nil):
+                completion(.failure(StoreError(.io, "internal: write produced no result")))
+            case .failure(let e):
+                completion(.failure(e))
             }
-            done.fulfil(result)
         }
         disk.enqueue(job)
-        switch done.wait() {
-        case .success(let decided?): return decided.0
-        case .success(nil): throw StoreError(.io, "internal: write produced no result")
-        case .failure(let e): throw e
+    }
+
+    /// A set that does not block: for callers that must not wait, such as the node's event
+    /// loop. Validation errors are thrown at once; the outcome goes to `completion`, called on
+    /// the store's notifier thread after the commit. Writes to the memory tier only, and
+    /// write-behind writes, complete before this returns.
+    public func submitSet(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions(),
+                          completion: @escaping @Sendable (Result<SetOutcome, StoreError>) -> Void) throws {
+        try check(key: key, namespace: namespace)
+        try check(tiers: options.tiers)
+        if value.count > configuration.maxItemBytes {
+            throw StoreError(.valueTooLarge, "value is \(value.count) bytes; the max item size is \(configuration.maxItemBytes)")
+        }
+        if options.extended.count > ItemLimits.maxExtendedBytes {
+            throw StoreError(.extendedTooLarge, "extended data is \(options.extended.count) bytes; the limit is \(ItemLimits.maxExtendedBytes)")
+        }
+        guard options.tiers.contains(.disk), !options.writeBehind else {
+            completion(Result { try set(key, value, namespace: namespace, options: options) }.mapError {
+                $0 as? StoreError ?? StoreError(.io, "\($0)")
+            })
+            return
+        }
+        let now = clock.nowMicros()
+        let expiry = options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL)
+        if let v = options.version {
+            try checkVersion(v, now: now)
+            hlc.observe(v)
+        }
+        let op = WriteOp.set(value: value, mode: options.mode, flags: options.flags, extended: options.extended,
+                             expiry: expiry, callerVersion: options.version)
+        let ns = registry.entry(namespace)
+        ns.counters.writes.add(1, ordering: .relaxed)
+        let loc = memory.locate(tag: ns.tag, key: key)
+        let needs: ExistingNeed = options.mode == .set && options.version == nil ? .nothing : .metadata
+        enqueueDiskWrite(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: options.tiers, needs: needs,
+                         callerVersion: options.version, preEncoded: disk.codec.encode(value)) { result in
+            completion(result.flatMap {
+                guard case .set(let o) = $0 else { return .failure(StoreError(.io, "internal: unexpected result kind")) }
+                return .success(o)
+            })
         }
     }
 
