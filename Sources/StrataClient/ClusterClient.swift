@@ -187,7 +187,12 @@ public final class ClusterClient: @unchecked Sendable {
     }
 
     private func isHinted(_ ns: [UInt8], _ key: [UInt8]) -> Bool { hintLock.withLock { hints[HintKey(ns: ns, key: key)] != nil } }
-    private func clearHint(_ ns: [UInt8], _ key: [UInt8]) { hintLock.withLock { hints[HintKey(ns: ns, key: key)] = nil } }
+    private func clearHint(_ ns: [UInt8], _ key: [UInt8], upTo version: UInt64) {
+        hintLock.withLock {
+            let k = HintKey(ns: ns, key: key)
+            if let v = hints[k], v <= version { hints[k] = nil }
+        }
+    }
 
     // MARK: Writes
 
@@ -369,6 +374,9 @@ public final class ClusterClient: @unchecked Sendable {
         guard let first = answers.first else {
             throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
         }
+        if configuration.read == .quorum && answers.count < quorum {
+            throw ClusterError(message: "only \(answers.count) of the \(quorum) nodes a quorum read of \(keyText(key)) needs answered", failures: failures)
+        }
         // Then: should the others be asked too?
         if answers.count < nodes.count && mustVerify(first.0, first.1, key, namespace) {
             while index < nodes.count {
@@ -378,8 +386,10 @@ public final class ClusterClient: @unchecked Sendable {
             }
         }
         guard let newest = answers.max(by: { $0.1.version < $1.1.version })?.1 else { return nil }
-        if answers.count > 1 { repair(answers, newest: newest, key: key, ns: namespace, all: nodes) }
-        if answers.count == nodes.count { clearHint(namespace, key) }
+        let repaired = answers.count > 1 ? repair(answers, newest: newest, key: key, ns: namespace, all: nodes) : true
+        // The hint goes only when every node answered, every repair worked, and nothing newer
+        // was hinted meanwhile.
+        if answers.count == nodes.count && repaired { clearHint(namespace, key, upTo: newest.version) }
         if case .item(let item) = newest { return item }
         return nil
     }
@@ -397,8 +407,11 @@ public final class ClusterClient: @unchecked Sendable {
         }
     }
 
-    /// Writes the newest answer onto nodes that answered with something older.
-    private func repair(_ answers: [(NodeHandle, Answer)], newest: Answer, key: [UInt8], ns: [UInt8], all: [NodeHandle]) {
+    /// Writes the newest answer onto nodes that answered with something older; false when a
+    /// repair failed.
+    @discardableResult
+    private func repair(_ answers: [(NodeHandle, Answer)], newest: Answer, key: [UInt8], ns: [UInt8], all: [NodeHandle]) -> Bool {
+        var ok = true
         for (node, a) in answers where a.version < newest.version {
             let isOwner = node === all.first
             switch newest {
@@ -407,13 +420,16 @@ public final class ClusterClient: @unchecked Sendable {
                 s.flags = item.flags; s.extended = item.extended; s.version = item.version
                 s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
                 s.tiers = isOwner ? 0 : 2
-                _ = try? node.run { try $0.set(s) }
+                let f = try? node.run { try $0.set(s) }
+                if f?.statusCode != .ok && f?.statusCode != .superseded { ok = false }
             case .absent(let tombstone) where tombstone > 0:
-                _ = try? node.run { try $0.call(.delete(namespace: ns, key: key, tiers: isOwner ? 0 : 2, version: tombstone, writeBehind: false)) }
+                let f = try? node.run { try $0.call(.delete(namespace: ns, key: key, tiers: isOwner ? 0 : 2, version: tombstone, writeBehind: false)) }
+                if f == nil { ok = false }
             case .absent:
                 break
             }
         }
+        return ok
     }
 
     public func exists(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool { try get(key, namespace: namespace) != nil }

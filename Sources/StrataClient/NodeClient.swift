@@ -78,7 +78,9 @@ public final class NodeClient: @unchecked Sendable {
             waiters.removeAll()
             return (f, p)
         }
-        if f >= 0 { shutdown(f, Int32(SHUT_RDWR)); Sys.close(f) }
+        // The reader thread owns the descriptor and closes it; closing here too could close a
+        // reused number that belongs to someone else.
+        if f >= 0 { shutdown(f, Int32(SHUT_RDWR)) }
         for w in pending { w.finish(.failure(ClientError(.connection, "connection to \(host):\(port) closed"))) }
     }
 
@@ -91,6 +93,15 @@ public final class NodeClient: @unchecked Sendable {
         let newFD: Int32
         do { newFD = try Socket.connect(address, timeout: connectTimeout) } catch {
             throw ClientError(.connection, "cannot connect to \(address): \(error)")
+        }
+        // HELLO (with the token) on the bare socket, before anyone else can send on it.
+        if let t = token {
+            do {
+                try helloOnBareSocket(newFD, token: t)
+            } catch {
+                Sys.close(newFD)
+                throw error
+            }
         }
         // The reader blocks in recv; a short receive timeout lets it notice close().
         var tv = timeval(tv_sec: 1, tv_usec: 0)
@@ -108,11 +119,29 @@ public final class NodeClient: @unchecked Sendable {
             return try connectIfNeeded()
         }
         startThread(name: "strata-client") { [self] in readLoop(fd: newFD, generation: gen) }
-        if let t = token {
-            let f = try requestBlocking(.hello(minVersion: Wire.version, maxVersion: Wire.version, token: t))
-            try NodeConnection.check(f, allow: [.ok])
-        }
         return (newFD, gen)
+    }
+
+    private func helloOnBareSocket(_ fd: Int32, token: [UInt8]) throws {
+        let bytes = Request.hello(minVersion: Wire.version, maxVersion: Wire.version, token: token).frame(id: 0xFFFF_FFFF).encoded()
+        var sent = 0
+        while sent < bytes.count {
+            guard let r = try? bytes.withUnsafeBytes({ try Sys.send(fd, $0.baseAddress! + sent, bytes.count - sent) }),
+                  case .done(let n) = r else { throw ClientError(.connection, "sending HELLO to \(host):\(port) failed") }
+            sent += n
+        }
+        let decoder = FrameDecoder(magic: Wire.responseMagic, maxBody: 1 << 20)
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            if let (f, _) = try? decoder.decode(buffer) {
+                try NodeConnection.check(f, allow: [.ok])
+                return
+            }
+            guard let r = try? chunk.withUnsafeMutableBytes({ try Sys.read(fd, $0.baseAddress!, $0.count) }),
+                  case .done(let n) = r, n > 0 else { throw ClientError(.connection, "no answer to HELLO from \(host):\(port)") }
+            buffer.append(contentsOf: chunk[0..<n])
+        }
     }
 
     private func readLoop(fd: Int32, generation gen: Int) {
@@ -150,15 +179,20 @@ public final class NodeClient: @unchecked Sendable {
             waiters.removeAll()
             return p
         }
-        Sys.close(fd)
+        Sys.close(fd) // the reader owns the descriptor
         for w in pending { w.finish(.failure(ClientError(.connection, failure))) }
     }
 
-    private func submit(_ request: Request, _ waiter: Waiter) throws -> UInt32 {
-        let (f, _) = try connectIfNeeded()
+    /// Sends `request`; every failure finishes `waiter` exactly once (never throws).
+    private func submit(_ request: Request, _ waiter: Waiter) {
+        let f: Int32
+        do { (f, _) = try connectIfNeeded() } catch {
+            waiter.finish(.failure(error as? ClientError ?? ClientError(.connection, "\(error)")))
+            return
+        }
         let id: UInt32 = lock.withLock {
             var id = nextID
-            while waiters[id] != nil || id == 0 { id &+= 1 }
+            while waiters[id] != nil || id == 0 || id == 0xFFFF_FFFF { id &+= 1 }
             nextID = id &+ 1
             waiters[id] = waiter
             return id
@@ -174,17 +208,20 @@ public final class NodeClient: @unchecked Sendable {
             return true
         }
         if !ok {
-            lock.withLock { waiters[id] = nil }
-            throw ClientError(.connection, "sending to \(host):\(port) failed")
+            // Part of a frame may be on the wire: the stream is unusable. Shutting it down makes
+            // the reader fail every waiter (this one included) and the next request reconnects.
+            shutdown(f, Int32(SHUT_RDWR))
+            if let w = lock.withLock({ waiters.removeValue(forKey: id) }) {
+                w.finish(.failure(ClientError(.connection, "sending to \(host):\(port) failed")))
+            }
         }
-        return id
     }
 
     /// Sends `request` and waits (at most `requestTimeout`) for its response.
     public func requestBlocking(_ request: Request) throws -> Frame {
         startReaperIfNeeded()
         let w = Waiter(deadline: monotonicSeconds() + requestTimeout)
-        _ = try submit(request, w)
+        submit(request, w)
         return try w.done.wait().get()
     }
 
@@ -194,9 +231,7 @@ public final class NodeClient: @unchecked Sendable {
         let w = Waiter(deadline: monotonicSeconds() + requestTimeout)
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Frame, Error>) in
             w.onDone = { cont.resume(with: $0.mapError { $0 as Error }) }
-            do { _ = try submit(request, w) } catch {
-                w.finish(.failure(error as? ClientError ?? ClientError(.connection, "\(error)")))
-            }
+            submit(request, w)
         }
     }
 }

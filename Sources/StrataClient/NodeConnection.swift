@@ -58,6 +58,9 @@ public final class NodeConnection {
         if fd >= 0 { Sys.close(fd); fd = -1 }
     }
 
+    /// Half-closes: the node sees end of stream but can still answer.
+    public func finishSending() { shutdown(fd, Int32(SHUT_WR)) }
+
     /// Sends raw bytes (tests use this to send malformed frames).
     public func sendRaw(_ bytes: [UInt8]) throws {
         var sent = 0

@@ -57,7 +57,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         guard !closed else { return }
         let scratch = node.scratch(for: loop)
         var sawEOF = false
-        while !closed {
+        while !closed && !readPaused && input.count - inputStart <= node.config.maxFrame + Wire.headerSize {
             let r: IOResult
             do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
                 close(reason: "read: \(error)")
@@ -73,19 +73,22 @@ final class Connection: EventHandler, @unchecked Sendable {
         processFrames()
         if sawEOF {
             // The peer finished sending; answer what it sent, then close.
+            peerFinished = true
             if idle { close(reason: "eof") } else { closeAfterFlush = true }
         }
+        updateInterest()
         updateAccounting()
     }
 
     private func processFrames() {
-        let decoder = FrameDecoder(magic: Wire.requestMagic,
-                                   maxBody: authenticated ? node.config.maxFrame : min(node.config.maxFrame, node.config.preAuthFrameLimit))
         // A client that pipelines many requests on one key waits here (its bytes stay in the
         // input buffer) rather than growing the deferred list without bound.
         while !closed && !closeAfterFlush && deferred.count < 4096 {
             let available = input.count - inputStart
             if available == 0 { break }
+            // Built per frame: a HELLO earlier in the same batch may have lifted the pre-auth cap.
+            let decoder = FrameDecoder(magic: Wire.requestMagic,
+                                       maxBody: authenticated ? node.config.maxFrame : min(node.config.maxFrame, node.config.preAuthFrameLimit))
             let result: Result<(frame: Frame, consumed: Int)?, WireError> = input.withUnsafeBytes { all in
                 do throws(WireError) {
                     return .success(try decoder.decode(UnsafeRawBufferPointer(rebasing: all[inputStart...])))
@@ -320,6 +323,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         runDeferred()
         if deferred.count < 4096 && inputStart < input.count { processFrames() }
         if closeAfterFlush { flushAndMaybeClose() }
+        updateInterest()
         updateAccounting()
     }
 
@@ -350,19 +354,43 @@ final class Connection: EventHandler, @unchecked Sendable {
             }
             guard case .done(let n) = r else { break }
             outputStart += n
+            if n > 0 { lastWriteProgress = monotonicSeconds() }
             node.stats.bytesOut.add(n, ordering: .relaxed)
         }
-        let pending = outputStart < output.count
-        if pending != wantWrite {
-            wantWrite = pending
-            loop.modify(fd, pending ? [.read, .write] : .read)
+        // Sent bytes are dropped even when the buffer never drains completely.
+        if outputStart > (1 << 20) && outputStart * 2 > output.count {
+            output.removeFirst(outputStart)
+            outputStart = 0
         }
-        if !pending && closeAfterFlush && inFlight == 0 { close(reason: "done") }
+        let pending = outputStart < output.count
+        wantWrite = pending
+        updateInterest()
+        if pending { lastWriteProgress = monotonicSeconds() }
+        if !pending && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
         updateAccounting()
     }
 
     private func flushAndMaybeClose() {
         flush()
+    }
+
+    /// Reading pauses while requests wait behind others (or the connection is finishing), so
+    /// the input buffer cannot grow without bound, and stops for good at end of stream (a
+    /// level-triggered EOF would otherwise wake the loop forever).
+    private var readPaused: Bool { peerFinished || closeAfterFlush || deferred.count >= 4096 }
+    private var peerFinished = false
+    private var registered: EventLoop.Interest = .read
+    private var lastWriteProgress = monotonicSeconds()
+
+    private func updateInterest() {
+        guard !closed else { return }
+        var want: EventLoop.Interest = []
+        if !readPaused { want.insert(.read) }
+        if wantWrite { want.insert(.write) }
+        if want != registered {
+            registered = want
+            loop.modify(fd, want)
+        }
     }
 
     private func updateAccounting() {
@@ -382,6 +410,13 @@ final class Connection: EventHandler, @unchecked Sendable {
         if let started = frameStarted, now - started > node.config.frameTimeout {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "frame timeout")
+            return
+        }
+        // Output that makes no progress for a frame timeout (a peer that stopped reading after
+        // it finished sending, say) closes the connection.
+        if outputStart < output.count && now - lastWriteProgress > max(node.config.frameTimeout, 1) {
+            node.stats.timeouts.add(1, ordering: .relaxed)
+            close(reason: "output stalled")
             return
         }
         if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {

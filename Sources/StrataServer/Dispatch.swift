@@ -101,6 +101,12 @@ struct Dispatcher {
                 return Responses.get(to: f, p)
             case let .mget(ns, keys, tiers):
                 let items = try store.getMany(keys, namespace: ns, tiers: Tiers(wire: tiers))
+                // One large value asked for many times must not make a response of gigabytes.
+                let total = items.reduce(0) { $0 + ($1?.value.count ?? 0) + 25 }
+                let limit = store.configuration.maxItemBytes + (64 << 10)
+                if total > limit {
+                    return Responses.error(to: f, .tooLarge, "the MGET answer would be \(total) bytes; the limit is \(limit): ask for fewer keys")
+                }
                 return Responses.mget(to: f, items.map { $0.map { MGetItem(flags: $0.flags, expiresAt: $0.expiresAt ?? 0, version: $0.version, value: $0.value) } })
             case .set(let s):
                 let mode: SetMode

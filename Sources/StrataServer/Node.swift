@@ -26,7 +26,10 @@ public final class Node: @unchecked Sendable {
     private var loops: [EventLoop] = []
     private var listenFD: Int32 = -1
     private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
-    private var connections: [[Int: Connection]] = []
+    /// Each loop's connections, touched only on that loop's thread (one box per loop, so loops
+    /// never write to a shared collection).
+    final class LoopConnections { var map: [Int: Connection] = [:] }
+    private var connections: [LoopConnections] = []
     private let nextConnectionID = Atomic<Int>(1)
     private let drainFlag = Atomic<Bool>(false)
     private let loopsStopped = Counter()
@@ -73,7 +76,7 @@ public final class Node: @unchecked Sendable {
         port = bound
         var n = config.threads
         if n <= 0 { n = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
-        connections = Array(repeating: [:], count: n)
+        connections = (0..<n).map { _ in LoopConnections() }
         for i in 0..<n {
             let loop = try EventLoop(index: i)
             loops.append(loop)
@@ -120,19 +123,19 @@ public final class Node: @unchecked Sendable {
             Sys.close(fd)
             return
         }
-        connections[loop.index][id] = c
+        connections[loop.index].map[id] = c
         stats.connectionsCurrent.add(1, ordering: .relaxed)
         stats.connectionsTotal.add(1, ordering: .relaxed)
     }
 
     func connectionClosed(_ c: Connection) {
-        connections[c.loop.index][c.id] = nil
+        connections[c.loop.index].map[c.id] = nil
         stats.connectionsCurrent.add(-1, ordering: .relaxed)
     }
 
     private func tick(_ loop: EventLoop) {
         let now = monotonicSeconds()
-        for c in connections[loop.index].values { c.checkTimers(now: now) }
+        for c in connections[loop.index].map.values { c.checkTimers(now: now) }
     }
 
     // MARK: Shutdown
@@ -152,7 +155,7 @@ public final class Node: @unchecked Sendable {
         }
         for (i, loop) in loops.enumerated() {
             loop.execute { [self] in
-                for c in connections[i].values { c.close(reason: "shutdown") }
+                for c in connections[i].map.values { c.close(reason: "shutdown") }
                 loop.stop()
             }
         }
@@ -168,7 +171,7 @@ public final class Node: @unchecked Sendable {
         let checked = Counter()
         for (i, loop) in loops.enumerated() {
             loop.execute { [self] in
-                if connections[i].values.allSatisfy({ $0.idle }) { idleCount.add() }
+                if connections[i].map.values.allSatisfy({ $0.idle }) { idleCount.add() }
                 checked.add()
             }
         }

@@ -171,6 +171,33 @@ final class NodeOrderingTests: XCTestCase {
         }
     }
 
+    func testRequestsWaitingBehindOthersAreAnsweredBeforeAnEndOfStreamClose() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        var batch: [UInt8] = []
+        batch += Request.set(SetRequest(key: b("k"), value: b("v"))).frame(id: 1).encoded()
+        batch += Request.get(GetRequest(key: b("k"))).frame(id: 2).encoded()
+        batch += Request.get(GetRequest(key: b("k"))).frame(id: 3).encoded()
+        try c.sendRaw(batch)
+        c.finishSending()
+        var ids: Set<UInt32> = []
+        while ids.count < 3 { ids.insert(try c.readFrame().requestID) }
+        XCTAssertEqual(ids, [1, 2, 3])
+        XCTAssertTrue(peerCloses(c, within: 5))
+    }
+
+    func testMGetOfAHugeAnswerIsRefused() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--max-item", "1MiB"])
+        let c = try node.connect()
+        var s = SetRequest(key: b("big"), value: [UInt8](repeating: 1, count: 600_000)); s.tiers = 1
+        XCTAssertEqual(try c.set(s).statusCode, .ok)
+        let f = try c.call(.mget(namespace: [], keys: Array(repeating: b("big"), count: 10), tiers: 0))
+        XCTAssertEqual(f.statusCode, .tooLarge)
+        try c.ping()
+    }
+
     func testPingAfterQuietWritesIsAnsweredAfterThemAll() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)
