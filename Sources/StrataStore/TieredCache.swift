@@ -521,7 +521,7 @@ public final class TieredCache: @unchecked Sendable {
         var cursors = Array(repeating: 0, count: memory.shards.count)
         while true {
             sweeper.lock()
-            if !sweeperStop { sweeper.wait(seconds: 0.25) }
+            if !sweeperStop { sweeper.wait(seconds: 1) }
             let stop = sweeperStop
             sweeper.unlock()
             if stop { break }
