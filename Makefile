@@ -4,7 +4,7 @@ DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps build release test run bench-store soak clean
+.PHONY: deps venv build release test run bench-store soak clean
 
 # Where `make run` keeps the node's data (override: make run DATA=/path PORT=7401).
 DATA ?= ./strata-data
@@ -20,6 +20,13 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# A local Python environment for tests that check formats with the reference tools
+# (prometheus-client's parser). Tests that need it skip, saying why, when it is missing.
+venv:
+	@[ -x .venv/bin/python3 ] && .venv/bin/python3 -c 'import prometheus_client' 2>/dev/null || \
+	  { python3 -m venv .venv && .venv/bin/pip install -q prometheus-client; } || \
+	  echo "warning: could not set up .venv with prometheus-client; the metrics format test will skip"
+
 build: deps
 	swift build $(SWIFT_BUILD_FLAGS)
 
@@ -29,7 +36,7 @@ release: deps
 # Every test: unit, storage (real SQLite files in temp dirs), crash (SIGKILLed child processes).
 # (XCTest only: there are no Swift Testing tests, and its empty run's closing line would
 # otherwise be the last word.) The last line is a plain "N passed, N failed" summary.
-test: deps
+test: deps venv
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	set -o pipefail; swift test --skip-build --disable-swift-testing $(SWIFT_BUILD_FLAGS) 2>&1 | tee .build/test.log
 	@awk '/^\t? *Executed [0-9]+ tests?, with [0-9]+ failures?/ { t=$$2; f=$$5 } END { if (t == "") exit 1; print t-f " passed, " f " failed" }' .build/test.log

@@ -36,6 +36,9 @@ public final class Node: @unchecked Sendable {
     private let allStopped = Completion<Void>()
     /// The port the node listens on (useful after binding port 0).
     public private(set) var port: UInt16 = 0
+    private var metrics: MetricsServer?
+    /// The metrics endpoint's port, when it is on.
+    public var metricsPort: UInt16? { metrics?.port }
 
     /// Checks the configuration and opens the store. Throws `NodeError` with a reason.
     public init(config: NodeConfiguration) throws {
@@ -90,6 +93,9 @@ public final class Node: @unchecked Sendable {
                 loopsStopped.add(1)
                 if loopsStopped.load() == loops.count { allStopped.fulfil(()) }
             }
+        }
+        if let mp = config.metricsPort {
+            metrics = try MetricsServer(node: self, host: config.host, port: mp)
         }
         log.info("listening", [("addr", SocketAddress(host: config.host, port: bound)!.description),
                                ("data", config.dataDirectory), ("threads", String(n)),
@@ -161,6 +167,7 @@ public final class Node: @unchecked Sendable {
         }
         if !loops.isEmpty { allStopped.wait() }
         Sys.close(listenFD)
+        metrics?.stop()
         workers.stop()
         store.close()
         log.info("stopped", [("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed)))])

@@ -33,6 +33,8 @@ public struct NodeConfiguration: Sendable {
     /// Seconds SIGTERM waits for in-flight requests.
     public var drainTime: Double = 10
     public var logLevel: LogLevel = .info
+    /// Serve /metrics and /healthz over HTTP on this port of `host` (nil = off; 0 = any free port).
+    public var metricsPort: UInt16? = nil
 
     public init() {}
 

@@ -18,6 +18,25 @@ final class LatencyHistogram: Sendable {
         buckets[b].add(1)
     }
 
+    /// Cumulative counts at Prometheus-style upper bounds (seconds), every 4th bucket (×2 steps).
+    func cumulativeSeconds() -> [(le: Double, count: Int)] {
+        let counts = buckets.map { $0.load() }
+        var out: [(Double, Int)] = []
+        var sum = 0
+        for (i, c) in counts.enumerated() {
+            sum += c
+            if i % 4 == 0 && i <= 100 { out.append((pow(2, Double(i) / 4) / 1e6, sum)) }
+        }
+        return out
+    }
+
+    var count: Int { buckets.reduce(0) { $0 + $1.load() } }
+
+    /// The sum of observations, approximated by each bucket's upper bound (seconds).
+    var approximateSumSeconds: Double {
+        buckets.enumerated().reduce(0.0) { $0 + Double($1.element.load()) * pow(2, Double($1.offset) / 4) / 1e6 }
+    }
+
     func percentile(_ p: Double) -> Double {
         let counts = buckets.map { $0.load() }
         let total = counts.reduce(0, +)

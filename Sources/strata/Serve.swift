@@ -10,7 +10,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--disk-limit 4GiB] [--max-item 32MiB] [--default-ttl SECONDS] [--threads N]
                     [--auth-token-file FILE] [--insecure] [--config FILE.json] [--log-level info]
                     [--max-connections 10000] [--idle-timeout SECONDS] [--frame-timeout 10]
-                    [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32]
+                    [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -22,7 +22,7 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 /// The settings `serve` knows, by flag name (without dashes); each maps to the config.
 let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-limit", "max-item", "default-ttl",
                                "threads", "auth-token-file", "log-level", "max-connections", "idle-timeout",
-                               "frame-timeout", "output-cap", "drain-time", "disk-workers"]
+                               "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -63,6 +63,7 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     let node = try Node(config: config)
     try node.start()
     printOut("strata \(Node.version) listening on \(config.host):\(node.port), data in \(config.dataDirectory)")
+    if let mp = node.metricsPort { printOut("metrics on http://\(config.host):\(mp)/metrics") }
     var sig: Int32 = 0
     sigwait(&set, &sig)
     node.shutdown()
@@ -100,6 +101,10 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try seconds("default-ttl") { c.defaultTTL = v > 0 ? v : nil }
     if let v = try int("threads") { c.threads = v }
     if let v = try int("disk-workers", min: 1) { c.diskWorkers = v }
+    if let v = try int("metrics-port") {
+        guard v <= 65535 else { throw UsageError(message: "--metrics-port must be 0…65535, got \(v)") }
+        c.metricsPort = UInt16(v)
+    }
     if let v = try int("max-connections", min: 1) { c.maxConnections = v }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }

@@ -32,7 +32,8 @@ final class NodeProcess: @unchecked Sendable {
         // First stdout line: "strata X listening on HOST:PORT, data in DIR".
         var line = ""
         let deadline = Date().addingTimeInterval(20)
-        while !line.contains("\n") && Date() < deadline && process.isRunning {
+        let linesWanted = extra.contains("--metrics-port") ? 2 : 1
+        while line.filter({ $0 == "\n" }).count < linesWanted && Date() < deadline && process.isRunning {
             let d = stdoutPipe.fileHandleForReading.availableData
             if d.isEmpty { usleep(10_000); continue }
             line += String(decoding: d, as: UTF8.self)
@@ -43,7 +44,12 @@ final class NodeProcess: @unchecked Sendable {
             throw NSError(domain: "NodeProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "node did not start: \(line) \(stderr)"])
         }
         self.port = p
+        if let r = line.range(of: "metrics on http://127.0.0.1:") {
+            metricsPort = UInt16(line[r.upperBound...].prefix { $0.isNumber })
+        }
     }
+
+    private(set) var metricsPort: UInt16?
 
     var stderr: String { errLock.lock(); defer { errLock.unlock() }; return errText }
 

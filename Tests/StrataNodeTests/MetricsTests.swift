@@ -1,0 +1,66 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataWire
+
+/// `/metrics` parsed by the official Prometheus Python client's parser (from the .venv that
+/// `make test` sets up), `/healthz`, and the responder's refusals.
+final class MetricsTests: XCTestCase {
+    static let python = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent(".venv/bin/python3").path
+
+    func runPython(_ script: String) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.python)
+        p.arguments = ["-c", script]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        return (p.terminationStatus, text)
+    }
+
+    func testMetricsParseWithThePrometheusClientAndHealthzAnswers() throws {
+        guard FileManager.default.isExecutableFile(atPath: Self.python),
+              (try? runPython("import prometheus_client"))?.0 == 0 else {
+            throw XCTSkip("no .venv with prometheus-client (make test sets it up; it needs PyPI)")
+        }
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--metrics-port", "0"])
+        let c = try node.connect()
+        for i in 0..<20 { try c.set(SetRequest(key: b("k\(i)"), value: b("v"))) }
+        for i in 0..<30 { _ = try c.get(b("k\(i)")) }
+        let port = try XCTUnwrap(node.metricsPort)
+        let script = """
+        import urllib.request, urllib.error, sys
+        from prometheus_client.parser import text_string_to_metric_families
+        base = "http://127.0.0.1:\(port)"
+        text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        for f in fams.values():
+            assert f.type != "unknown", "metric without a matching TYPE: " + f.name
+        req = fams.get("strata_requests") or fams["strata_requests_total"]  # newer clients drop _total
+        assert req.type == "counter", req.type
+        sets = [s.value for s in req.samples if s.labels.get("op") == "set" and s.name == "strata_requests_total"]
+        assert sets == [20.0], sets
+        h = fams["strata_request_duration_seconds"]
+        assert h.type == "histogram"
+        count = [s.value for s in h.samples if s.name.endswith("_count") and s.labels["op"] == "get"]
+        assert count == [30.0], count
+        assert fams["strata_memory_items"].type == "gauge"
+        assert urllib.request.urlopen(base + "/healthz", timeout=5).status == 200
+        for path, method, want in [("/nope", "GET", 404), ("/metrics", "POST", 405)]:
+            try:
+                urllib.request.urlopen(urllib.request.Request(base + path, method=method), timeout=5)
+                sys.exit("expected %d for %s %s" % (want, method, path))
+            except urllib.error.HTTPError as e:
+                assert e.code == want, (path, e.code)
+        print("ok", len(fams))
+        """
+        let (code, out) = try runPython(script)
+        XCTAssertEqual(code, 0, out)
+        XCTAssertTrue(out.hasPrefix("ok"), out)
+    }
+}
