@@ -45,8 +45,17 @@ final class NodeClientTests: XCTestCase {
         let node = try NodeProcess(dataDir: dir.path)
         let client = NodeClient(host: "127.0.0.1", port: node.port, requestTimeout: 0.5)
         _ = try client.requestBlocking(.ping)
-        kill(node.process.processIdentifier, SIGSTOP)
-        defer { kill(node.process.processIdentifier, SIGCONT) }
+        let pid = node.process.processIdentifier
+        kill(pid, SIGSTOP)
+        defer { kill(pid, SIGCONT) }
+        // kill() returns before the process is stopped: wait until /proc says it is.
+        func state() -> Character? {
+            (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).flatMap { text in
+                text.range(of: ") ").map { text[$0.upperBound] }
+            }
+        }
+        for _ in 0..<500 where state() != "T" { usleep(2000) }
+        XCTAssertEqual(state(), "T")
         let t0 = monotonicSeconds()
         XCTAssertThrowsError(try client.requestBlocking(.ping)) { e in
             XCTAssertTrue("\(e)".contains("did not answer"), "\(e)")
