@@ -271,8 +271,8 @@ final class Connection: EventHandler, @unchecked Sendable {
         let stats = node.stats
         let loop = self.loop
         // A durable set needs no worker thread: the store's writer commits it and its notifier
-        // hands the outcome back to this loop.
-        if case .set(let s) = request, Tiers(wire: s.tiers).contains(.disk), !s.writeBehind {
+        // hands the outcome back to this loop. A plain write-behind set completes at once.
+        if case .set(let s) = request, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s)) { [self] result in
                     let resp: Frame?

@@ -53,6 +53,8 @@ public struct StoreConfiguration: Sendable {
     public var maxItemBytes: Int = ItemLimits.defaultMaxItemBytes
     /// TTL applied when a write says `.storeDefault` (nil = never expire).
     public var defaultTTL: Double? = nil
+    /// Write-behind writes queued for the disk before further ones wait for their commit.
+    public var maxWriteBehindPending: Int = 100_000
     /// Caller-supplied versions (µs) more than this many seconds ahead of the clock are refused.
     public var maxVersionSkew: Double = 24 * 3600
     /// How long a versioned remove's tombstone is kept.

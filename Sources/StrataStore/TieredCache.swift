@@ -219,10 +219,15 @@ public final class TieredCache: @unchecked Sendable {
             }
         }
 
-        if writeBehind && tiers.contains(.memory) {
+        // Write-behind is bounded: past `maxWriteBehindPending` queued writes, a write-behind
+        // write waits for its commit like any other (backpressure instead of unbounded memory).
+        if writeBehind && tiers.contains(.memory) && writeBehindPending.load() < configuration.maxWriteBehindPending {
             // Decided against memory and a disk read; the disk write follows with the decided
             // version, so disk applies it only if nothing newer got there first.
-            let diskState = try disk.read(namespace: namespace, key: key, withValue: needValue, countStats: false)?.state
+            // An unconditional set with a node version stores whatever is there: no disk read,
+            // so a plain write-behind set never blocks.
+            let diskState = needs == .nothing ? nil
+                : try disk.read(namespace: namespace, key: key, withValue: needValue, countStats: false)?.state
             let now = clock.nowMicros()
             let (result, effect) = memory.with(loc, key) { shard, k -> (WriteResult, WriteEffect) in
                 let mem = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
@@ -307,6 +312,14 @@ public final class TieredCache: @unchecked Sendable {
         disk.enqueue(job)
     }
 
+    /// Whether `submitSet` with these options completes without blocking the caller: writes
+    /// that include the disk tier, and plain write-behind sets (no mode, no caller version).
+    public static func submitsWithoutBlocking(_ options: SetOptions) -> Bool {
+        guard options.tiers.contains(.disk) else { return true }
+        if !options.writeBehind { return true }
+        return options.mode == .set && options.version == nil
+    }
+
     /// A set that does not block: for callers that must not wait, such as the node's event
     /// loop. Validation errors are thrown at once; the outcome goes to `completion`, called on
     /// the store's notifier thread after the commit. Writes to the memory tier only, and
@@ -320,6 +333,10 @@ public final class TieredCache: @unchecked Sendable {
         }
         if options.extended.count > ItemLimits.maxExtendedBytes {
             throw StoreError(.extendedTooLarge, "extended data is \(options.extended.count) bytes; the limit is \(ItemLimits.maxExtendedBytes)")
+        }
+        var options = options
+        if options.writeBehind && writeBehindPending.load() >= configuration.maxWriteBehindPending {
+            options.writeBehind = false // backpressure: this one completes after its commit
         }
         guard options.tiers.contains(.disk), !options.writeBehind else {
             completion(Result { try set(key, value, namespace: namespace, options: options) }.mapError {

@@ -404,3 +404,25 @@ final class TieredCacheTests: XCTestCase {
     }
 }
 
+
+final class WriteBehindBoundTests: XCTestCase {
+    func testWriteBehindQueueIsBounded() throws {
+        let f = try StoreFixture { $0.maxWriteBehindPending = 5 }
+        for i in 0..<200 { _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(writeBehind: true)) }
+        XCTAssertLessThanOrEqual(f.store.stats().writeBehindPending, 5)
+        try f.store.sync()
+        for i in 0..<200 { XCTAssertNotNil(try f.store.get(bytes("k\(i)"), tiers: .disk)) }
+    }
+
+    func testSubmitSetCompletesAfterCommitOrAtOnceForWriteBehind() throws {
+        let f = try StoreFixture()
+        let done = Completion<Result<SetOutcome, StoreError>>()
+        try f.store.submitSet(bytes("a"), bytes("1")) { done.fulfil($0) }
+        guard case .success(.stored) = done.wait() else { return XCTFail() }
+        XCTAssertEqual(try f.store.get(bytes("a"), tiers: .disk)?.value, bytes("1"), "committed before the completion ran")
+        let wb = Completion<Result<SetOutcome, StoreError>>()
+        try f.store.submitSet(bytes("b"), bytes("2"), options: SetOptions(writeBehind: true)) { wb.fulfil($0) }
+        guard case .success(.stored) = wb.wait(seconds: 1) ?? .failure(StoreError(.io, "timeout")) else { return XCTFail() }
+        XCTAssertThrowsError(try f.store.submitSet([], bytes("x")) { _ in })
+    }
+}
