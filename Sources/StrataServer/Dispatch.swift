@@ -109,14 +109,6 @@ struct Dispatcher {
                 }
                 return Responses.mget(to: f, items.map { $0.map { MGetItem(flags: $0.flags, expiresAt: $0.expiresAt ?? 0, version: $0.version, value: $0.value) } })
             case .set(let s):
-                let mode: SetMode
-                switch s.mode {
-                case .set: mode = .set
-                case .add: mode = .add
-                case .replace: mode = .replace
-                case .cas: mode = .cas(s.casVersion)
-                }
-                _ = mode
                 return Self.setResponse(try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s)), f)
             case let .delete(ns, key, tiers, version, _):
                 switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {

@@ -88,6 +88,18 @@ public final class TieredCache: @unchecked Sendable {
         }
     }
 
+    /// Everything a set is checked for before it changes anything.
+    private func check(key: [UInt8], namespace: [UInt8], value: [UInt8], options: SetOptions) throws {
+        try check(key: key, namespace: namespace)
+        try check(tiers: options.tiers)
+        if value.count > configuration.maxItemBytes {
+            throw StoreError(.valueTooLarge, "value is \(value.count) bytes; the max item size is \(configuration.maxItemBytes)")
+        }
+        if options.extended.count > ItemLimits.maxExtendedBytes {
+            throw StoreError(.extendedTooLarge, "extended data is \(options.extended.count) bytes; the limit is \(ItemLimits.maxExtendedBytes)")
+        }
+    }
+
     private func check(tiers: Tiers) throws {
         if tiers.isEmpty || !Tiers.all.isSuperset(of: tiers) {
             throw StoreError(.invalidArgument, "tiers must be memory, disk or all")
@@ -98,14 +110,7 @@ public final class TieredCache: @unchecked Sendable {
 
     /// Stores `value` under `key` (see `SetOptions` for modes, expiry, tiers and versions).
     public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions()) throws -> SetOutcome {
-        try check(key: key, namespace: namespace)
-        try check(tiers: options.tiers)
-        if value.count > configuration.maxItemBytes {
-            throw StoreError(.valueTooLarge, "value is \(value.count) bytes; the max item size is \(configuration.maxItemBytes)")
-        }
-        if options.extended.count > ItemLimits.maxExtendedBytes {
-            throw StoreError(.extendedTooLarge, "extended data is \(options.extended.count) bytes; the limit is \(ItemLimits.maxExtendedBytes)")
-        }
+        try check(key: key, namespace: namespace, value: value, options: options)
         let now = clock.nowMicros()
         let expiry = options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL)
         if let v = options.version {
@@ -326,14 +331,7 @@ public final class TieredCache: @unchecked Sendable {
     /// write-behind writes, complete before this returns.
     public func submitSet(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions(),
                           completion: @escaping @Sendable (Result<SetOutcome, StoreError>) -> Void) throws {
-        try check(key: key, namespace: namespace)
-        try check(tiers: options.tiers)
-        if value.count > configuration.maxItemBytes {
-            throw StoreError(.valueTooLarge, "value is \(value.count) bytes; the max item size is \(configuration.maxItemBytes)")
-        }
-        if options.extended.count > ItemLimits.maxExtendedBytes {
-            throw StoreError(.extendedTooLarge, "extended data is \(options.extended.count) bytes; the limit is \(ItemLimits.maxExtendedBytes)")
-        }
+        try check(key: key, namespace: namespace, value: value, options: options)
         var options = options
         if options.writeBehind && writeBehindPending.load() >= configuration.maxWriteBehindPending {
             options.writeBehind = false // backpressure: this one completes after its commit
