@@ -543,3 +543,52 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(r.err.contains("prot"), r.err)
     }
 }
+
+final class DeployFileTests: XCTestCase {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    func testExampleConfigNamesEveryServeSettingAndStartsANode() throws {
+        let dir = TempDir()
+        let example = try String(contentsOf: Self.root.appendingPathComponent("deploy/strata.example.json"), encoding: .utf8)
+        // Every flag of `strata serve` appears as a key (the help lists them).
+        let help = String(decoding: try runCLI(["serve", "--help"]).out, as: UTF8.self)
+        let flags = Set(help.split(whereSeparator: { " [\n".contains($0) })
+            .map { String($0.prefix { $0.isLetter || $0.isNumber || $0 == "-" }) }
+            .filter { $0.hasPrefix("--") && $0 != "--help" && $0 != "--config" })
+        XCTAssertGreaterThan(flags.count, 10)
+        for flag in flags {
+            let key = flag.dropFirst(2).replacingOccurrences(of: "-", with: "_")
+            XCTAssertTrue(example.contains("\"\(key)\""), "example config lacks \(key)")
+        }
+        // It parses and starts a node (with the machine-specific paths overridden by flags).
+        var cfg = example.replacingOccurrences(of: "\"/etc/strata/token\"", with: "\"\(dir.path)/token\"")
+        cfg = cfg.replacingOccurrences(of: "\"metrics_port\": 9740", with: "\"metrics_port\": 0")
+        try "t0ken\n".write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
+        try cfg.write(toFile: dir.path + "/strata.json", atomically: true, encoding: .utf8)
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--config", dir.path + "/strata.json", "--metrics-port", "0"])
+        let c = try node.connect(token: b("t0ken"))
+        try c.ping()
+        XCTAssertEqual(node.terminate(), 0)
+    }
+
+    func testSystemdUnitVerifies() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") else {
+            throw XCTSkip("systemd-analyze is not installed here")
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
+        p.arguments = ["verify", "--man=no", Self.root.appendingPathComponent("deploy/systemd/strata.service").path]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        // The binary and user do not exist on a build machine; everything else must be clean.
+        let problems = text.split(separator: "\n").filter {
+            !$0.contains("/usr/local/bin/strata") && !$0.contains("Failed to resolve user") && !$0.contains("strata.service: Command")
+                && !$0.contains("Failed to prepare filename") && !$0.isEmpty
+        }
+        XCTAssertTrue(problems.isEmpty, problems.joined(separator: "\n"))
+    }
+}
