@@ -24,7 +24,7 @@ let package = Package(
         .target(name: "StrataNet", dependencies: ["StrataCore", "CLinux"]),
         .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore"]),
         .target(name: "StrataClient", dependencies: ["StrataCore", "StrataWire", "StrataNet"]),
-        .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire"]),
+        .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire", "StrataStore"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
 
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore"], path: "bench/strata-bench"),

@@ -592,3 +592,30 @@ final class DeployFileTests: XCTestCase {
         XCTAssertTrue(problems.isEmpty, problems.joined(separator: "\n"))
     }
 }
+
+final class CheckCommandTests: XCTestCase {
+    func testCheckFindsDamagedRowsAndRefusesARunningNode() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        for i in 0..<30 { try c.set(SetRequest(key: b("k\(i)"), value: b("value \(i)"))) }
+        var r = try runCLI(["check", "--data", dir.path])
+        XCTAssertEqual(r.code, 3, "a running node's directory is refused")
+        XCTAssertTrue(r.err.contains("running node"), r.err)
+        XCTAssertEqual(node.terminate(), 0)
+        r = try runCLI(["check", "--data", dir.path])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("live items    30"))
+        // Damage one value behind SQLite's back (as a bad disk would, but page-consistent).
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE items SET value=X'00' WHERE key=CAST('k3' AS BLOB)\"); c.commit()", dir.path + "/strata.db"]
+        try p.run(); p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+        r = try runCLI(["check", "--data", dir.path])
+        XCTAssertEqual(r.code, 3)
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("bad rows      1"), String(decoding: r.out, as: UTF8.self))
+        XCTAssertEqual(try runCLI(["check"]).code, 2)
+        XCTAssertEqual(try runCLI(["check", "--data", dir.path + "/nothing"]).code, 3)
+    }
+}
