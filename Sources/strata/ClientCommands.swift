@@ -65,7 +65,9 @@ let clientCommands: [String: ClientCommand] = [
         printOut(String(format: "PONG from %@ in %.2f ms", c.address.description, (monotonicSeconds() - t0) * 1000))
         return 0
     },
-    "stats": ClientCommand(usage: "strata stats [--json]", valued: [], switches: ["--json"], positionals: 0) { o, c in
+    "stats": ClientCommand(usage: "strata stats [--json] [--watch [SECONDS]]", valued: ["--count"], switches: ["--json", "--watch"], positionals: 1) { o, c in
+        if o.switches.contains("--watch") { return try watchStats(o, c) }
+        if let extra = o.positionals.first { throw UsageError(message: "unexpected argument '\(extra)'") }
         let json = try c.stats()
         if o.switches.contains("--json") {
             printOut(json)
@@ -432,6 +434,50 @@ func ringCommand(_ args: [String]) throws -> Int32 {
     for k in o.positionals {
         let nodes = ring.nodes(for: Array(k.utf8), namespace: ns, count: c.replicas).map(\.name)
         printOut("\(k) owner \(nodes.first ?? "-") replicas \(nodes.dropFirst().joined(separator: ","))")
+    }
+    return 0
+}
+
+/// `strata stats --watch [SECONDS]`: ops/s, hit ratio and p99 per operation, refreshed in place.
+func watchStats(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
+    var interval = 2.0
+    if let p = o.positionals.first {
+        guard let v = Double(p), v >= 0.1 else { throw UsageError(message: "--watch takes a number of seconds ≥ 0.1, got '\(p)'") }
+        interval = v
+    }
+    let rounds = try o.int("--count", min: 1) ?? Int.max
+    func snapshot() throws -> [String: Double] {
+        let obj = (try? JSONSerialization.jsonObject(with: Data(try c.stats().utf8))) as? [String: Any] ?? [:]
+        return obj.compactMapValues { ($0 as? NSNumber)?.doubleValue }
+    }
+    var before = try snapshot()
+    var t0 = monotonicSeconds()
+    for round in 0..<rounds {
+        usleep(UInt32(interval * 1_000_000))
+        let now = try snapshot()
+        let t1 = monotonicSeconds()
+        let dt = max(0.001, t1 - t0)
+        var lines = ["strata stats --watch: \(c.address), every \(interval) s (Ctrl-C to stop)", ""]
+        let hits = (now["memory_hits"] ?? 0) + (now["disk_hits"] ?? 0) - (before["memory_hits"] ?? 0) - (before["disk_hits"] ?? 0)
+        let misses = (now["memory_misses"] ?? 0) + (now["disk_misses"] ?? 0) - (before["memory_misses"] ?? 0) - (before["disk_misses"] ?? 0)
+        lines.append(String(format: "connections %.0f   memory items %.0f   disk items %.0f   hit ratio %@",
+                            now["connections_current"] ?? 0, now["memory_items"] ?? 0, now["disk_items"] ?? 0,
+                            hits + misses > 0 ? String(format: "%.1f %%", hits * 100 / (hits + misses)) : "-"))
+        lines.append("")
+        lines.append("op        ops/s       p99 µs")
+        for op in Opcode.allCases {
+            let key = "ops_\(op.name)"
+            let rate = ((now[key] ?? 0) - (before[key] ?? 0)) / dt
+            guard (now[key] ?? 0) > 0 else { continue }
+            let p99 = now["latency_us_\(op.name)_p99"].map { String(format: "%.1f", $0) } ?? "-"
+            lines.append(op.name.padding(toLength: 10, withPad: " ", startingAt: 0)
+                         + String(format: "%-12.1f", rate) + p99)
+        }
+        // Clear the screen and redraw, as top does.
+        printOut("\u{1B}[H\u{1B}[2J" + lines.joined(separator: "\n"))
+        before = now
+        t0 = t1
+        _ = round
     }
     return 0
 }
