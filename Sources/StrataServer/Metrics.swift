@@ -101,12 +101,13 @@ extension Node {
             out += "# HELP \(full) \(help)\n# TYPE \(full) \(type)\n\(full) \(format(value))\n"
         }
         func format(_ v: Double) -> String { v == v.rounded() && abs(v) < 1e15 ? String(Int64(v)) : String(v) }
+        out += "# HELP strata_build_info The node's version.\n# TYPE strata_build_info gauge\nstrata_build_info{version=\"\(Node.version)\"} 1\n"
         metric("uptime_seconds", "gauge", "Seconds since the node started.", monotonicSeconds() - stats.started)
         metric("connections_current", "gauge", "Open client connections.", Double(stats.connectionsCurrent.load(ordering: .relaxed)))
         metric("connections", "counter", "Client connections accepted.", Double(stats.connectionsTotal.load(ordering: .relaxed)))
         metric("connections_refused", "counter", "Connections refused over the limit or while draining.", Double(stats.connectionsRefused.load(ordering: .relaxed)))
-        metric("received_bytes", "counter", "Bytes read from clients.", Double(stats.bytesIn.load(ordering: .relaxed)))
-        metric("sent_bytes", "counter", "Bytes written to clients.", Double(stats.bytesOut.load(ordering: .relaxed)))
+        metric("bytes_in", "counter", "Bytes read from clients.", Double(stats.bytesIn.load(ordering: .relaxed)))
+        metric("bytes_out", "counter", "Bytes written to clients.", Double(stats.bytesOut.load(ordering: .relaxed)))
         metric("buffered_bytes", "gauge", "Bytes buffered for all connections (input and output).", Double(stats.bufferedBytes.load(ordering: .relaxed)))
         metric("busy_refusals", "counter", "Requests answered BUSY.", Double(stats.busyRefusals.load(ordering: .relaxed)))
         metric("malformed_frames", "counter", "Frames refused as malformed or too large.", Double(stats.malformedFrames.load(ordering: .relaxed)))
@@ -131,6 +132,7 @@ extension Node {
         metric("corrupt_items", "counter", "Items that failed their checksum.", Double(s.corruptItems))
         metric("quarantines", "counter", "Databases moved aside as corrupt.", Double(s.quarantines))
         metric("write_behind_pending", "gauge", "Write-behind writes not yet committed.", Double(s.writeBehindPending))
+        metric("write_behind", "counter", "Write-behind writes accepted.", Double(s.writeBehindTotal))
         metric("compression_raw_bytes", "counter", "Value bytes written to disk before compression.", Double(s.rawBytesWritten))
         metric("compression_stored_bytes", "counter", "Value bytes written to disk after compression.", Double(s.storedBytesWritten))
         out += "# HELP strata_requests_total Requests served, by operation.\n# TYPE strata_requests_total counter\n"

@@ -9,10 +9,10 @@ final class MetricsTests: XCTestCase {
     static let python = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent(".venv/bin/python3").path
 
-    func runPython(_ script: String) throws -> (Int32, String) {
+    func runPython(_ script: String, args: [String] = []) throws -> (Int32, String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.python)
-        p.arguments = ["-c", script]
+        p.arguments = ["-c", script] + args
         let out = Pipe()
         p.standardOutput = out
         p.standardError = out
@@ -57,9 +57,18 @@ final class MetricsTests: XCTestCase {
                 sys.exit("expected %d for %s %s" % (want, method, path))
             except urllib.error.HTTPError as e:
                 assert e.code == want, (path, e.code)
+        # Every figure STATS reports is a metric too (ops_* and latency_* as the labelled families).
+        import socket, struct, json
+        names = set(s.name for f in fams.values() for s in f.samples)
+        stats_json = json.loads(sys.argv[1])
+        for k in stats_json:
+            if k.startswith("ops_") or k.startswith("latency_") or k in ("version", "uptime_s", "write_behind_total"):
+                continue
+            assert ("strata_" + k) in names or ("strata_" + k + "_total") in names, "STATS figure without a metric: " + k
+        assert "strata_write_behind_total" in names and "strata_uptime_seconds" in names
         print("ok", len(fams))
         """
-        let (code, out) = try runPython(script)
+        let (code, out) = try runPython(script, args: [try c.stats()])
         XCTAssertEqual(code, 0, out)
         XCTAssertTrue(out.hasPrefix("ok"), out)
     }
