@@ -8,6 +8,7 @@ let package = Package(
     products: [
         .library(name: "StrataStore", targets: ["StrataStore"]),
         .library(name: "StrataCore", targets: ["StrataCore"]),
+        .library(name: "StrataImage", targets: ["StrataImage"]),
         .executable(name: "strata-bench", targets: ["strata-bench"]),
         .executable(name: "strata", targets: ["strata"]),
         .library(name: "StrataClient", targets: ["StrataClient"]),
@@ -26,6 +27,7 @@ let package = Package(
         .target(name: "StrataClient", dependencies: ["StrataCore", "StrataWire", "StrataNet"]),
         .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire", "StrataStore"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
+        .target(name: "StrataImage", dependencies: ["CPNG", "CWebP"]),
 
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
@@ -35,6 +37,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
         .testTarget(name: "StrataWireTests", dependencies: ["StrataWire"]),
+        .testTarget(name: "StrataImageTests", dependencies: ["StrataImage"]),
         .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
         .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore", "TestSupport"]),
