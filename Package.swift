@@ -23,7 +23,7 @@ let package = Package(
         .target(name: "StrataCore"),
         .target(name: "StrataWire"),
         .target(name: "StrataNet", dependencies: ["StrataCore", "CLinux"]),
-        .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore"]),
+        .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore", "StrataImage"]),
         .target(name: "StrataClient", dependencies: ["StrataCore", "StrataWire", "StrataNet"]),
         .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire", "StrataStore"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
@@ -40,7 +40,7 @@ let package = Package(
         .testTarget(name: "StrataImageTests", dependencies: ["StrataImage"]),
         .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
-        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore", "TestSupport"]),
+        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore", "StrataImage", "TestSupport"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore", "TestSupport"]),
     ]
 )

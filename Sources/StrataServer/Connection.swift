@@ -272,7 +272,8 @@ final class Connection: EventHandler, @unchecked Sendable {
         let loop = self.loop
         // A durable set needs no worker thread: the store's writer commits it and its notifier
         // hands the outcome back to this loop. A plain write-behind set completes at once.
-        if case .set(let s) = request, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
+        let imageCheck: Bool = { if case .set(let s) = request { return node.dispatcher.needsImageValidation(s) }; return false }()
+        if case .set(let s) = request, !imageCheck, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s)) { [self] result in
                     let resp: Frame?
@@ -292,7 +293,8 @@ final class Connection: EventHandler, @unchecked Sendable {
             }
             return
         }
-        let accepted = node.workers.submit { [self] in
+        let pool = imageCheck ? node.imageWorkers : node.workers
+        let accepted = pool.submit { [self] in
             let resp = dispatcher.execute(request, f)
             stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             loop.execute { [self] in completed(resp, scope) }
@@ -300,7 +302,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         if !accepted {
             release(scope)
             node.stats.busyRefusals.add(1, ordering: .relaxed)
-            send(Responses.error(to: f, .busy, "too much disk work queued; retry later"))
+            send(Responses.error(to: f, .busy, imageCheck ? "too many images being validated; retry later" : "too much disk work queued; retry later"))
         }
     }
 

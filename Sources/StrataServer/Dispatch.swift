@@ -1,4 +1,5 @@
 import StrataCore
+import StrataImage
 import StrataStore
 import StrataWire
 
@@ -33,6 +34,14 @@ func status(for e: StoreError) -> Status {
 
 struct Dispatcher {
     let store: TieredCache
+    var validateImages = false
+    var imagePixelLimit = ImageCodec.defaultPixelLimit
+
+    /// Whether a SET must be checked as an image before it is stored (then it runs on the
+    /// image worker pool, never on the event loop).
+    func needsImageValidation(_ s: SetRequest) -> Bool {
+        s.validateImage || (validateImages && ImageSniffer.sniff(s.value) != nil)
+    }
 
     /// True when the request can be answered on the event loop without touching the disk.
     static func runsOnLoop(_ r: Request) -> Bool {
@@ -109,6 +118,11 @@ struct Dispatcher {
                 }
                 return Responses.mget(to: f, items.map { $0.map { MGetItem(flags: $0.flags, expiresAt: $0.expiresAt ?? 0, version: $0.version, value: $0.value) } })
             case .set(let s):
+                if needsImageValidation(s) {
+                    do { try ImageCodec.validate(s.value, pixelLimit: imagePixelLimit) } catch {
+                        return Responses.error(to: f, .invalidImage, error.message)
+                    }
+                }
                 return Self.setResponse(try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s)), f)
             case let .delete(ns, key, tiers, version, _):
                 switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
@@ -136,10 +150,20 @@ struct Dispatcher {
                 guard let m = try store.metadata(key, namespace: ns, tiers: Tiers(wire: tiers)) else {
                     return Responses.status(to: f, .notFound)
                 }
-                return Responses.meta(to: f, MetaInfo(tiersPresent: m.tiers.rawValue, encoding: m.encoding?.rawValue ?? 255,
-                                                      size: UInt32(clamping: m.size), storedSize: Int64(m.storedSize ?? -1),
-                                                      expiresAt: m.expiresAt ?? 0, version: m.version, flags: m.flags,
-                                                      extendedSize: UInt32(m.extendedSize)))
+                var info = MetaInfo(tiersPresent: m.tiers.rawValue, encoding: m.encoding?.rawValue ?? 255,
+                                    size: UInt32(clamping: m.size), storedSize: Int64(m.storedSize ?? -1),
+                                    expiresAt: m.expiresAt ?? 0, version: m.version, flags: m.flags,
+                                    extendedSize: UInt32(m.extendedSize))
+                // Image facts come from the value's headers (no pixels are decoded).
+                if m.size >= 12, let item = try store.get(key, namespace: ns, tiers: Tiers(wire: tiers)),
+                   let image = try? ImageCodec.inspect(item.value, pixelLimit: Int.max) {
+                    info.imageFormat = image.format.rawValue
+                    info.imageWidth = UInt32(clamping: image.width)
+                    info.imageHeight = UInt32(clamping: image.height)
+                    info.imageFlags = (image.hasAlpha ? 1 : 0) | (image.animated ? 2 : 0)
+                    info.imageFrames = UInt16(clamping: image.frameCount)
+                }
+                return Responses.meta(to: f, info)
             case let .scan(ns, cursor, limit):
                 let page = try store.keys(namespace: ns, after: cursor.isEmpty ? nil : cursor, limit: Int(limit))
                 return Responses.scan(to: f, keys: page.keys, next: page.next)

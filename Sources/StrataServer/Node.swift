@@ -23,6 +23,7 @@ public final class Node: @unchecked Sendable {
     let stats = NodeStats()
     let dispatcher: Dispatcher
     let workers: WorkerPool
+    let imageWorkers: WorkerPool
     private var loops: [EventLoop] = []
     private var listenFD: Int32 = -1
     private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
@@ -62,8 +63,13 @@ public final class Node: @unchecked Sendable {
         } catch let e as StoreError {
             throw NodeError(exitCode: e.code == .locked || e.code == .directory || e.code == .schemaTooNew ? 2 : 3, e.description)
         }
-        dispatcher = Dispatcher(store: store)
+        var d = Dispatcher(store: store)
+        d.validateImages = config.validateImages
+        d.imagePixelLimit = config.imagePixelLimit
+        dispatcher = d
         workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)
+        // Image decodes are CPU work: one thread per core, a short queue, BUSY past it.
+        imageWorkers = WorkerPool(threads: max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), queueLimit: 64)
     }
 
     /// Binds, starts the event loops and returns once the node is accepting.
@@ -169,6 +175,7 @@ public final class Node: @unchecked Sendable {
         Sys.close(listenFD)
         metrics?.stop()
         workers.stop()
+        imageWorkers.stop()
         store.close()
         log.info("stopped", [("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed)))])
     }

@@ -33,6 +33,10 @@ public struct NodeConfiguration: Sendable {
     /// Seconds SIGTERM waits for in-flight requests.
     public var drainTime: Double = 10
     public var logLevel: LogLevel = .info
+    /// Validate every value that looks like an image (PNG/WebP fully decoded) before storing it.
+    public var validateImages = false
+    /// Largest image (in pixels) the node will decode or accept when validating.
+    public var imagePixelLimit = 25_000_000
     /// Serve /metrics and /healthz over HTTP on this port of `host` (nil = off; 0 = any free port).
     public var metricsPort: UInt16? = nil
 

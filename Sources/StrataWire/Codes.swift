@@ -62,6 +62,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let serverError = Status(rawValue: 0x0022)
     public static let shuttingDown = Status(rawValue: 0x0023)
     public static let tooManyConnections = Status(rawValue: 0x0024)
+    public static let invalidImage = Status(rawValue: 0x0025)
 
     public var description: String {
         switch self {
@@ -83,6 +84,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
         case .serverError: "SERVER_ERROR"
         case .shuttingDown: "SHUTTING_DOWN"
         case .tooManyConnections: "TOO_MANY_CONNECTIONS"
+        case .invalidImage: "INVALID_IMAGE"
         default: "STATUS_0x" + String(rawValue, radix: 16)
         }
     }
@@ -96,7 +98,8 @@ public struct RequestFlags: OptionSet, Sendable, Hashable {
     public static let writeBehind = RequestFlags(rawValue: 0x02)
     public static let wantMeta = RequestFlags(rawValue: 0x04)
     public static let all = RequestFlags(rawValue: 0x08)
-    public static let known: RequestFlags = [.quiet, .writeBehind, .wantMeta, .all]
+    public static let validateImage = RequestFlags(rawValue: 0x10)
+    public static let known: RequestFlags = [.quiet, .writeBehind, .wantMeta, .all, .validateImage]
 }
 
 /// Protocol constants.

@@ -84,6 +84,9 @@ public struct SetRequest: Equatable, Sendable {
     public var extended: [UInt8] = []
     public var tiers: UInt8 = 0
     public var writeBehind = false
+    /// Refuse the value if it is a PNG or WebP that does not decode (or any image whose header
+    /// is bad or claims too many pixels).
+    public var validateImage = false
     public init(key: [UInt8], value: [UInt8], namespace: [UInt8] = []) { self.key = key; self.value = value; self.namespace = namespace }
 }
 
@@ -185,6 +188,7 @@ public enum Request: Equatable, Sendable {
                 s.casVersion = f.cas
                 s.tiers = f.tiers
                 s.writeBehind = flags.contains(.writeBehind)
+                s.validateImage = flags.contains(.validateImage)
                 return .set(s)
             case .delete:
                 try needKey()
@@ -261,6 +265,7 @@ public enum Request: Equatable, Sendable {
             f.extras.appendBE(s.version)
             f.extras.append(contentsOf: s.extended)
             if s.writeBehind { f.flags |= RequestFlags.writeBehind.rawValue }
+            if s.validateImage { f.flags |= RequestFlags.validateImage.rawValue }
         case let .delete(ns, key, tiers, version, writeBehind):
             f = .request(.delete, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             if let v = version { f.extras.appendBE(v) }

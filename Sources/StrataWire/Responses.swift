@@ -38,9 +38,17 @@ public struct MetaInfo: Equatable, Sendable {
     public var version: UInt64
     public var flags: UInt32
     public var extendedSize: UInt32
+    /// 0 = not an image; else PROTOCOL.md §7.10's image format codes.
     public var imageFormat: UInt8 = 0
+    public var imageWidth: UInt32 = 0
+    public var imageHeight: UInt32 = 0
+    /// Bit 0: has alpha; bit 1: animated.
+    public var imageFlags: UInt8 = 0
+    public var imageFrames: UInt16 = 0
     public init(tiersPresent: UInt8, encoding: UInt8, size: UInt32, storedSize: Int64, expiresAt: Int64,
-                version: UInt64, flags: UInt32, extendedSize: UInt32, imageFormat: UInt8 = 0) {
+                version: UInt64, flags: UInt32, extendedSize: UInt32, imageFormat: UInt8 = 0,
+                imageWidth: UInt32 = 0, imageHeight: UInt32 = 0, imageFlags: UInt8 = 0, imageFrames: UInt16 = 0) {
+        self.imageWidth = imageWidth; self.imageHeight = imageHeight; self.imageFlags = imageFlags; self.imageFrames = imageFrames
         self.tiersPresent = tiersPresent; self.encoding = encoding; self.size = size; self.storedSize = storedSize
         self.expiresAt = expiresAt; self.version = version; self.flags = flags; self.extendedSize = extendedSize
         self.imageFormat = imageFormat
@@ -139,6 +147,10 @@ public enum Responses {
         f.extras.appendBE(m.flags)
         f.extras.appendBE(m.extendedSize)
         f.extras.append(m.imageFormat)
+        f.extras.appendBE(m.imageWidth)
+        f.extras.appendBE(m.imageHeight)
+        f.extras.append(m.imageFlags)
+        f.extras.appendBE(m.imageFrames)
         return f
     }
 
@@ -203,7 +215,8 @@ public enum Responses {
         var r = ExtrasReader(f.extras, "meta response")
         let m = MetaInfo(tiersPresent: try r.u8(), encoding: try r.u8(), size: try r.u32(), storedSize: try r.i64(),
                          expiresAt: try r.i64(), version: try r.u64(), flags: try r.u32(), extendedSize: try r.u32(),
-                         imageFormat: try r.u8())
+                         imageFormat: try r.u8(), imageWidth: try r.u32(), imageHeight: try r.u32(),
+                         imageFlags: try r.u8(), imageFrames: try r.u16())
         try r.end()
         return m
     }

@@ -11,6 +11,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--auth-token-file FILE] [--insecure] [--config FILE.json] [--log-level info]
                     [--max-connections 10000] [--idle-timeout SECONDS] [--frame-timeout 10]
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
+                    [--validate-images] [--image-pixel-limit 25000000]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -22,11 +23,11 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 /// The settings `serve` knows, by flag name (without dashes); each maps to the config.
 let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-limit", "max-item", "default-ttl",
                                "threads", "auth-token-file", "log-level", "max-connections", "idle-timeout",
-                               "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port"]
+                               "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "image-pixel-limit"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
-                                 switches: ["--insecure", "--help"], maxPositionals: 0)
+                                 switches: ["--insecure", "--help", "--validate-images"], maxPositionals: 0)
     if opts.switches.contains("--help") {
         printOut(serveUsage)
         return 0
@@ -45,7 +46,9 @@ func serveCommand(_ args: [String]) throws -> Int32 {
         if let v = env[envName] { settings[name] = v }
     }
     if let v = env["STRATA_INSECURE"] { insecure = v == "1" || v == "true" }
+    if let v = env["STRATA_VALIDATE_IMAGES"] { settings["validate-images"] = v }
     for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
+    if opts.switches.contains("--validate-images") { settings["validate-images"] = "true" }
     if opts.switches.contains("--insecure") { insecure = true }
 
     var config = NodeConfiguration()
@@ -101,6 +104,8 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try seconds("default-ttl") { c.defaultTTL = v > 0 ? v : nil }
     if let v = try int("threads") { c.threads = v }
     if let v = try int("disk-workers", min: 1) { c.diskWorkers = v }
+    if let v = try int("image-pixel-limit", min: 1) { c.imagePixelLimit = v }
+    if let v = s["validate-images"] { c.validateImages = v == "true" || v == "1" }
     if let v = try int("metrics-port") {
         guard v <= 65535 else { throw UsageError(message: "--metrics-port must be 0…65535, got \(v)") }
         c.metricsPort = UInt16(v)
@@ -140,9 +145,9 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
     var insecure: Bool? = nil
     for (k, v) in obj {
         let name = k.replacingOccurrences(of: "_", with: "-")
-        if name == "insecure" {
+        if name == "insecure" || name == "validate-images" {
             guard let b = v as? Bool else { throw UsageError(message: "config '\(k)' must be true or false") }
-            insecure = b
+            if name == "insecure" { insecure = b } else { out["validate-images"] = b ? "true" : "false" }
             continue
         }
         guard serveSettings.contains(name) else { throw UsageError(message: "unknown config key '\(k)' in '\(path)'") }

@@ -33,6 +33,8 @@ final class VectorTests: XCTestCase {
         let decr = CounterRequest(key: Array("hits".utf8), delta: 3, decrement: true)
         let incrBad = CounterRequest(key: Array("foo".utf8), delta: 1)
         let foo = Array("foo".utf8)
+        var validateSet = SetRequest(key: Array("bad.png".utf8), value: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+        validateSet.validateImage = true
         return [
             ("hello", .hello(minVersion: 1, maxVersion: 1, token: Array("secret".utf8)),
              { Responses.hello(to: $0, version: 1, authenticated: true, startVersion: 0x0001_7000_0000_0000, server: "strata 0.1.0") }),
@@ -69,6 +71,11 @@ final class VectorTests: XCTestCase {
             ("meta", .meta(namespace: [], key: Array("doc".utf8), tiers: 0),
              { Responses.meta(to: $0, MetaInfo(tiersPresent: 3, encoding: 1, size: 10240, storedSize: 2100, expiresAt: 0,
                                                version: self.V, flags: 7, extendedSize: 0)) }),
+            ("meta_image", .meta(namespace: [], key: Array("logo.png".utf8), tiers: 0),
+             { Responses.meta(to: $0, MetaInfo(tiersPresent: 3, encoding: 0, size: 5120, storedSize: 5120, expiresAt: 0,
+                                               version: self.V, flags: 0, extendedSize: 0, imageFormat: 1, imageWidth: 640,
+                                               imageHeight: 480, imageFlags: 1, imageFrames: 1)) }),
+            ("set_validate_image_refused", .set(validateSet), { Responses.error(to: $0, .invalidImage, "PNG header: read beyond end of data") }),
             ("scan", .scan(namespace: [], cursor: [], limit: 2),
              { Responses.scan(to: $0, keys: [Array("a".utf8), Array("b".utf8)], next: Array("b".utf8)) }),
             ("flush_ns", .flush(namespace: Array("alice".utf8), all: false), { Responses.status(to: $0, .ok) }),

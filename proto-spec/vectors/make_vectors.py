@@ -109,7 +109,13 @@ case("incr_not_a_number", "INCR of a value that is not a counter",
            value="the stored value is not a decimal counter (1–20 digits, at most 2^64−1)".encode()))
 case("meta", "META of a zstd-compressed item present in both tiers",
      frame(REQ, OPS["META"], 50, key=b"doc"),
-     frame(RESP, OPS["META"], 50, cas=V, extras=struct.pack(">BBIqqQIIB", 3, 1, 10240, 2100, 0, V, 7, 0, 0)))
+     frame(RESP, OPS["META"], 50, cas=V, extras=struct.pack(">BBIqqQIIBIIBH", 3, 1, 10240, 2100, 0, V, 7, 0, 0, 0, 0, 0, 0)))
+case("meta_image", "META of a PNG: format 1 (png), 640×480, with alpha, one frame",
+     frame(REQ, OPS["META"], 51, key=b"logo.png"),
+     frame(RESP, OPS["META"], 51, cas=V, extras=struct.pack(">BBIqqQIIBIIBH", 3, 0, 5120, 5120, 0, V, 0, 0, 1, 640, 480, 1, 1)))
+case("set_validate_image_refused", "SET with VALIDATE_IMAGE of a truncated PNG: INVALID_IMAGE with the reason",
+     frame(REQ, OPS["SET"], 13, flags=0x10, extras=set_extras(), key=b"bad.png", value=bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])),
+     frame(RESP, OPS["SET"], 13, flags=0x10, status=0x25, value=b"PNG header: read beyond end of data"))
 case("scan", "SCAN the default namespace from the start, limit 2: two keys and a cursor",
      frame(REQ, OPS["SCAN"], 60, extras=struct.pack(">I", 2)),
      frame(RESP, OPS["SCAN"], 60, extras=struct.pack(">I", 2), key=b"b",
