@@ -108,3 +108,42 @@ final class ImageTests: XCTestCase {
         XCTAssertEqual(ImageSniffer.sniff(vp8x), .webpLossy)
     }
 }
+
+final class VariantTests: XCTestCase {
+    func testContainKeepsAspectInsideTheBox() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(400, 200), width: 400, height: 200))
+        let v = try ImageCodec.variant(png, VariantSpec(maxWidth: 100, maxHeight: 100))
+        XCTAssertEqual([v.width, v.height], [100, 50])
+        let info = try ImageCodec.validate(v.bytes)
+        XCTAssertEqual(info.format, .webpLossy)
+        XCTAssertEqual([info.width, info.height], [100, 50])
+    }
+
+    func testCoverFillsTheBoxAndCropsTheCentre() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(400, 200), width: 400, height: 200))
+        let v = try ImageCodec.variant(png, VariantSpec(maxWidth: 100, maxHeight: 100, fit: .cover, format: .png))
+        XCTAssertEqual([v.width, v.height], [100, 100])
+        let info = try ImageCodec.validate(v.bytes)
+        XCTAssertEqual(info.format, .png)
+        // The centre crop keeps the middle columns: the red channel of the left edge is ~1/4 of 255.
+        let px = try ImageCodec.decodePNG(v.bytes, info)
+        XCTAssertEqual(Double(px[0]), 255.0 / 4, accuracy: 12)
+    }
+
+    func testNeverEnlargesAndLosslessWorks() throws {
+        let webp = try XCTUnwrap(ImageCodec.encodeWebP(rgba: gradient(30, 20), width: 30, height: 20, quality: nil))
+        let v = try ImageCodec.variant(webp, VariantSpec(maxWidth: 300, maxHeight: 300, quality: nil))
+        XCTAssertEqual([v.width, v.height], [30, 20])
+        XCTAssertEqual(try ImageCodec.validate(v.bytes).format, .webpLossless)
+    }
+
+    func testCanonicalSpecTextAndRefusals() throws {
+        XCTAssertEqual(VariantSpec(maxWidth: 64, maxHeight: 32).canonical, "w=64,h=32,fit=contain,fmt=webp,q=80")
+        XCTAssertEqual(VariantSpec(maxWidth: 64, maxHeight: 32, fit: .cover, format: .png).canonical, "w=64,h=32,fit=cover,fmt=png")
+        let gif: [UInt8] = Array("GIF89a".utf8) + [1, 0, 1, 0, 0, 0, 0, 0x2C, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 2, 0x44, 1, 0, 0x3B]
+        XCTAssertThrowsError(try ImageCodec.variant(gif, VariantSpec(maxWidth: 10, maxHeight: 10)))
+        XCTAssertThrowsError(try ImageCodec.variant([1, 2, 3], VariantSpec(maxWidth: 10, maxHeight: 10)))
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(10, 10), width: 10, height: 10))
+        XCTAssertThrowsError(try ImageCodec.variant(png, VariantSpec(maxWidth: 0, maxHeight: 10)))
+    }
+}
