@@ -157,6 +157,8 @@ final class Connection: EventHandler, @unchecked Sendable {
             return .keys([keyID(ns, key)])
         case .counter(let c): return .keys([keyID(c.namespace, c.key)])
         case .mget(let ns, let keys, _): return .keys(keys.map { keyID(ns, $0) })
+        case .imageInfo(let ns, let key): return .keys([keyID(ns, key)])
+        case .imageVariant(let v): return .keys([keyID(v.namespace, v.key)])
         case .ping, .hello, .quit, .stats, .scan, .flush: return .barrier
         }
     }
@@ -272,7 +274,13 @@ final class Connection: EventHandler, @unchecked Sendable {
         let loop = self.loop
         // A durable set needs no worker thread: the store's writer commits it and its notifier
         // hands the outcome back to this loop. A plain write-behind set completes at once.
-        let imageCheck: Bool = { if case .set(let s) = request { return node.dispatcher.needsImageValidation(s) }; return false }()
+        let imageCheck: Bool = {
+            switch request {
+            case .set(let s): return node.dispatcher.needsImageValidation(s)
+            case .imageInfo, .imageVariant: return true // decoding is CPU work: the image pool
+            default: return false
+            }
+        }()
         if case .set(let s) = request, !imageCheck, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s)) { [self] result in

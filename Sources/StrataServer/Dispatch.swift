@@ -36,6 +36,8 @@ struct Dispatcher {
     let store: TieredCache
     var validateImages = false
     var imagePixelLimit = ImageCodec.defaultPixelLimit
+    /// Concurrent requests for the same variant share one computation.
+    let variantFlights = SingleFlight<(bytes: [UInt8], width: Int, height: Int)>()
 
     /// Whether a SET must be checked as an image before it is stored (then it runs on the
     /// image worker pool, never on the event loop).
@@ -86,6 +88,38 @@ struct Dispatcher {
         case .casMismatch(let cur): return Responses.status(to: f, .casMismatch, cas: cur)
         case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
         }
+    }
+
+    /// IMAGE VARIANT: the stored variant, or computed once (single flight), stored and returned.
+    /// The variant's key carries the original's version, so replacing the original makes old
+    /// variants unreachable (they age out), and deleting it makes the request NOT_FOUND.
+    func variant(_ v: VariantRequest, _ f: Frame) throws -> Frame {
+        guard let original = try store.get(v.key, namespace: v.namespace) else { return Responses.status(to: f, .notFound) }
+        let spec = VariantSpec(maxWidth: Int(v.maxWidth), maxHeight: Int(v.maxHeight), fit: v.fit == 1 ? .cover : .contain,
+                               format: v.format == 1 ? .png : .webp, quality: v.quality == 255 ? nil : Int(v.quality))
+        let derived = v.key + [0] + Array("variant:\(String(original.version, radix: 16)):\(spec.canonical)".utf8)
+        guard derived.count <= ItemLimits.maxKeyBytes else {
+            return Responses.error(to: f, .invalidArgument, "the key is too long to derive a variant key from (limit \(ItemLimits.maxKeyBytes) bytes)")
+        }
+        if let cached = try store.get(derived, namespace: v.namespace), cached.extended.count == 4 {
+            let w = UInt16(cached.extended[0]) << 8 | UInt16(cached.extended[1]), h = UInt16(cached.extended[2]) << 8 | UInt16(cached.extended[3])
+            return Responses.imageVariant(to: f, bytes: cached.value, width: w, height: h, cached: true, version: original.version)
+        }
+        let flightKey = String(decoding: v.namespace, as: UTF8.self) + "\u{0}" + derived.map { String($0, radix: 16) }.joined()
+        let made: (value: (bytes: [UInt8], width: Int, height: Int), shared: Bool)
+        do {
+            made = try variantFlights.run(flightKey) {
+                let r = try ImageCodec.variant(original.value, spec, pixelLimit: imagePixelLimit)
+                let ext: [UInt8] = [UInt8(r.width >> 8 & 0xFF), UInt8(r.width & 0xFF), UInt8(r.height >> 8 & 0xFF), UInt8(r.height & 0xFF)]
+                _ = try store.set(derived, r.bytes, namespace: v.namespace,
+                                  options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext))
+                return r
+            }
+        } catch let e as ImageError {
+            return Responses.error(to: f, .invalidImage, e.message)
+        }
+        return Responses.imageVariant(to: f, bytes: made.value.bytes, width: UInt16(clamping: made.value.width),
+                                      height: UInt16(clamping: made.value.height), cached: made.shared, version: original.version)
     }
 
     /// Runs `r` against the store (may block on the disk tier). Nil = no response (QUIET success).
@@ -170,6 +204,16 @@ struct Dispatcher {
             case let .flush(ns, all):
                 if all { try store.flushAll() } else { try store.flush(namespace: ns) }
                 return ok()
+            case let .imageInfo(ns, key):
+                guard let item = try store.get(key, namespace: ns) else { return Responses.status(to: f, .notFound) }
+                do {
+                    let i = try ImageCodec.inspect(item.value, pixelLimit: Int.max)
+                    return Responses.imageInfo(to: f, format: i.format.rawValue, width: UInt32(clamping: i.width), height: UInt32(clamping: i.height),
+                                               flags: (i.hasAlpha ? 1 : 0) | (i.animated ? 2 : 0), frames: UInt16(clamping: i.frameCount),
+                                               version: item.version)
+                } catch { return Responses.error(to: f, .invalidImage, error.message) }
+            case .imageVariant(let v):
+                return try variant(v, f)
             case .ping, .quit, .hello, .stats:
                 return ok() // answered by the connection itself; kept total for safety
             }

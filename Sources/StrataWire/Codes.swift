@@ -17,6 +17,8 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
     case scan = 0x19
     case flush = 0x1A
     case stats = 0x1B
+    case imageInfo = 0x30
+    case imageVariant = 0x31
 
     public var name: String {
         switch self {
@@ -35,6 +37,8 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
         case .scan: "scan"
         case .flush: "flush"
         case .stats: "stats"
+        case .imageInfo: "image_info"
+        case .imageVariant: "image_variant"
         }
     }
 }

@@ -90,6 +90,23 @@ public struct SetRequest: Equatable, Sendable {
     public init(key: [UInt8], value: [UInt8], namespace: [UInt8] = []) { self.key = key; self.value = value; self.namespace = namespace }
 }
 
+/// IMAGE VARIANT's spec (PROTOCOL.md §7.16).
+public struct VariantRequest: Equatable, Sendable {
+    public var namespace: [UInt8] = []
+    public var key: [UInt8]
+    public var maxWidth: UInt16
+    public var maxHeight: UInt16
+    /// 0 contain, 1 cover.
+    public var fit: UInt8 = 0
+    /// 0 WebP, 1 PNG.
+    public var format: UInt8 = 0
+    /// 0–100, or 255 for lossless WebP.
+    public var quality: UInt8 = 80
+    public init(key: [UInt8], maxWidth: UInt16, maxHeight: UInt16, namespace: [UInt8] = []) {
+        self.key = key; self.maxWidth = maxWidth; self.maxHeight = maxHeight; self.namespace = namespace
+    }
+}
+
 public struct CounterRequest: Equatable, Sendable {
     public var namespace: [UInt8] = []
     public var key: [UInt8]
@@ -119,6 +136,8 @@ public enum Request: Equatable, Sendable {
     case scan(namespace: [UInt8], cursor: [UInt8], limit: UInt32)
     case flush(namespace: [UInt8], all: Bool)
     case stats
+    case imageInfo(namespace: [UInt8], key: [UInt8])
+    case imageVariant(VariantRequest)
 
     // MARK: Parsing (server side)
 
@@ -231,6 +250,20 @@ public enum Request: Equatable, Sendable {
             case .flush:
                 try noExtras()
                 return .flush(namespace: f.namespace, all: flags.contains(.all))
+            case .imageInfo:
+                try needKey(); try noExtras()
+                return .imageInfo(namespace: f.namespace, key: f.key)
+            case .imageVariant:
+                try needKey()
+                var r = ExtrasReader(f.extras, "image_variant")
+                var v = VariantRequest(key: f.key, maxWidth: try r.u16(), maxHeight: try r.u16(), namespace: f.namespace)
+                v.fit = try r.u8(); v.format = try r.u8(); v.quality = try r.u8()
+                try r.end()
+                guard v.maxWidth > 0, v.maxHeight > 0 else { throw fail(.invalidArgument, "variant width and height must be at least 1") }
+                guard v.fit <= 1, v.format <= 1, v.quality <= 100 || v.quality == 255 else {
+                    throw fail(.invalidArgument, "variant fit must be 0–1, format 0–1, quality 0–100 or 255")
+                }
+                return .imageVariant(v)
             }
         } catch {
             throw WireError(error.status, error.message, fatal: error.fatal, requestID: f.requestID, opcode: f.opcode)
@@ -288,6 +321,12 @@ public enum Request: Equatable, Sendable {
         case let .flush(ns, all):
             f = .request(.flush, id: id); f.namespace = ns
             if all { f.flags |= RequestFlags.all.rawValue }
+        case let .imageInfo(ns, key):
+            f = .request(.imageInfo, id: id); f.namespace = ns; f.key = key
+        case .imageVariant(let v):
+            f = .request(.imageVariant, id: id); f.namespace = v.namespace; f.key = v.key
+            f.extras.appendBE(v.maxWidth); f.extras.appendBE(v.maxHeight)
+            f.extras += [v.fit, v.format, v.quality]
         }
         if quiet { f.flags |= RequestFlags.quiet.rawValue }
         return f

@@ -162,6 +162,32 @@ public enum Responses {
         return f
     }
 
+    /// IMAGE INFO: u8 format, u32 width, u32 height, u8 flags (bit 0 alpha, bit 1 animated), u16 frames.
+    public static func imageInfo(to req: Frame, format: UInt8, width: UInt32, height: UInt32, flags: UInt8, frames: UInt16, version: UInt64) -> Frame {
+        var f = Frame.response(to: req)
+        f.cas = version
+        f.extras.append(format); f.extras.appendBE(width); f.extras.appendBE(height)
+        f.extras.append(flags); f.extras.appendBE(frames)
+        return f
+    }
+
+    /// IMAGE VARIANT: the variant's bytes; extras u16 width, u16 height, u8 cached (1 = served
+    /// from a stored variant); CAS = the original's version.
+    public static func imageVariant(to req: Frame, bytes: [UInt8], width: UInt16, height: UInt16, cached: Bool, version: UInt64) -> Frame {
+        var f = Frame.response(to: req)
+        f.cas = version
+        f.extras.appendBE(width); f.extras.appendBE(height); f.extras.append(cached ? 1 : 0)
+        f.value = bytes
+        return f
+    }
+
+    public static func parseImageVariant(_ f: Frame) throws(WireError) -> (bytes: [UInt8], width: UInt16, height: UInt16, cached: Bool) {
+        var r = ExtrasReader(f.extras, "image_variant response")
+        let w = try r.u16(), h = try r.u16(), c = try r.u8()
+        try r.end()
+        return (f.value, w, h, c != 0)
+    }
+
     public static func stats(to req: Frame, json: String) -> Frame {
         var f = Frame.response(to: req)
         f.value = Array(json.utf8)

@@ -49,3 +49,55 @@ final class ImageNodeTests: XCTestCase {
         XCTAssertEqual(try c.set(SetRequest(key: b("json"), value: b("{\"a\":1}"))).statusCode, .ok, "non-images are not checked")
     }
 }
+
+final class VariantNodeTests: XCTestCase {
+    func testVariantsAreComputedOnceStoredAndFollowTheOriginal() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        let rgba: [UInt8] = (0..<(300 * 200)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 300, height: 200))
+        XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: png)).statusCode, .ok)
+
+        let info = try c.call(.imageInfo(namespace: [], key: b("photo")))
+        XCTAssertEqual(info.statusCode, .ok)
+        XCTAssertEqual(info.extras.first, ImageFormat.png.rawValue)
+
+        let req = VariantRequest(key: b("photo"), maxWidth: 100, maxHeight: 100)
+        let first = try Responses.parseImageVariant(c.call(.imageVariant(req)))
+        XCTAssertEqual([first.width, first.height], [100, 67])
+        XCTAssertFalse(first.cached)
+        XCTAssertEqual(try ImageCodec.validate(first.bytes).format, .webpLossy)
+        let second = try Responses.parseImageVariant(c.call(.imageVariant(req)))
+        XCTAssertTrue(second.cached)
+        XCTAssertEqual(second.bytes, first.bytes)
+
+        // Concurrent requests for a new spec share one computation: exactly one is not "cached".
+        var coverSpec = VariantRequest(key: b("photo"), maxWidth: 50, maxHeight: 50)
+        coverSpec.fit = 1; coverSpec.format = 1
+        let cover = coverSpec
+        let port = node.port
+        let results = SharedList<Bool>()
+        DispatchQueue.concurrentPerform(iterations: 6) { _ in
+            guard let conn = try? NodeConnection(host: "127.0.0.1", port: port),
+                  let f = try? conn.call(.imageVariant(cover)), let v = try? Responses.parseImageVariant(f) else { return }
+            results.append(v.cached)
+        }
+        XCTAssertEqual(results.all.count, 6)
+        XCTAssertEqual(results.all.filter { !$0 }.count, 1, "\(results.all)")
+
+        // Replacing the original: the next variant is computed from the new image.
+        let small = try XCTUnwrap(ImageCodec.encodePNG(rgba: Array(rgba.prefix(40 * 20 * 4)), width: 40, height: 20))
+        XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: small)).statusCode, .ok)
+        let afterReplace = try Responses.parseImageVariant(c.call(.imageVariant(req)))
+        XCTAssertFalse(afterReplace.cached)
+        XCTAssertEqual([afterReplace.width, afterReplace.height], [40, 20], "never enlarged, and from the new original")
+        // Deleting the original: NOT_FOUND.
+        XCTAssertEqual(try c.call(.delete(namespace: [], key: b("photo"), tiers: 0, version: nil, writeBehind: false)).statusCode, .ok)
+        XCTAssertEqual(try c.call(.imageVariant(req)).statusCode, .notFound)
+        // Not an image.
+        XCTAssertEqual(try c.set(SetRequest(key: b("text"), value: b("hello world, not an image"))).statusCode, .ok)
+        XCTAssertEqual(try c.call(.imageVariant(VariantRequest(key: b("text"), maxWidth: 10, maxHeight: 10))).statusCode, .invalidImage)
+        XCTAssertEqual(try c.call(.imageInfo(namespace: [], key: b("text"))).statusCode, .invalidImage)
+    }
+}

@@ -116,6 +116,12 @@ case("meta_image", "META of a PNG: format 1 (png), 640×480, with alpha, one fra
 case("set_validate_image_refused", "SET with VALIDATE_IMAGE of a truncated PNG: INVALID_IMAGE with the reason",
      frame(REQ, OPS["SET"], 13, flags=0x10, extras=set_extras(), key=b"bad.png", value=bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])),
      frame(RESP, OPS["SET"], 13, flags=0x10, status=0x25, value=b"PNG header: read beyond end of data"))
+case("image_info", "IMAGE_INFO of a stored PNG: format 1, 640×480, alpha, one frame",
+     frame(REQ, 0x30, 100, key=b"logo.png"),
+     frame(RESP, 0x30, 100, cas=V, extras=struct.pack(">BIIBH", 1, 640, 480, 1, 1)))
+case("image_variant", "IMAGE_VARIANT 128×128, contain, WebP quality 80 (the response value is abbreviated to 4 bytes here)",
+     frame(REQ, 0x31, 101, key=b"logo.png", extras=struct.pack(">HHBBB", 128, 128, 0, 0, 80)),
+     frame(RESP, 0x31, 101, cas=V, extras=struct.pack(">HHB", 128, 96, 0), value=b"RIFF"))
 case("scan", "SCAN the default namespace from the start, limit 2: two keys and a cursor",
      frame(REQ, OPS["SCAN"], 60, extras=struct.pack(">I", 2)),
      frame(RESP, OPS["SCAN"], 60, extras=struct.pack(">I", 2), key=b"b",
