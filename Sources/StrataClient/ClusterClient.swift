@@ -454,6 +454,16 @@ public final class ClusterClient: @unchecked Sendable {
         throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
     }
 
+    /// IMAGE_VARIANT routed by the original's key to its first live node (variants live on
+    /// the original's node).
+    public func variant(_ request: VariantRequest) throws -> Frame {
+        var failures: [(String, String)] = []
+        for node in targets(request.key, request.namespace) {
+            do { return try node.run { try $0.call(.imageVariant(request)) } } catch { failures.append((node.address.name, "\(error)")) }
+        }
+        throw ClusterError(message: "no node could serve a variant of \(keyText(request.key))", failures: failures)
+    }
+
     /// Runs `body` on one node by name (stats, flush, ping of every node).
     public func onNode<T>(_ name: String, _ body: (NodeConnection) throws -> T) throws -> T {
         guard let h = handles[name] else { throw ClusterError(message: "no node named \(name)", failures: []) }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import StrataCore
 import StrataStore
+import StrataImage
 import StrataNet
 import StrataWire
 
@@ -286,7 +287,9 @@ final class Connection: EventHandler, @unchecked Sendable {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s)) { [self] result in
                     let resp: Frame?
                     switch result {
-                    case .success(let out): resp = Dispatcher.setResponse(out, f)
+                    case .success(let out):
+                        node.dispatcher.countImage(s, out)
+                        resp = Dispatcher.setResponse(out, f)
                     case .failure(let e): resp = Responses.error(to: f, status(for: e), e.message)
                     }
                     stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)

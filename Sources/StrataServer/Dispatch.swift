@@ -34,10 +34,17 @@ func status(for e: StoreError) -> Status {
 
 struct Dispatcher {
     let store: TieredCache
+    var stats: NodeStats? = nil
     var validateImages = false
     var imagePixelLimit = ImageCodec.defaultPixelLimit
     /// Concurrent requests for the same variant share one computation.
     let variantFlights = SingleFlight<(bytes: [UInt8], width: Int, height: Int)>()
+
+    /// Counts an image that a SET stored, by format.
+    func countImage(_ s: SetRequest, _ out: SetOutcome) {
+        guard out.isStored, let stats, let format = ImageSniffer.sniff(s.value) else { return }
+        stats.imagesStored[Int(format.rawValue)].add()
+    }
 
     /// Whether a SET must be checked as an image before it is stored (then it runs on the
     /// image worker pool, never on the event loop).
@@ -102,6 +109,7 @@ struct Dispatcher {
             return Responses.error(to: f, .invalidArgument, "the key is too long to derive a variant key from (limit \(ItemLimits.maxKeyBytes) bytes)")
         }
         if let cached = try store.get(derived, namespace: v.namespace), cached.extended.count == 4 {
+            stats?.variantHits.add()
             let w = UInt16(cached.extended[0]) << 8 | UInt16(cached.extended[1]), h = UInt16(cached.extended[2]) << 8 | UInt16(cached.extended[3])
             return Responses.imageVariant(to: f, bytes: cached.value, width: w, height: h, cached: true, version: original.version)
         }
@@ -109,10 +117,14 @@ struct Dispatcher {
         let made: (value: (bytes: [UInt8], width: Int, height: Int), shared: Bool)
         do {
             made = try variantFlights.run(flightKey) {
+                let t0 = monotonicSeconds()
                 let r = try ImageCodec.variant(original.value, spec, pixelLimit: imagePixelLimit)
+                stats?.variantsComputed.add()
+                stats?.transformMicros.add(Int((monotonicSeconds() - t0) * 1e6))
                 let ext: [UInt8] = [UInt8(r.width >> 8 & 0xFF), UInt8(r.width & 0xFF), UInt8(r.height >> 8 & 0xFF), UInt8(r.height & 0xFF)]
                 _ = try store.set(derived, r.bytes, namespace: v.namespace,
-                                  options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext))
+                                  options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext,
+                                                      tiers: Tiers(wire: f.tiers)))
                 return r
             }
         } catch let e as ImageError {
@@ -157,7 +169,9 @@ struct Dispatcher {
                         return Responses.error(to: f, .invalidImage, error.message)
                     }
                 }
-                return Self.setResponse(try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s)), f)
+                let out = try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s))
+                countImage(s, out)
+                return Self.setResponse(out, f)
             case let .delete(ns, key, tiers, version, _):
                 switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
                 case .removed: return ok()

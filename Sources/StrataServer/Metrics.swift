@@ -135,6 +135,13 @@ extension Node {
         metric("write_behind", "counter", "Write-behind writes accepted.", Double(s.writeBehindTotal))
         metric("compression_raw_bytes", "counter", "Value bytes written to disk before compression.", Double(s.rawBytesWritten))
         metric("compression_stored_bytes", "counter", "Value bytes written to disk after compression.", Double(s.storedBytesWritten))
+        metric("variants_computed", "counter", "Image variants computed.", Double(stats.variantsComputed.load()))
+        metric("variant_hits", "counter", "Image variants served from the cache.", Double(stats.variantHits.load()))
+        metric("image_transform_us", "counter", "Microseconds spent computing image variants.", Double(stats.transformMicros.load()))
+        out += "# HELP strata_images_stored_total Images stored, by format.\n# TYPE strata_images_stored_total counter\n"
+        for (code, name) in [(1, "png"), (2, "apng"), (3, "webp_lossy"), (4, "webp_lossless"), (5, "webp_animated"), (6, "gif"), (7, "jpeg")] {
+            out += "strata_images_stored_total{format=\"\(name)\"} \(stats.imagesStored[code].load())\n"
+        }
         out += "# HELP strata_requests_total Requests served, by operation.\n# TYPE strata_requests_total counter\n"
         for op in Opcode.allCases {
             out += "strata_requests_total{op=\"\(op.name)\"} \(stats.ops[Int(op.rawValue)].load())\n"

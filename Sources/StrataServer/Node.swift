@@ -64,6 +64,7 @@ public final class Node: @unchecked Sendable {
             throw NodeError(exitCode: e.code == .locked || e.code == .directory || e.code == .schemaTooNew ? 2 : 3, e.description)
         }
         var d = Dispatcher(store: store)
+        d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit
         dispatcher = d
@@ -223,7 +224,12 @@ public final class Node: @unchecked Sendable {
             ("corrupt_items", String(s.corruptItems)), ("quarantines", String(s.quarantines)),
             ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
             ("compression_raw_bytes", String(s.rawBytesWritten)), ("compression_stored_bytes", String(s.storedBytesWritten)),
+            ("variants_computed", String(stats.variantsComputed.load())), ("variant_hits", String(stats.variantHits.load())),
+            ("image_transform_us", String(stats.transformMicros.load())),
         ]
+        for (code, name) in [(1, "png"), (2, "apng"), (3, "webp_lossy"), (4, "webp_lossless"), (5, "webp_animated"), (6, "gif"), (7, "jpeg")] {
+            fields.append(("images_stored_\(name)", String(stats.imagesStored[code].load())))
+        }
         for op in Opcode.allCases {
             let n = stats.ops[Int(op.rawValue)].load()
             fields.append(("ops_\(op.name)", String(n)))

@@ -66,6 +66,11 @@ final class NodeStats: Sendable {
     let timeouts = Atomic<Int>(0)
     let authFailures = Atomic<Int>(0)
     let ops: [Counter] = (0..<256).map { _ in Counter() }
+    /// Images stored, by image format code (PROTOCOL.md §7.10).
+    let imagesStored: [Counter] = (0..<8).map { _ in Counter() }
+    let variantsComputed = Counter()
+    let variantHits = Counter()
+    let transformMicros = Counter()
     let latency: [LatencyHistogram] = (0..<256).map { _ in LatencyHistogram() }
 
     func recordOp(_ opcode: UInt8, micros: Double) {

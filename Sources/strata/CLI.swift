@@ -25,6 +25,8 @@ commands:
   meta      an item's metadata
   keys      list the keys of a namespace
   flush     empty a namespace (--ns) or everything (--all)
+  image-info   an image's format, size, alpha and frames
+  variant   a resized variant of a stored image (bytes to stdout)
   ring      where keys live on a set of nodes, or how evenly they share keys
   check     verify a stopped node's data directory offline
 

@@ -82,8 +82,8 @@ let clientCommands: [String: ClientCommand] = [
         }
         return 0
     },
-    "set": ClientCommand(usage: "strata set KEY [VALUE] [--ttl S] [--ns NS] [--tiers memory|disk|all] [--flags N]",
-                         valued: keyOpts.union(["--ttl", "--flags"]), switches: [], positionals: 2) { o, c in
+    "set": ClientCommand(usage: "strata set KEY [VALUE] [--ttl S] [--ns NS] [--tiers memory|disk|all] [--flags N] [--validate-image]",
+                         valued: keyOpts.union(["--ttl", "--flags"]), switches: ["--validate-image"], positionals: 2) { o, c in
         let key = try keyArg(o, "strata set KEY [VALUE]")
         var value: [UInt8]
         if o.positionals.count > 1 { value = Array(o.positionals[1].utf8) } else {
@@ -91,6 +91,7 @@ let clientCommands: [String: ClientCommand] = [
         }
         var s = SetRequest(key: key, value: value, namespace: try nsArg(o))
         s.tiers = try tiersOption(o)
+        s.validateImage = o.switches.contains("--validate-image")
         if let e = try ttlArg(o) { s.expiry = e }
         if let f = try o.int("--flags") {
             guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
@@ -164,6 +165,52 @@ let clientCommands: [String: ClientCommand] = [
             printed += page.keys.count
             cursor = page.next ?? []
         } while !cursor.isEmpty && printed < limit
+        return 0
+    },
+    "image-info": ClientCommand(usage: "strata image-info KEY [--ns NS]", valued: ["--ns"], switches: [], positionals: 1) { o, c in
+        let key = try keyArg(o, "strata image-info KEY")
+        let f = try c.call(.imageInfo(namespace: try nsArg(o), key: key))
+        if f.statusCode == .notFound { printErr("not found: \(o.positionals[0])"); return 1 }
+        try NodeConnection.check(f, allow: [.ok])
+        let names = [1: "png", 2: "apng", 3: "webp (lossy)", 4: "webp (lossless)", 5: "webp (animated)", 6: "gif", 7: "jpeg"]
+        let e = f.extras
+        guard e.count == 12 else { throw ClientError(.protocolViolation, "bad image_info answer") }
+        let w = e[1...4].reduce(0) { $0 << 8 | Int($1) }, h = e[5...8].reduce(0) { $0 << 8 | Int($1) }
+        printOut("format  \(names[Int(e[0])] ?? "?")")
+        printOut("size    \(w)×\(h)")
+        printOut("alpha   \(e[9] & 1 != 0 ? "yes" : "no")")
+        printOut("frames  \(Int(e[10]) << 8 | Int(e[11]))\(e[9] & 2 != 0 ? " (animated)" : "")")
+        return 0
+    },
+    "variant": ClientCommand(usage: "strata variant KEY --width W --height H [--fit contain|cover] [--format webp|png] [--quality 0-100|lossless] [--ns NS] > out",
+                             valued: ["--ns", "--width", "--height", "--fit", "--format", "--quality"], switches: [], positionals: 1) { o, c in
+        let key = try keyArg(o, "strata variant KEY --width W --height H")
+        guard let w = try o.int("--width", min: 1), let h = try o.int("--height", min: 1), w <= 65535, h <= 65535 else {
+            throw UsageError(message: "--width and --height (1…65535) are required")
+        }
+        var r = VariantRequest(key: key, maxWidth: UInt16(w), maxHeight: UInt16(h), namespace: try nsArg(o))
+        switch o.string("--fit") ?? "contain" {
+        case "contain": r.fit = 0
+        case "cover": r.fit = 1
+        case let x: throw UsageError(message: "--fit must be contain or cover, got '\(x)'")
+        }
+        switch o.string("--format") ?? "webp" {
+        case "webp": r.format = 0
+        case "png": r.format = 1
+        case let x: throw UsageError(message: "--format must be webp or png, got '\(x)'")
+        }
+        if let q = o.string("--quality") {
+            if q == "lossless" { r.quality = 255 } else {
+                guard let n = UInt8(q), n <= 100 else { throw UsageError(message: "--quality must be 0–100 or lossless, got '\(q)'") }
+                r.quality = n
+            }
+        }
+        let f = try c.call(.imageVariant(r))
+        if f.statusCode == .notFound { printErr("not found: \(o.positionals[0])"); return 1 }
+        try NodeConnection.check(f, allow: [.ok])
+        let v = try Responses.parseImageVariant(f)
+        printErr("\(v.width)×\(v.height), \(v.bytes.count) bytes\(v.cached ? " (cached)" : "")")
+        writeBytes(v.bytes)
         return 0
     },
     "flush": ClientCommand(usage: "strata flush (--ns NS | --all)", valued: ["--ns"], switches: ["--all"], positionals: 0) { o, c in

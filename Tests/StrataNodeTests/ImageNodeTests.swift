@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import StrataClient
+import StrataCore
 import StrataImage
 import StrataWire
 
@@ -99,5 +100,41 @@ final class VariantNodeTests: XCTestCase {
         XCTAssertEqual(try c.set(SetRequest(key: b("text"), value: b("hello world, not an image"))).statusCode, .ok)
         XCTAssertEqual(try c.call(.imageVariant(VariantRequest(key: b("text"), maxWidth: 10, maxHeight: 10))).statusCode, .invalidImage)
         XCTAssertEqual(try c.call(.imageInfo(namespace: [], key: b("text"))).statusCode, .invalidImage)
+    }
+}
+
+final class ImageCLITests: XCTestCase {
+    func testImageCommandsAndTwentyConcurrentVariantsDoOneTransform() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let server = ["--server", "127.0.0.1:\(node.port)"]
+        var rgba = [UInt8](repeating: 255, count: 320 * 240 * 4)
+        for i in 0..<(320 * 240) { rgba[i * 4] = UInt8(i % 256); rgba[i * 4 + 1] = UInt8((i / 320) % 256); rgba[i * 4 + 2] = 90 }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 320, height: 240))
+        var r = try runCLI(["set", "pic", "--validate-image"] + server, stdin: png)
+        XCTAssertEqual(r.code, 0, r.err)
+        r = try runCLI(["set", "broken", "--validate-image"] + server, stdin: Array(png.prefix(200)))
+        XCTAssertEqual(r.code, 3)
+        XCTAssertTrue(r.err.contains("INVALID_IMAGE"), r.err)
+        r = try runCLI(["image-info", "pic"] + server)
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(String(decoding: r.out, as: UTF8.self).contains("320×240"))
+        // 20 concurrent identical requests: one transform (checked through stats).
+        let port = node.port
+        let ok = Counter()
+        DispatchQueue.concurrentPerform(iterations: 20) { _ in
+            if let c = try? NodeConnection(host: "127.0.0.1", port: port),
+               let f = try? c.call(.imageVariant(VariantRequest(key: b("pic"), maxWidth: 64, maxHeight: 64))), f.statusCode == .ok { ok.add() }
+        }
+        XCTAssertEqual(ok.load(), 20)
+        let stats = try JSONSerialization.jsonObject(with: Data(try node.connect().stats().utf8)) as! [String: Any]
+        XCTAssertEqual(stats["variants_computed"] as? Int, 1)
+        XCTAssertEqual(stats["images_stored_png"] as? Int, 1, "the refused one is not counted")
+        r = try runCLI(["variant", "pic", "--width", "100", "--height", "100", "--fit", "cover", "--format", "png"] + server)
+        XCTAssertEqual(r.code, 0, r.err)
+        let info = try ImageCodec.validate(r.out)
+        XCTAssertEqual([info.width, info.height], [100, 100])
+        XCTAssertEqual(try runCLI(["variant", "pic", "--width", "0", "--height", "5"] + server).code, 2)
+        XCTAssertEqual(try runCLI(["variant", "nope", "--width", "5", "--height", "5"] + server).code, 1)
     }
 }
