@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
         .target(name: "StrataImage", dependencies: ["CPNG", "CWebP"]),
 
-        .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore"], path: "bench/strata-bench"),
+        .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore", "StrataImage"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
 

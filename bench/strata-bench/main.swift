@@ -17,6 +17,8 @@ do {
     switch command {
     case "store":
         try StoreBench(arguments: Array(arguments.dropFirst())).run()
+    case "image":
+        try ImageBench(arguments: Array(arguments.dropFirst())).run()
     case "run":
         if arguments.dropFirst().contains("--help") { print(NetBench.usage); exit(0) }
         try NetBench(arguments: Array(arguments.dropFirst())).run()
@@ -26,7 +28,7 @@ do {
     case "--help", "-h", "help":
         print("usage: strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]")
     default:
-        printErr("strata-bench: unknown command '\(command)' (try: store, run)")
+        printErr("strata-bench: unknown command '\(command)' (try: store, run, image)")
         exit(2)
     }
 } catch let e as UsageError {
