@@ -214,7 +214,13 @@ struct Dispatcher {
                 return Responses.meta(to: f, info)
             case let .scan(ns, cursor, limit):
                 let page = try store.keys(namespace: ns, after: cursor.isEmpty ? nil : cursor, limit: Int(limit))
-                return Responses.scan(to: f, keys: page.keys, next: page.next)
+                // Image variants live under derived keys (key, 0x00, "variant:…"): not the user's keys.
+                let marker = Array("\u{0}variant:".utf8)
+                let visible = page.keys.filter { k in
+                    guard let z = k.firstIndex(of: 0) else { return true }
+                    return !k[z...].starts(with: marker)
+                }
+                return Responses.scan(to: f, keys: visible, next: page.next)
             case let .flush(ns, all):
                 if all { try store.flushAll() } else { try store.flush(namespace: ns) }
                 return ok()

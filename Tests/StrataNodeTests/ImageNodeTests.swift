@@ -127,6 +127,8 @@ final class ImageCLITests: XCTestCase {
                let f = try? c.call(.imageVariant(VariantRequest(key: b("pic"), maxWidth: 64, maxHeight: 64))), f.statusCode == .ok { ok.add() }
         }
         XCTAssertEqual(ok.load(), 20)
+        r = try runCLI(["keys"] + server)
+        XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "pic\n", "variant keys are not listed")
         let stats = try JSONSerialization.jsonObject(with: Data(try node.connect().stats().utf8)) as! [String: Any]
         XCTAssertEqual(stats["variants_computed"] as? Int, 1)
         XCTAssertEqual(stats["images_stored_png"] as? Int, 1, "the refused one is not counted")
