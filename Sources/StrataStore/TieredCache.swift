@@ -79,6 +79,17 @@ public final class TieredCache: @unchecked Sendable {
         }
     }
 
+    /// The write a set stands for, with its expiry resolved now; a caller version moves the clock.
+    private func setOp(_ value: [UInt8], _ options: SetOptions) throws -> WriteOp {
+        let now = clock.nowMicros()
+        if let v = options.version {
+            try checkVersion(v, now: now)
+            hlc.observe(v)
+        }
+        return .set(value: value, mode: options.mode, flags: options.flags, extended: options.extended,
+                    expiry: options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL), callerVersion: options.version)
+    }
+
     /// A caller-supplied version far ahead of this node's clock would drag every later
     /// version with it, so it is refused.
     private func checkVersion(_ v: UInt64, now: Int64) throws {
@@ -111,14 +122,7 @@ public final class TieredCache: @unchecked Sendable {
     /// Stores `value` under `key` (see `SetOptions` for modes, expiry, tiers and versions).
     public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions()) throws -> SetOutcome {
         try check(key: key, namespace: namespace, value: value, options: options)
-        let now = clock.nowMicros()
-        let expiry = options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL)
-        if let v = options.version {
-            try checkVersion(v, now: now)
-            hlc.observe(v)
-        }
-        let op = WriteOp.set(value: value, mode: options.mode, flags: options.flags, extended: options.extended,
-                             expiry: expiry, callerVersion: options.version)
+        let op = try setOp(value, options)
         let pre = options.tiers.contains(.disk) && !options.writeBehind ? disk.codec.encode(value) : nil
         guard case .set(let outcome) = try write(op, key: key, namespace: namespace, tiers: options.tiers,
                                                  writeBehind: options.writeBehind, callerVersion: options.version, preEncoded: pre)
@@ -342,14 +346,7 @@ public final class TieredCache: @unchecked Sendable {
             })
             return
         }
-        let now = clock.nowMicros()
-        let expiry = options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL)
-        if let v = options.version {
-            try checkVersion(v, now: now)
-            hlc.observe(v)
-        }
-        let op = WriteOp.set(value: value, mode: options.mode, flags: options.flags, extended: options.extended,
-                             expiry: expiry, callerVersion: options.version)
+        let op = try setOp(value, options)
         let ns = registry.entry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
         let loc = memory.locate(tag: ns.tag, key: key)

@@ -10,16 +10,7 @@ final class MetricsTests: XCTestCase {
         .deletingLastPathComponent().appendingPathComponent(".venv/bin/python3").path
 
     func runPython(_ script: String, args: [String] = []) throws -> (Int32, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.python)
-        p.arguments = ["-c", script] + args
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        return (p.terminationStatus, text)
+        try runProcess(Self.python, ["-c", script] + args)
     }
 
     func testMetricsParseWithThePrometheusClientAndHealthzAnswers() throws {

@@ -629,17 +629,7 @@ final class DeployLintTests: XCTestCase {
     static let venv = root.appendingPathComponent(".venv/bin").path
 
     private func run(_ exe: String, _ args: [String], in dir: String) throws -> (Int32, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: exe)
-        p.arguments = args
-        p.currentDirectoryURL = URL(fileURLWithPath: dir)
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        return (p.terminationStatus, text)
+        try runProcess(exe, args, in: dir)
     }
 
     func testContainerfileLintsClean() throws {

@@ -19,3 +19,18 @@ public func builtExecutable(_ name: String) -> String? {
     candidates.append(root.appendingPathComponent(".build/release/\(name)").path)
     return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
 }
+
+/// Runs a program to completion; returns its exit status and its stdout and stderr together.
+public func runProcess(_ executable: String, _ arguments: [String], in directory: String? = nil) throws -> (status: Int32, output: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = arguments
+    if let d = directory { p.currentDirectoryURL = URL(fileURLWithPath: d) }
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = out
+    try p.run()
+    let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    p.waitUntilExit()
+    return (p.terminationStatus, text)
+}
