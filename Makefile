@@ -50,8 +50,17 @@ bench-store: release
 	.build/release/strata-bench store
 
 # Long runs (fuzzing, soak) belong here, never in `make test`.
-soak: release
-	STRATA_SOAK=1 swift test -c release --filter Soak
+# Long runs, never part of `make test`: each libFuzzer target (with address sanitizer) for
+# FUZZ_RUNS runs from the saved corpus; new crashes land in fuzz/artifacts/.
+FUZZ_RUNS ?= 1000000
+soak: deps
+	cd fuzz && swift build -c release --sanitize=fuzzer --sanitize=address
+	mkdir -p fuzz/artifacts
+	for t in frames image disk-value; do \
+	  cp -r fuzz/corpus/$$t /tmp/strata-fuzz-$$t-corpus 2>/dev/null || true; \
+	  ASAN_OPTIONS=detect_leaks=0 fuzz/.build/release/fuzz-$$t -runs=$(FUZZ_RUNS) -max_len=65536 \
+	    -artifact_prefix=fuzz/artifacts/$$t- /tmp/strata-fuzz-$$t-corpus || exit 1; \
+	done
 
 clean:
 	swift package clean

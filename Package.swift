@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "StrataStore", targets: ["StrataStore"]),
         .library(name: "StrataCore", targets: ["StrataCore"]),
         .library(name: "StrataImage", targets: ["StrataImage"]),
+        .library(name: "StrataFuzzEntries", targets: ["StrataFuzzEntries"]),
         .executable(name: "strata-bench", targets: ["strata-bench"]),
         .executable(name: "strata", targets: ["strata"]),
         .library(name: "StrataClient", targets: ["StrataClient"]),
@@ -28,6 +29,8 @@ let package = Package(
         .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire", "StrataStore"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
         .target(name: "StrataImage", dependencies: ["CPNG", "CWebP"]),
+        // Entry points shared by the libFuzzer targets in fuzz/ and the corpus replay test.
+        .target(name: "StrataFuzzEntries", dependencies: ["StrataWire", "StrataImage", "StrataStore"]),
 
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore", "StrataImage"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
@@ -38,6 +41,7 @@ let package = Package(
         .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
         .testTarget(name: "StrataWireTests", dependencies: ["StrataWire"]),
         .testTarget(name: "StrataImageTests", dependencies: ["StrataImage"]),
+        .testTarget(name: "StrataFuzzTests", dependencies: ["StrataFuzzEntries"]),
         .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
         .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore", "StrataImage", "TestSupport"]),
