@@ -16,8 +16,10 @@ public enum ImageCodec {
         if format == .png || format == .apng, bytes.count >= 24 {
             let w = Int(bytes[16]) << 24 | Int(bytes[17]) << 16 | Int(bytes[18]) << 8 | Int(bytes[19])
             let h = Int(bytes[20]) << 24 | Int(bytes[21]) << 16 | Int(bytes[22]) << 8 | Int(bytes[23])
-            if w * h > pixelLimit {
-                throw ImageError(.tooManyPixels, "\(format) claims \(w)×\(h) = \(w * h) pixels; the limit is \(pixelLimit)")
+            // (Found by fuzzing: two 32-bit sides overflow Int when multiplied.)
+            let (pixels, overflow) = w.multipliedReportingOverflow(by: h)
+            if overflow || pixels > pixelLimit {
+                throw ImageError(.tooManyPixels, "\(format) claims \(w)×\(h) pixels; the limit is \(pixelLimit)")
             }
         }
         let info: ImageInfo
@@ -29,7 +31,7 @@ public enum ImageCodec {
         }
         if info.width <= 0 || info.height <= 0 { throw ImageError(.corrupt, "\(format) header has no dimensions") }
         if info.pixels > pixelLimit {
-            throw ImageError(.tooManyPixels, "\(format) claims \(info.width)×\(info.height) = \(info.pixels) pixels; the limit is \(pixelLimit)")
+            throw ImageError(.tooManyPixels, "\(format) claims \(info.width)×\(info.height) pixels; the limit is \(pixelLimit)")
         }
         return info
     }

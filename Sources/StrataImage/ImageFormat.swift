@@ -23,7 +23,11 @@ public struct ImageInfo: Sendable, Equatable {
     public var hasAlpha: Bool
     public var animated: Bool
     public var frameCount: Int
-    public var pixels: Int { width * height }
+    /// width × height, saturating (a header can claim sides whose product overflows).
+    public var pixels: Int {
+        let (p, overflow) = width.multipliedReportingOverflow(by: height)
+        return overflow ? Int.max : p
+    }
 }
 
 /// Why an image was refused: a reason a person can act on.
