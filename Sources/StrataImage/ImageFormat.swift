@@ -1,6 +1,9 @@
 /// Image formats the node recognises by their magic bytes.
-public enum ImageFormat: UInt8, Sendable, CustomStringConvertible {
+public enum ImageFormat: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case png = 1, apng, webpLossy, webpLossless, webpAnimated, gif, jpeg
+
+    /// A name usable in metric and stat names (`webp_lossy`).
+    public var metricName: String { String(description.map { $0 == "-" ? "_" : $0 }) }
 
     public var description: String {
         switch self {

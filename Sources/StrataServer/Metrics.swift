@@ -4,6 +4,7 @@ import Glibc
 import StrataCore
 import StrataNet
 import StrataWire
+import StrataImage
 
 /// The metrics endpoint: a small HTTP/1.1 responder on its own thread serving `/metrics`
 /// (Prometheus text format 0.0.4) and `/healthz` (200 while serving, 503 while draining).
@@ -139,8 +140,8 @@ extension Node {
         metric("variant_hits", "counter", "Image variants served from the cache.", Double(stats.variantHits.load()))
         metric("image_transform_us", "counter", "Microseconds spent computing image variants.", Double(stats.transformMicros.load()))
         out += "# HELP strata_images_stored_total Images stored, by format.\n# TYPE strata_images_stored_total counter\n"
-        for (code, name) in [(1, "png"), (2, "apng"), (3, "webp_lossy"), (4, "webp_lossless"), (5, "webp_animated"), (6, "gif"), (7, "jpeg")] {
-            out += "strata_images_stored_total{format=\"\(name)\"} \(stats.imagesStored[code].load())\n"
+        for f in ImageFormat.allCases {
+            out += "strata_images_stored_total{format=\"\(f.metricName)\"} \(stats.imagesStored[Int(f.rawValue)].load())\n"
         }
         out += "# HELP strata_requests_total Requests served, by operation.\n# TYPE strata_requests_total counter\n"
         for op in Opcode.allCases {

@@ -6,6 +6,7 @@ import StrataCore
 import StrataNet
 import StrataStore
 import StrataWire
+import StrataImage
 
 /// A Strata node: the store behind epoll event loops speaking PROTOCOL.md.
 ///
@@ -227,8 +228,8 @@ public final class Node: @unchecked Sendable {
             ("variants_computed", String(stats.variantsComputed.load())), ("variant_hits", String(stats.variantHits.load())),
             ("image_transform_us", String(stats.transformMicros.load())),
         ]
-        for (code, name) in [(1, "png"), (2, "apng"), (3, "webp_lossy"), (4, "webp_lossless"), (5, "webp_animated"), (6, "gif"), (7, "jpeg")] {
-            fields.append(("images_stored_\(name)", String(stats.imagesStored[code].load())))
+        for f in ImageFormat.allCases {
+            fields.append(("images_stored_\(f.metricName)", String(stats.imagesStored[Int(f.rawValue)].load())))
         }
         for op in Opcode.allCases {
             let n = stats.ops[Int(op.rawValue)].load()

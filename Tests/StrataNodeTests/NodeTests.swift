@@ -579,15 +579,8 @@ final class DeployFileTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") else {
             throw XCTSkip("systemd-analyze is not installed here")
         }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
-        p.arguments = ["verify", "--man=no", Self.root.appendingPathComponent("deploy/systemd/strata.service").path]
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
+        let text = try runProcess("/usr/bin/systemd-analyze",
+                                  ["verify", "--man=no", Self.root.appendingPathComponent("deploy/systemd/strata.service").path]).output
         // The binary and user do not exist on a build machine; everything else must be clean.
         let problems = text.split(separator: "\n").filter {
             !$0.contains("/usr/local/bin/strata") && !$0.contains("Failed to resolve user") && !$0.contains("strata.service: Command")
