@@ -65,7 +65,9 @@ final class DiskCounters: Sendable {
 /// checksum fails reads as a miss and is removed; a database that SQLite reports corrupt is
 /// moved aside and replaced. Limits (count, bytes, age, free space) hold at write time.
 final class DiskTier: @unchecked Sendable {
-    static let schemaVersion: Int64 = 1
+    /// 1: first schema. 2: the `tombstone` column holds `ItemMarks` bits (stale and negative
+    /// entries); a build that knows only 1 would read those as tombstones, so it must refuse.
+    static let schemaVersion: Int64 = 2
     static let fileName = "strata.db"
 
     let directory: String
@@ -190,7 +192,7 @@ final class DiskTier: @unchecked Sendable {
         pageSize = Int(try db.scalarInt("PRAGMA page_size") ?? 4096)
         incrementalVacuum = try db.scalarInt("PRAGMA auto_vacuum") == 2
         try db.execute("PRAGMA wal_autocheckpoint=\(max(16, config.walLimit / pageSize))")
-        if version < 1 {
+        if version < Self.schemaVersion {
             try migrate(db, from: version)
         }
         if let cap = config.sqliteMaxPageCount { try db.execute("PRAGMA max_page_count=\(cap)") }
@@ -208,7 +210,8 @@ final class DiskTier: @unchecked Sendable {
     }
 
     private func migrate(_ db: SQLiteConnection, from version: Int64) throws {
-        // Version 0 is an empty file: create everything. Later versions add steps here.
+        // Version 0 is an empty file: create everything. 1 → 2 changes no tables (the marks
+        // column gains bits), so the same idempotent script serves both.
         try db.execute("""
             BEGIN;
             CREATE TABLE IF NOT EXISTS namespaces(id INTEGER PRIMARY KEY, name BLOB NOT NULL UNIQUE, generation INTEGER NOT NULL DEFAULT 0);
@@ -223,7 +226,7 @@ final class DiskTier: @unchecked Sendable {
             CREATE INDEX IF NOT EXISTS items_access ON items(access);
             CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
             INSERT OR IGNORE INTO counters(name, value) VALUES('rows', 0);
-            PRAGMA user_version=1;
+            PRAGMA user_version=2;
             COMMIT;
             """)
     }
@@ -552,12 +555,12 @@ final class DiskTier: @unchecked Sendable {
         let size = Int(s.int(3))
         let ext = s.bytes(5)
         var state = ItemState(value: [], flags: UInt32(truncatingIfNeeded: s.int(4)), extended: ext,
-                              expiry: s.int(6), version: UInt64(bitPattern: s.int(7)), tombstone: s.int(8) != 0)
+                              expiry: s.int(6), version: UInt64(bitPattern: s.int(7)), marks: UInt8(truncatingIfNeeded: s.int(8)))
         let checksum = s.int(9)
         if withValue {
             let ok: Bool = s.withBytes(1) { stored in
                 let sum = ItemChecksum.compute(key: key, flags: state.flags, expiry: state.expiry, version: state.version,
-                                               tombstone: state.tombstone, encoding: encoding, size: size,
+                                               marks: state.marks, encoding: encoding, size: size,
                                                extended: ext, stored: stored)
                 guard sum == checksum, let v = codec.decode(encoding, stored, size: size) else { return false }
                 state.value = v
@@ -575,7 +578,7 @@ final class DiskTier: @unchecked Sendable {
                           encoded: (ValueEncoding, [UInt8]), now: Int64, mayExist: Bool) throws -> Bool {
         let checksum = encoded.1.withUnsafeBytes {
             ItemChecksum.compute(key: key, flags: state.flags, expiry: state.expiry, version: state.version,
-                                 tombstone: state.tombstone, encoding: encoded.0, size: state.value.count,
+                                 marks: state.marks, encoding: encoded.0, size: state.value.count,
                                  extended: state.extended, stored: $0)
         }
         let ins = try db.statement("""
@@ -599,7 +602,7 @@ final class DiskTier: @unchecked Sendable {
                          encoded: (ValueEncoding, [UInt8]), checksum: Int64, now: Int64) {
         s.bind(1, gen); s.bind(2, encoded.1); s.bind(3, Int64(encoded.0.rawValue)); s.bind(4, state.value.count)
         s.bind(5, Int64(state.flags)); s.bind(6, state.extended); s.bind(7, state.expiry)
-        s.bind(8, Int64(bitPattern: state.version)); s.bind(9, state.tombstone ? 1 : 0); s.bind(10, checksum)
+        s.bind(8, Int64(bitPattern: state.version)); s.bind(9, Int64(state.marks)); s.bind(10, checksum)
         s.bind(11, now / 1_000_000); s.bind(12, nsID); s.bind(13, key)
     }
 
@@ -764,7 +767,7 @@ final class DiskTier: @unchecked Sendable {
             last = id
             let expiry = s.int(3)
             if expiry != 0 && expiry <= now {
-                doomed.append(id); if s.int(4) == 0 { expired += 1 }
+                doomed.append(id); if s.int(4) & 1 == 0 { expired += 1 }
             } else if registry.generation(ofDiskID: s.int(1)) != s.int(2) {
                 doomed.append(id); collected += 1
             } else if s.int(5) < ageCutoff {
@@ -892,7 +895,7 @@ final class DiskTier: @unchecked Sendable {
         let now = clock.nowMicros()
         return try withReader { db in
             let s = try db.statement(
-                "SELECT key FROM items WHERE ns=? AND key>? AND gen=? AND tombstone=0 AND (expiry=0 OR expiry>?) ORDER BY key LIMIT ?")
+                "SELECT key FROM items WHERE ns=? AND key>? AND gen=? AND tombstone&1=0 AND (expiry=0 OR expiry>?) ORDER BY key LIMIT ?")
             s.bind(1, nsID); s.bind(2, cursor ?? []); s.bind(3, ns.generation); s.bind(4, now); s.bind(5, limit)
             defer { s.reset() }
             var out: [[UInt8]] = []
@@ -907,7 +910,7 @@ final class DiskTier: @unchecked Sendable {
         return try withReader { db in
             let s = try db.statement("""
                 SELECT n.name, count(*), sum(i.size) FROM items i JOIN namespaces n ON i.ns = n.id
-                WHERE i.gen = n.generation AND i.tombstone = 0 AND (i.expiry = 0 OR i.expiry > ?) GROUP BY n.name
+                WHERE i.gen = n.generation AND i.tombstone & 1 = 0 AND (i.expiry = 0 OR i.expiry > ?) GROUP BY n.name
                 """)
             s.bind(1, now)
             defer { s.reset() }
@@ -955,11 +958,12 @@ extension DiskTier {
                 let key = s.bytes(10)
                 let encoding = ValueEncoding(rawValue: UInt8(truncatingIfNeeded: s.int(2)))
                 let size = Int(s.int(3))
-                let tombstone = s.int(8) != 0
+                let marks = UInt8(truncatingIfNeeded: s.int(8))
+                let tombstone = marks & ItemMarks.tombstone != 0
                 let ok: Bool = s.withBytes(1) { stored in
                     guard let enc = encoding else { return false }
                     let sum = ItemChecksum.compute(key: key, flags: UInt32(truncatingIfNeeded: s.int(4)), expiry: s.int(6),
-                                                   version: UInt64(bitPattern: s.int(7)), tombstone: tombstone,
+                                                   version: UInt64(bitPattern: s.int(7)), marks: marks,
                                                    encoding: enc, size: size, extended: s.bytes(5), stored: stored)
                     return sum == s.int(9) && codec.decode(enc, stored, size: size) != nil
                 }

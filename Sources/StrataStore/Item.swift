@@ -48,6 +48,10 @@ public struct SetOptions: Sendable {
     public var version: UInt64? = nil
     /// Return after the memory write; the disk write follows (may be lost in a crash; counted).
     public var writeBehind = false
+    /// Store a negative entry ("this key failed to load"; the value is the message).
+    public var negative = false
+    /// Store the item already marked stale (replication and repair of a stale item).
+    public var stale = false
     public init(mode: SetMode = .set, expiry: Expiry = .storeDefault, flags: UInt32 = 0,
                 extended: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil, writeBehind: Bool = false) {
         self.mode = mode; self.expiry = expiry; self.flags = flags; self.extended = extended
@@ -77,6 +81,15 @@ public enum RemoveOutcome: Equatable, Sendable {
     case superseded(current: UInt64)
 }
 
+/// The outcome of an invalidate (mark stale).
+public enum InvalidateOutcome: Equatable, Sendable {
+    /// Marked stale with this version.
+    case invalidated(version: UInt64)
+    case notFound
+    /// A caller-supplied version not newer than the stored one: ignored.
+    case superseded(current: UInt64)
+}
+
 /// The outcome of an increment or decrement.
 public enum CounterOutcome: Equatable, Sendable {
     case value(UInt64, version: UInt64)
@@ -95,6 +108,10 @@ public struct CacheItem: Sendable, Equatable {
     public var version: UInt64
     /// The tier that answered.
     public var tier: Tiers
+    /// Marked stale by `invalidate`: served until a new write replaces it.
+    public var stale = false
+    /// A negative entry (a failed load remembered for its TTL); the value is the message.
+    public var negative = false
 }
 
 /// Metadata of one item (META).
@@ -118,9 +135,32 @@ struct ItemState: Sendable {
     var extended: [UInt8]
     var expiry: Int64
     var version: UInt64
-    var tombstone: Bool
+    /// `ItemMarks` bits, stored as they are in memory records and in the disk rows.
+    var marks: UInt8
+
+    init(value: [UInt8], flags: UInt32, extended: [UInt8], expiry: Int64, version: UInt64, marks: UInt8) {
+        self.value = value; self.flags = flags; self.extended = extended; self.expiry = expiry; self.version = version; self.marks = marks
+    }
+    init(value: [UInt8], flags: UInt32, extended: [UInt8], expiry: Int64, version: UInt64, tombstone: Bool) {
+        self.init(value: value, flags: flags, extended: extended, expiry: expiry, version: version, marks: tombstone ? ItemMarks.tombstone : 0)
+    }
+
+    var tombstone: Bool { marks & ItemMarks.tombstone != 0 }
+    var stale: Bool { marks & ItemMarks.stale != 0 }
+    var negative: Bool { marks & ItemMarks.negative != 0 }
 
     func isLive(now: Int64) -> Bool { !tombstone && (expiry == 0 || expiry > now) }
     /// Whether this state still guards against older writes (live, or an unexpired tombstone).
     func guards(now: Int64) -> Bool { expiry == 0 || expiry > now }
+}
+
+/// The bits of an item's marks (one byte in memory records, the `tombstone` column on disk,
+/// and in the checksum). A live item may be stale, negative, or both.
+enum ItemMarks {
+    /// A versioned remove's tombstone.
+    static let tombstone: UInt8 = 1
+    /// Marked stale by an invalidate: still served, flagged, until a new write.
+    static let stale: UInt8 = 2
+    /// A negative entry: "this key failed to load"; the value is the failure's message.
+    static let negative: UInt8 = 4
 }

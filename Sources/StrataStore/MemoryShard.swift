@@ -24,7 +24,8 @@ final class MemoryShard {
     static let oHash = 0, oPrev = 4, oNext = 8, oTag = 12, oValueLen = 16, oFlags = 20, oAccess = 24
     static let oKeyLen = 28, oExtLen = 30, oVersion = 32, oExpiry = 40, oBits = 48, oClass = 49
     static let headerSize = 56
-    static let bitTombstone: UInt8 = 1
+    /// The `oBits` byte holds the item's `ItemMarks`.
+    static let bitTombstone: UInt8 = ItemMarks.tombstone
 
     static let pageShift = 20
     static let pageSize = 1 << pageShift
@@ -136,7 +137,7 @@ final class MemoryShard {
         return ItemState(value: value, flags: u32(p, Self.oFlags), extended: ext,
                          expiry: p.load(fromByteOffset: Self.oExpiry, as: Int64.self),
                          version: p.load(fromByteOffset: Self.oVersion, as: UInt64.self),
-                         tombstone: p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone != 0)
+                         marks: p.load(fromByteOffset: Self.oBits, as: UInt8.self))
     }
 
     /// Metadata without copying the value (the value is left empty).
@@ -144,7 +145,7 @@ final class MemoryShard {
         (ItemState(value: [], flags: u32(p, Self.oFlags), extended: [],
                    expiry: p.load(fromByteOffset: Self.oExpiry, as: Int64.self),
                    version: p.load(fromByteOffset: Self.oVersion, as: UInt64.self),
-                   tombstone: p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone != 0),
+                   marks: p.load(fromByteOffset: Self.oBits, as: UInt8.self)),
          Int(u32(p, Self.oValueLen)))
     }
 
@@ -353,7 +354,7 @@ final class MemoryShard {
         p.storeBytes(of: UInt16(item.extended.count), toByteOffset: Self.oExtLen, as: UInt16.self)
         p.storeBytes(of: item.version, toByteOffset: Self.oVersion, as: UInt64.self)
         p.storeBytes(of: item.expiry, toByteOffset: Self.oExpiry, as: Int64.self)
-        p.storeBytes(of: item.tombstone ? Self.bitTombstone : 0, toByteOffset: Self.oBits, as: UInt8.self)
+        p.storeBytes(of: item.marks, toByteOffset: Self.oBits, as: UInt8.self)
         p.storeBytes(of: cls, toByteOffset: Self.oClass, as: UInt8.self)
         let data = p + Self.headerSize
         if key.count > 0 { data.copyMemory(from: key.baseAddress!, byteCount: key.count) }

@@ -87,7 +87,8 @@ public final class TieredCache: @unchecked Sendable {
             hlc.observe(v)
         }
         return .set(value: value, mode: options.mode, flags: options.flags, extended: options.extended,
-                    expiry: options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL), callerVersion: options.version)
+                    expiry: options.expiry.resolve(now: now, defaultTTL: configuration.defaultTTL), callerVersion: options.version,
+                    marks: (options.stale ? ItemMarks.stale : 0) | (options.negative ? ItemMarks.negative : 0))
     }
 
     /// A caller-supplied version far ahead of this node's clock would drag every later
@@ -143,6 +144,22 @@ public final class TieredCache: @unchecked Sendable {
         guard case .remove(let o) = try write(.remove(callerVersion: version, tombstoneExpiry: max(1, tombstoneExpiry)),
                                               key: key, namespace: namespace, tiers: tiers, writeBehind: false,
                                               callerVersion: nil, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return o
+    }
+
+    /// Marks the live item under `key` stale: it keeps being served (flagged stale) until a
+    /// new write replaces it. Gets a new version, or `version` when given (a replica's copy of
+    /// an invalidate: ignored when not newer than what is stored). A negative entry is removed.
+    public func invalidate(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> InvalidateOutcome {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        if let v = version {
+            try checkVersion(v, now: clock.nowMicros())
+            hlc.observe(v)
+        }
+        guard case .invalidate(let o) = try write(.invalidate(callerVersion: version), key: key, namespace: namespace, tiers: tiers,
+                                                  writeBehind: false, callerVersion: version, preEncoded: nil)
         else { throw StoreError(.io, "internal: unexpected result kind") }
         return o
     }
@@ -206,8 +223,8 @@ public final class TieredCache: @unchecked Sendable {
         // set with a node-assigned version stores whatever is there, so it needs nothing.
         let needs: ExistingNeed
         switch op {
-        case .counter, .touch: needs = .value
-        case .set(_, .set, _, _, _, nil): needs = .nothing
+        case .counter, .touch, .invalidate: needs = .value
+        case .set(_, .set, _, _, _, nil, _): needs = .nothing
         case .set, .remove: needs = .metadata
         }
         let needValue = needs == .value
@@ -258,7 +275,8 @@ public final class TieredCache: @unchecked Sendable {
             case .delete: diskOp = .remove(callerVersion: nil, tombstoneExpiry: 0)
             case .store(let s):
                 diskOp = s.tombstone ? .remove(callerVersion: s.version, tombstoneExpiry: s.expiry)
-                    : .set(value: s.value, mode: .set, flags: s.flags, extended: s.extended, expiry: s.expiry, callerVersion: s.version)
+                    : .set(value: s.value, mode: .set, flags: s.flags, extended: s.extended, expiry: s.expiry, callerVersion: s.version,
+                           marks: s.marks)
             }
             writeBehindPending.add(1)
             writeBehindWrites.add(1)
@@ -390,7 +408,8 @@ public final class TieredCache: @unchecked Sendable {
         if tiers.contains(.memory) {
             if let s = memory.with(loc, key, { $0.get(tag: ns.tag, key: $1, hash: loc.hash, now: now) }) {
                 found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
-                                  expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .memory)
+                                  expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .memory,
+                                  stale: s.stale, negative: s.negative)
             } else if let t = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
                       t.state.tombstone {
                 tombstone = t.state.version
@@ -407,7 +426,8 @@ public final class TieredCache: @unchecked Sendable {
                         memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now)
                     }
                     found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
-                                      expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .disk)
+                                      expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .disk,
+                                      stale: s.stale, negative: s.negative)
                 }
             }
         }
@@ -572,6 +592,9 @@ public final class TieredCache: @unchecked Sendable {
         try await offload { try self.remove(key, namespace: namespace, tiers: tiers, version: version) }
     }
     @discardableResult
+    public func invalidate(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) async throws -> InvalidateOutcome {
+        try await offload { try self.invalidate(key, namespace: namespace, tiers: tiers, version: version) }
+    }
     public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all) async throws -> Bool {
         try await offload { try self.touch(key, namespace: namespace, expiry: expiry, tiers: tiers) }
     }

@@ -59,11 +59,12 @@ public struct ValueCodec: Sendable {
 
 /// The per-item checksum kept on disk: XXH64 over the key, the metadata and the stored bytes.
 enum ItemChecksum {
-    static func compute(key: [UInt8], flags: UInt32, expiry: Int64, version: UInt64, tombstone: Bool,
+    /// `marks`: the item's `ItemMarks` (a tombstone alone hashes as it did before marks existed).
+    static func compute(key: [UInt8], flags: UInt32, expiry: Int64, version: UInt64, marks: UInt8,
                         encoding: ValueEncoding, size: Int, extended: [UInt8],
                         stored: UnsafeRawBufferPointer) -> Int64 {
         var header = [UInt64](repeating: 0, count: 6)
-        header[0] = UInt64(flags) | UInt64(encoding.rawValue) << 32 | (tombstone ? 1 << 40 : 0)
+        header[0] = UInt64(flags) | UInt64(encoding.rawValue) << 32 | UInt64(marks) << 40
         header[1] = UInt64(bitPattern: expiry)
         header[2] = version
         header[3] = UInt64(size)

@@ -1,7 +1,10 @@
 /// One write, resolved to absolute times, ready to be applied to whatever a tier holds.
 enum WriteOp: Sendable {
-    case set(value: [UInt8], mode: SetMode, flags: UInt32, extended: [UInt8], expiry: Int64, callerVersion: UInt64?)
+    /// `marks`: `ItemMarks.stale`/`.negative` bits the stored item carries (never tombstone).
+    case set(value: [UInt8], mode: SetMode, flags: UInt32, extended: [UInt8], expiry: Int64, callerVersion: UInt64?, marks: UInt8)
     case remove(callerVersion: UInt64?, tombstoneExpiry: Int64)
+    /// Marks a live item stale (value kept) with a new version.
+    case invalidate(callerVersion: UInt64?)
     case touch(expiry: Int64)
     case counter(delta: UInt64, decrement: Bool, initial: UInt64?, expiry: Int64)
 }
@@ -9,6 +12,7 @@ enum WriteOp: Sendable {
 enum WriteResult: Sendable, Equatable {
     case set(SetOutcome)
     case remove(RemoveOutcome)
+    case invalidate(InvalidateOutcome)
     case touch(found: Bool, version: UInt64)
     case counter(CounterOutcome)
 }
@@ -27,7 +31,7 @@ enum WriteRules {
         let live = existing.flatMap { $0.isLive(now: now) ? $0 : nil }
         let guardVersion = existing.flatMap { $0.guards(now: now) ? $0.version : nil }
         switch op {
-        case let .set(value, mode, flags, extended, expiry, callerVersion):
+        case let .set(value, mode, flags, extended, expiry, callerVersion, marks):
             if let cv = callerVersion, let g = guardVersion, g >= cv { return (.set(.superseded(current: g)), .none) }
             switch mode {
             case .set: break
@@ -37,7 +41,8 @@ enum WriteRules {
                 guard let l = live else { return (.set(.notFound), .none) }
                 if l.version != v { return (.set(.casMismatch(current: l.version)), .none) }
             }
-            let state = ItemState(value: value, flags: flags, extended: extended, expiry: expiry, version: newVersion, tombstone: false)
+            let state = ItemState(value: value, flags: flags, extended: extended, expiry: expiry, version: newVersion,
+                                  marks: marks & (ItemMarks.stale | ItemMarks.negative))
             return (.set(.stored(version: newVersion)), .store(state))
 
         case let .remove(callerVersion, tombstoneExpiry):
@@ -50,6 +55,15 @@ enum WriteRules {
             }
             guard live != nil else { return (.remove(.notFound), .none) }
             return (.remove(.removed), .delete)
+
+        case let .invalidate(callerVersion):
+            if let cv = callerVersion, let g = guardVersion, g >= cv { return (.invalidate(.superseded(current: g)), .none) }
+            // A negative entry is not a value to serve stale; invalidating it just removes it.
+            guard var l = live else { return (.invalidate(.notFound), .none) }
+            if l.negative { return (.invalidate(.invalidated(version: newVersion)), .delete) }
+            l.marks |= ItemMarks.stale
+            l.version = newVersion
+            return (.invalidate(.invalidated(version: newVersion)), .store(l))
 
         case let .touch(expiry):
             guard var l = live else { return (.touch(found: false, version: 0), .none) }
@@ -68,6 +82,7 @@ enum WriteRules {
             let next = decrement ? (current >= delta ? current - delta : 0) : current &+ delta
             l.value = Array(String(next).utf8)
             l.version = newVersion
+            l.marks = 0
             return (.counter(.value(next, version: newVersion)), .store(l))
         }
     }
