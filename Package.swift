@@ -35,6 +35,8 @@ let package = Package(
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore", "StrataImage"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
+        // A child process for the read-through test: many threads call getOrLoad on one key.
+        .executableTarget(name: "strata-load-racer", dependencies: ["StrataClient", "StrataCore"], path: "Tests/LoadRacer"),
 
         // Helpers shared by the test targets (temp directories, finding built executables).
         .target(name: "TestSupport", path: "Tests/TestSupport"),
@@ -44,7 +46,7 @@ let package = Package(
         .testTarget(name: "StrataFuzzTests", dependencies: ["StrataFuzzEntries"]),
         .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
-        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataWire", "StrataCore", "StrataImage", "TestSupport"]),
+        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataServer", "StrataWire", "StrataCore", "StrataImage", "TestSupport"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore", "TestSupport"]),
     ]
 )

@@ -130,6 +130,8 @@ public enum ClusterSetOutcome: Equatable, Sendable {
     case exists
     case notFound
     case casMismatch(current: UInt64)
+    /// A fill whose lease had expired or was revoked (the key was deleted or invalidated meanwhile): not stored.
+    case leaseLost
 }
 
 /// A client for a Strata cluster: keys placed by the ring of proto-spec/RING.md, writes
@@ -146,7 +148,9 @@ public final class ClusterClient: @unchecked Sendable {
     public let configuration: ClusterConfiguration
     public let ring: HashRing
     private let handles: [String: NodeHandle]
-    private let hlc: HybridLogicalClock
+    let hlc: HybridLogicalClock
+    /// Concurrent `getOrLoad` calls for one key in this process share one load.
+    let loadFlights = SingleFlight<LoadedValue>()
     private let hintLock = Lock()
     private var hints: [HintKey: UInt64] = [:]
     private struct HintKey: Hashable { let ns: [UInt8]; let key: [UInt8] }
@@ -167,11 +171,11 @@ public final class ClusterClient: @unchecked Sendable {
         ring.nodes(for: key, namespace: namespace, count: configuration.replicas).compactMap { handles[$0.name]?.address }
     }
 
-    private func targets(_ key: [UInt8], _ ns: [UInt8]) -> [NodeHandle] {
+    func targets(_ key: [UInt8], _ ns: [UInt8]) -> [NodeHandle] {
         ring.nodes(for: key, namespace: ns, count: configuration.replicas).compactMap { handles[$0.name] }
     }
 
-    private func needed(_ n: Int) -> Int {
+    func needed(_ n: Int) -> Int {
         switch configuration.ack {
         case .one: return 1
         case .majority: return n / 2 + 1
@@ -179,7 +183,7 @@ public final class ClusterClient: @unchecked Sendable {
         }
     }
 
-    private func hint(_ ns: [UInt8], _ key: [UInt8], _ version: UInt64) {
+    func hint(_ ns: [UInt8], _ key: [UInt8], _ version: UInt64) {
         hintLock.withLock {
             if hints.count >= configuration.maxHints, let k = hints.keys.first { hints[k] = nil }
             hints[HintKey(ns: ns, key: key)] = version
@@ -208,7 +212,7 @@ public final class ClusterClient: @unchecked Sendable {
 
     /// Writes `s` (with its version) to the first live node in all tiers, then to the others
     /// in the disk tier as a plain versioned set.
-    private func replicate(_ s: SetRequest) throws -> ClusterSetOutcome {
+    func replicate(_ s: SetRequest) throws -> ClusterSetOutcome {
         let nodes = targets(s.key, s.namespace)
         var acks = 0
         var failures: [(String, String)] = []
@@ -216,6 +220,7 @@ public final class ClusterClient: @unchecked Sendable {
         for node in nodes {
             var req = s
             if primaryDone {
+                // Replicas get a plain versioned write (leases are the owner's business).
                 req.mode = .set; req.casVersion = 0; req.tiers = 2
             } else {
                 req.tiers = 0
@@ -229,6 +234,7 @@ public final class ClusterClient: @unchecked Sendable {
                 case .exists where !primaryDone: return .exists
                 case .notFound where !primaryDone: return .notFound
                 case .casMismatch where !primaryDone: return .casMismatch(current: f.cas)
+                case .leaseLost where !primaryDone: return .leaseLost
                 default:
                     failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
                 }
@@ -248,13 +254,33 @@ public final class ClusterClient: @unchecked Sendable {
     /// cannot bring it back. Returns whether any node held it.
     @discardableResult
     public func delete(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool {
+        try versionedEverywhere("delete", key, namespace) { tiers, version in
+            .delete(namespace: namespace, key: key, tiers: tiers, version: version, writeBehind: false)
+        }
+    }
+
+    /// Marks the key stale on every node with one version (stale-while-revalidate): readers
+    /// keep getting the value, flagged stale, while one `getOrLoad` caller refreshes it. Any
+    /// lease on the key is revoked, so a load that started before cannot store an old value.
+    /// Returns whether any node held the key.
+    @discardableResult
+    public func invalidate(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool {
+        try versionedEverywhere("invalidate", key, namespace) { tiers, version in
+            .invalidate(namespace: namespace, key: key, tiers: tiers, version: version)
+        }
+    }
+
+    /// Sends one versioned request (DELETE or INVALIDATE) to each of the key's nodes (the owner
+    /// in all tiers, the others in disk): OK means a node held the key.
+    private func versionedEverywhere(_ what: String, _ key: [UInt8], _ namespace: [UInt8],
+                                     _ request: (_ tiers: UInt8, _ version: UInt64) -> Request) throws -> Bool {
         let version = hlc.next()
         let nodes = targets(key, namespace)
         var acks = 0, found = false
         var failures: [(String, String)] = []
         for (i, node) in nodes.enumerated() {
             do {
-                let f = try node.run { try $0.call(.delete(namespace: namespace, key: key, tiers: i == 0 ? 0 : 2, version: version, writeBehind: false)) }
+                let f = try node.run { try $0.call(request(i == 0 ? 0 : 2, version)) }
                 switch f.statusCode {
                 case .ok: acks += 1; found = true
                 case .notFound, .superseded: acks += 1
@@ -264,7 +290,7 @@ public final class ClusterClient: @unchecked Sendable {
         }
         if !failures.isEmpty { hint(namespace, key, version) }
         guard acks >= needed(nodes.count), acks > 0 else {
-            throw ClusterError(message: "delete of \(keyText(key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+            throw ClusterError(message: "\(what) of \(keyText(key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
                                failures: failures)
         }
         return found
@@ -309,6 +335,7 @@ public final class ClusterClient: @unchecked Sendable {
                     s.flags = item.flags; s.extended = item.extended; s.version = item.version
                     s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
                     s.tiers = 2
+                    s.stale = item.stale; s.negative = item.negative
                     var acks = 1
                     for other in nodes.enumerated() where other.offset != i {
                         do {
@@ -336,7 +363,7 @@ public final class ClusterClient: @unchecked Sendable {
     // MARK: Reads
 
     /// What one node said about a key.
-    private enum Answer {
+    enum Answer {
         case item(ItemPayload)
         case absent(tombstone: UInt64)
         var version: UInt64 {
@@ -351,12 +378,13 @@ public final class ClusterClient: @unchecked Sendable {
         try node.run { conn in
             let f = try conn.call(.get(GetRequest(key: key, namespace: ns)))
             if f.statusCode == .notFound { return .absent(tombstone: f.cas) }
-            try NodeConnection.check(f, allow: [.ok])
+            try NodeConnection.check(f, allow: [.ok, .negative])
             return .item(try Responses.parseGet(f))
         }
     }
 
-    /// The item, or nil. See the type's documentation for when other nodes are consulted.
+    /// The item, or nil. See the type's documentation for when other nodes are consulted. A
+    /// stale item has `stale` set; a negative entry has `negative` set (its value is the message).
     public func get(_ key: [UInt8], namespace: [UInt8] = []) throws -> ItemPayload? {
         let nodes = targets(key, namespace)
         var failures: [(String, String)] = []
@@ -394,7 +422,7 @@ public final class ClusterClient: @unchecked Sendable {
         return nil
     }
 
-    private func mustVerify(_ node: NodeHandle, _ a: Answer, _ key: [UInt8], _ ns: [UInt8]) -> Bool {
+    func mustVerify(_ node: NodeHandle, _ a: Answer, _ key: [UInt8], _ ns: [UInt8]) -> Bool {
         if isHinted(ns, key) { return true }
         let start = node.knownStartVersion
         let recentStart = start != 0 && Double(configuration.clock.nowMicros()) - Double(start) < configuration.rejoinWindow * 1e6
@@ -420,6 +448,7 @@ public final class ClusterClient: @unchecked Sendable {
                 s.flags = item.flags; s.extended = item.extended; s.version = item.version
                 s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
                 s.tiers = isOwner ? 0 : 2
+                s.stale = item.stale; s.negative = item.negative
                 let f = try? node.run { try $0.set(s) }
                 if f?.statusCode != .ok && f?.statusCode != .superseded { ok = false }
             case .absent(let tombstone) where tombstone > 0:
@@ -470,7 +499,7 @@ public final class ClusterClient: @unchecked Sendable {
         return try h.run(body)
     }
 
-    private func keyText(_ k: [UInt8]) -> String {
+    func keyText(_ k: [UInt8]) -> String {
         let s = String(decoding: k.prefix(64), as: UTF8.self)
         return "'" + s + (k.count > 64 ? "…" : "") + "'"
     }
@@ -484,7 +513,7 @@ import Dispatch
 extension ClusterClient {
     private static let asyncQueue = DispatchQueue(label: "strata.cluster.async", attributes: .concurrent)
 
-    private func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { cont in
             Self.asyncQueue.async { cont.resume(with: Result { try body() }) }
         }

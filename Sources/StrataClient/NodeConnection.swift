@@ -124,11 +124,12 @@ public final class NodeConnection {
 
     public func ping() throws { try Self.check(call(.ping), allow: [.ok]) }
 
-    /// The item, or nil on a miss.
+    /// The item, or nil on a miss. A stale item has `stale` set; a negative entry (a cached
+    /// load failure) has `negative` set and its message as the value.
     public func get(_ key: [UInt8], namespace: [UInt8] = [], tiers: UInt8 = 0, wantMeta: Bool = false) throws -> ItemPayload? {
         let f = try call(.get(GetRequest(key: key, namespace: namespace, tiers: tiers, wantMeta: wantMeta)))
         if f.statusCode == .notFound { return nil }
-        try Self.check(f, allow: [.ok])
+        try Self.check(f, allow: [.ok, .negative])
         return try Responses.parseGet(f)
     }
 

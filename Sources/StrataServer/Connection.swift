@@ -148,7 +148,7 @@ final class Connection: EventHandler, @unchecked Sendable {
     private var inFlightKeys: [[UInt8]: Int] = [:]
     private var barriersInFlight = 0
 
-    private static func keyID(_ ns: [UInt8], _ key: [UInt8]) -> [UInt8] { [UInt8(ns.count)] + ns + key }
+    private static func keyID(_ ns: [UInt8], _ key: [UInt8]) -> [UInt8] { keyIdentity(ns, key) }
 
     private static func scope(of r: Request) -> Scope {
         switch r {
@@ -158,7 +158,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             return .keys([keyID(ns, key)])
         case .counter(let c): return .keys([keyID(c.namespace, c.key)])
         case .mget(let ns, let keys, _): return .keys(keys.map { keyID(ns, $0) })
-        case .imageInfo(let ns, let key): return .keys([keyID(ns, key)])
+        case .imageInfo(let ns, let key), .invalidate(let ns, let key, _, _), .release(let ns, let key, _): return .keys([keyID(ns, key)])
         case .imageVariant(let v): return .keys([keyID(v.namespace, v.key)])
         case .ping, .hello, .quit, .stats, .scan, .flush: return .barrier
         }
@@ -282,7 +282,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             default: return false
             }
         }()
-        if case .set(let s) = request, !imageCheck, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
+        if case .set(let s) = request, !imageCheck, s.mode != .lease, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s)) { [self] result in
                     let resp: Frame?

@@ -32,9 +32,14 @@ func status(for e: StoreError) -> Status {
     }
 }
 
+/// A key's identity within the node: namespace length, namespace, key (no two differ only in
+/// where the namespace ends). Used for per-connection ordering and for leases.
+func keyIdentity(_ ns: [UInt8], _ key: [UInt8]) -> [UInt8] { [UInt8(ns.count)] + ns + key }
+
 struct Dispatcher {
     let store: TieredCache
     var stats: NodeStats? = nil
+    var leases = LeaseTable(timeout: 10)
     var validateImages = false
     var imagePixelLimit = ImageCodec.defaultPixelLimit
     /// Concurrent requests for the same variant share one computation.
@@ -55,8 +60,9 @@ struct Dispatcher {
     /// True when the request can be answered on the event loop without touching the disk.
     static func runsOnLoop(_ r: Request) -> Bool {
         switch r {
-        case .ping, .hello, .quit, .stats: return true
-        case .set(let s): return Tiers(wire: s.tiers) == .memory
+        case .ping, .hello, .quit, .stats, .release: return true
+        case .set(let s): return Tiers(wire: s.tiers) == .memory && s.mode != .lease
+        case .invalidate(_, _, let tiers, _): return Tiers(wire: tiers) == .memory
         case .delete(_, _, let tiers, _, _), .touch(_, _, let tiers, _): return Tiers(wire: tiers) == .memory
         case .counter(let c): return Tiers(wire: c.tiers) == .memory
         default: return false
@@ -64,15 +70,74 @@ struct Dispatcher {
     }
 
     /// A memory-tier hit for a plain GET, answered on the loop; nil means "go to a worker".
+    /// A GET asking for a lease is answered here only when it needs none (a fresh hit).
     func memoryHit(_ g: GetRequest, _ f: Frame) -> Frame? {
         guard g.touch == nil, !g.wantMeta, Tiers(wire: g.tiers).contains(.memory),
               let item = try? store.get(g.key, namespace: g.namespace, tiers: .memory) else { return nil }
-        return Responses.get(to: f, payload(item))
+        if g.lease && needsLease(.hit(item), g) { return nil }
+        return hitResponse(item, f)
     }
 
     func payload(_ item: CacheItem) -> ItemPayload {
         ItemPayload(value: item.value, flags: item.flags, expiresAt: item.expiresAt ?? 0, extended: item.extended,
-                    version: item.version, tier: item.tier.rawValue)
+                    version: item.version, tier: item.tier.rawValue, stale: item.stale, negative: item.negative)
+    }
+
+    /// A GET's answer for an item: OK (STALE flagged when stale) or NEGATIVE; counted.
+    func hitResponse(_ item: CacheItem, _ f: Frame, meta: MetaBlock? = nil) -> Frame {
+        if item.negative { stats?.negativeHits.add() } else if item.stale { stats?.staleHits.add() }
+        var p = payload(item)
+        p.meta = meta
+        return Responses.get(to: f, p)
+    }
+
+    /// Whether a read result calls for the key's lease: a miss, a stale item, or a hit within
+    /// the request's refresh-ahead window of its expiry. Never a negative entry.
+    func needsLease(_ r: TieredCache.ReadResult, _ g: GetRequest) -> Bool {
+        switch r {
+        case .miss, .tombstone: return true
+        case .hit(let item):
+            if item.negative { return false }
+            if item.stale { return true }
+            guard g.refreshAheadMillis > 0, let e = item.expiresAt else { return false }
+            return e - store.clock.nowMicros() <= Int64(g.refreshAheadMillis) * 1000
+        }
+    }
+
+    /// GET with LEASE (PROTOCOL.md §7.4.1). The read, then the lease if the result needs one;
+    /// after a grant the key is read again, so a fill that released its lease just before
+    /// this grant is seen (and the new lease given back) instead of loading twice.
+    func leaseGet(_ g: GetRequest, _ f: Frame) throws -> Frame {
+        let id = keyIdentity(g.namespace, g.key)
+        let tiers = Tiers(wire: g.tiers)
+        var result = try store.read(g.key, namespace: g.namespace, tiers: tiers, touch: g.touch?.storeExpiry)
+        var lease: UInt64?? = nil // nil: no lease business; .some(nil): filling; .some(t): granted
+        if needsLease(result, g) {
+            switch leases.acquire(id) {
+            case .granted(let token):
+                let again = try store.read(g.key, namespace: g.namespace, tiers: tiers)
+                if needsLease(again, g) {
+                    lease = .some(token)
+                    stats?.leasesGranted.add()
+                } else {
+                    leases.release(id, token: token)
+                }
+                result = again
+            case .held:
+                lease = .some(nil)
+                stats?.leasesFilling.add()
+            case .full:
+                break
+            }
+        }
+        let response: Frame
+        switch result {
+        case .hit(let item): response = hitResponse(item, f)
+        case .miss: response = Responses.status(to: f, .notFound)
+        case .tombstone(let v): response = Responses.status(to: f, .notFound, cas: v)
+        }
+        guard let l = lease else { return response }
+        return Responses.withLease(response, token: l)
     }
 
     static func setOptions(_ s: SetRequest) -> SetOptions {
@@ -82,9 +147,13 @@ struct Dispatcher {
         case .add: mode = .add
         case .replace: mode = .replace
         case .cas: mode = .cas(s.casVersion)
+        case .lease: mode = .set // the lease was checked by the dispatcher
         }
-        return SetOptions(mode: mode, expiry: s.expiry.storeExpiry, flags: s.flags, extended: s.extended, tiers: Tiers(wire: s.tiers),
-                          version: s.version == 0 ? nil : s.version, writeBehind: s.writeBehind)
+        var o = SetOptions(mode: mode, expiry: s.expiry.storeExpiry, flags: s.flags, extended: s.extended, tiers: Tiers(wire: s.tiers),
+                           version: s.version == 0 ? nil : s.version, writeBehind: s.writeBehind)
+        o.negative = s.negative
+        o.stale = s.stale
+        return o
     }
 
     static func setResponse(_ out: SetOutcome, _ f: Frame) -> Frame? {
@@ -140,6 +209,8 @@ struct Dispatcher {
         func ok(cas: UInt64 = 0) -> Frame? { quiet ? nil : Responses.status(to: f, .ok, cas: cas) }
         do {
             switch r {
+            case .get(let g) where g.lease:
+                return try leaseGet(g, f)
             case .get(let g):
                 let item: CacheItem
                 switch try store.read(g.key, namespace: g.namespace, tiers: Tiers(wire: g.tiers), touch: g.touch?.storeExpiry) {
@@ -148,14 +219,15 @@ struct Dispatcher {
                 // The tombstone's version lets a cluster client see that a delete is the newest write.
                 case .tombstone(let v): return quiet ? nil : Responses.status(to: f, .notFound, cas: v)
                 }
-                var p = payload(item)
+                var meta: MetaBlock? = nil
                 if g.wantMeta, let m = try store.metadata(g.key, namespace: g.namespace) {
-                    p.meta = MetaBlock(tiersPresent: m.tiers.rawValue, encoding: m.encoding?.rawValue ?? 255,
-                                       storedSize: UInt32(clamping: m.storedSize ?? 0))
+                    meta = MetaBlock(tiersPresent: m.tiers.rawValue, encoding: m.encoding?.rawValue ?? 255,
+                                     storedSize: UInt32(clamping: m.storedSize ?? 0))
                 }
-                return Responses.get(to: f, p)
+                return hitResponse(item, f, meta: meta)
             case let .mget(ns, keys, tiers):
-                let items = try store.getMany(keys, namespace: ns, tiers: Tiers(wire: tiers))
+                // Negative entries read as absent here (MGET has no per-item status).
+                let items = try store.getMany(keys, namespace: ns, tiers: Tiers(wire: tiers)).map { $0?.negative == true ? nil : $0 }
                 // One large value asked for many times must not make a response of gigabytes.
                 let total = items.reduce(0) { $0 + ($1?.value.count ?? 0) + 25 }
                 let limit = store.configuration.maxItemBytes + (64 << 10)
@@ -169,15 +241,32 @@ struct Dispatcher {
                         return Responses.error(to: f, .invalidImage, error.message)
                     }
                 }
+                let id = keyIdentity(s.namespace, s.key)
+                if s.mode == .lease && !leases.holds(id, token: s.casVersion) {
+                    stats?.leasesLost.add()
+                    return Responses.error(to: f, .leaseLost, "the lease expired or was revoked (the key was deleted or invalidated); the value was not stored")
+                }
                 let out = try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s))
+                if s.mode == .lease { leases.release(id, token: s.casVersion) }
                 countImage(s, out)
                 return Self.setResponse(out, f)
             case let .delete(ns, key, tiers, version, _):
+                defer { leases.revoke(keyIdentity(ns, key)) }
                 switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
                 case .removed: return ok()
                 case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
                 case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
                 }
+            case let .invalidate(ns, key, tiers, version):
+                // Revoked even when nothing was stored: a fill that started before must not land.
+                defer { leases.revoke(keyIdentity(ns, key)) }
+                switch try store.invalidate(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
+                case .invalidated(let v): return ok(cas: v)
+                case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
+                case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
+                }
+            case let .release(ns, key, token):
+                return leases.release(keyIdentity(ns, key), token: token) ? ok() : (quiet ? nil : Responses.status(to: f, .notFound))
             case let .touch(ns, key, tiers, expiry):
                 guard let v = try store.touchVersioned(key, namespace: ns, expiry: expiry.storeExpiry, tiers: Tiers(wire: tiers)) else {
                     return quiet ? nil : Responses.status(to: f, .notFound)

@@ -139,6 +139,12 @@ extension Node {
         metric("variants_computed", "counter", "Image variants computed.", Double(stats.variantsComputed.load()))
         metric("variant_hits", "counter", "Image variants served from the cache.", Double(stats.variantHits.load()))
         metric("image_transform_us", "counter", "Microseconds spent computing image variants.", Double(stats.transformMicros.load()))
+        metric("leases_granted", "counter", "Read-through leases granted.", Double(stats.leasesGranted.load()))
+        metric("leases_filling", "counter", "Lease GETs told another client is filling the key.", Double(stats.leasesFilling.load()))
+        metric("leases_lost", "counter", "Fills refused because their lease had expired or was revoked.", Double(stats.leasesLost.load()))
+        metric("leases_held", "gauge", "Leases currently held.", Double(dispatcher.leases.count))
+        metric("negative_hits", "counter", "Negative entries (cached load failures) served.", Double(stats.negativeHits.load()))
+        metric("stale_hits", "counter", "Stale (invalidated) items served.", Double(stats.staleHits.load()))
         out += "# HELP strata_images_stored_total Images stored, by format.\n# TYPE strata_images_stored_total counter\n"
         for f in ImageFormat.allCases {
             out += "strata_images_stored_total{format=\"\(f.metricName)\"} \(stats.imagesStored[Int(f.rawValue)].load())\n"

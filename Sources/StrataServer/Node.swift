@@ -68,6 +68,7 @@ public final class Node: @unchecked Sendable {
         d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit
+        d.leases = LeaseTable(timeout: config.leaseTimeout, capacity: config.maxLeases)
         dispatcher = d
         workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)
         // Image decodes are CPU work: one thread per core, a short queue, BUSY past it.
@@ -227,6 +228,9 @@ public final class Node: @unchecked Sendable {
             ("compression_raw_bytes", String(s.rawBytesWritten)), ("compression_stored_bytes", String(s.storedBytesWritten)),
             ("variants_computed", String(stats.variantsComputed.load())), ("variant_hits", String(stats.variantHits.load())),
             ("image_transform_us", String(stats.transformMicros.load())),
+            ("leases_granted", String(stats.leasesGranted.load())), ("leases_filling", String(stats.leasesFilling.load())),
+            ("leases_lost", String(stats.leasesLost.load())), ("leases_held", String(dispatcher.leases.count)),
+            ("negative_hits", String(stats.negativeHits.load())), ("stale_hits", String(stats.staleHits.load())),
         ]
         for f in ImageFormat.allCases {
             fields.append(("images_stored_\(f.metricName)", String(stats.imagesStored[Int(f.rawValue)].load())))

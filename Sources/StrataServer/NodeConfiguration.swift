@@ -40,6 +40,11 @@ public struct NodeConfiguration: Sendable {
     /// Serve /metrics and /healthz over HTTP on this port of `host` (nil = off; 0 = any free port).
     public var metricsPort: UInt16? = nil
 
+    /// Seconds a read-through lease lasts before another client may take it.
+    public var leaseTimeout: Double = 10
+    /// Leases held at once (beyond it, GET with LEASE gets no lease and loads without one).
+    public var maxLeases = 100_000
+
     public init() {}
 
     /// The largest frame body: max item + 64 KiB for key, namespace and extras.

@@ -71,6 +71,13 @@ final class NodeStats: Sendable {
     let variantsComputed = Counter()
     let variantHits = Counter()
     let transformMicros = Counter()
+    /// Read-through: leases granted, GETs told another client is filling, fills refused
+    /// (LEASE_LOST), negative entries served, stale items served.
+    let leasesGranted = Counter()
+    let leasesFilling = Counter()
+    let leasesLost = Counter()
+    let negativeHits = Counter()
+    let staleHits = Counter()
     let latency: [LatencyHistogram] = (0..<256).map { _ in LatencyHistogram() }
 
     func recordOp(_ opcode: UInt8, micros: Double) {

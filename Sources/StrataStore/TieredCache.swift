@@ -18,7 +18,8 @@ import Synchronization
 /// indexed SQLite read plus checksum and decompression; a disk write waits for a group commit.
 public final class TieredCache: @unchecked Sendable {
     public let configuration: StoreConfiguration
-    let clock: any Clock
+    /// The clock every expiry and version is taken from (injected in tests).
+    public let clock: any Clock
     let hlc: HybridLogicalClock
     let registry = NamespaceRegistry()
     let memory: MemoryTier

@@ -17,6 +17,8 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
     case scan = 0x19
     case flush = 0x1A
     case stats = 0x1B
+    case invalidate = 0x20
+    case release = 0x21
     case imageInfo = 0x30
     case imageVariant = 0x31
 
@@ -37,6 +39,8 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
         case .scan: "scan"
         case .flush: "flush"
         case .stats: "stats"
+        case .invalidate: "invalidate"
+        case .release: "release"
         case .imageInfo: "image_info"
         case .imageVariant: "image_variant"
         }
@@ -54,6 +58,10 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let casMismatch = Status(rawValue: 0x0003)
     public static let superseded = Status(rawValue: 0x0004)
     public static let notANumber = Status(rawValue: 0x0005)
+    /// GET found a negative entry ("this key failed to load"); the value is its message.
+    public static let negative = Status(rawValue: 0x0006)
+    /// SET with a lease token that no longer holds the key's lease: not stored.
+    public static let leaseLost = Status(rawValue: 0x0007)
     public static let invalidArgument = Status(rawValue: 0x0010)
     public static let tooLarge = Status(rawValue: 0x0011)
     public static let unknownOpcode = Status(rawValue: 0x0012)
@@ -76,6 +84,8 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
         case .casMismatch: "CAS_MISMATCH"
         case .superseded: "SUPERSEDED"
         case .notANumber: "NOT_A_NUMBER"
+        case .negative: "NEGATIVE"
+        case .leaseLost: "LEASE_LOST"
         case .invalidArgument: "INVALID_ARGUMENT"
         case .tooLarge: "TOO_LARGE"
         case .unknownOpcode: "UNKNOWN_OPCODE"
@@ -103,7 +113,37 @@ public struct RequestFlags: OptionSet, Sendable, Hashable {
     public static let wantMeta = RequestFlags(rawValue: 0x04)
     public static let all = RequestFlags(rawValue: 0x08)
     public static let validateImage = RequestFlags(rawValue: 0x10)
-    public static let known: RequestFlags = [.quiet, .writeBehind, .wantMeta, .all, .validateImage]
+    /// GET: ask for the key's lease on a miss, a stale hit, or a hit inside the refresh-ahead window.
+    public static let lease = RequestFlags(rawValue: 0x20)
+    /// SET: store a negative entry (the value is the failure's message).
+    public static let negative = RequestFlags(rawValue: 0x40)
+    /// SET: store the item already marked stale (replication and repair).
+    public static let stale = RequestFlags(rawValue: 0x80)
+    public static let known: RequestFlags = [.quiet, .writeBehind, .wantMeta, .all, .validateImage, .lease, .negative, .stale]
+
+    /// The flags an operation takes (PROTOCOL.md §2.1); any other bit is refused, so a bit can
+    /// later mean something for an operation that has no use for it today.
+    public static func allowed(for op: Opcode) -> RequestFlags {
+        switch op {
+        case .get: return [.quiet, .wantMeta, .lease]
+        case .set: return [.quiet, .writeBehind, .validateImage, .negative, .stale]
+        case .delete: return [.quiet, .writeBehind]
+        case .flush: return [.quiet, .all]
+        default: return [.quiet]
+        }
+    }
+}
+
+/// Response flags: the header's last word in responses (PROTOCOL.md §2.3); 0 in requests.
+public struct ResponseFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    /// The value is stale (invalidated); a refresh is due.
+    public static let stale = ResponseFlags(rawValue: 0x1)
+    /// The caller now holds the key's lease; the response's key field is the 8-byte token.
+    public static let lease = ResponseFlags(rawValue: 0x2)
+    /// Another client holds the key's lease and is filling it.
+    public static let filling = ResponseFlags(rawValue: 0x4)
 }
 
 /// Protocol constants.

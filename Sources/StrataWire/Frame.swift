@@ -12,6 +12,8 @@ public struct Frame: Sendable, Equatable {
     public var tiers: UInt8 = 0
     public var requestID: UInt32 = 0
     public var cas: UInt64 = 0
+    /// Responses: `ResponseFlags` bits (the header's last word); requests: 0, ignored.
+    public var responseFlags: UInt32 = 0
     public var extras: [UInt8] = []
     public var namespace: [UInt8] = []
     public var key: [UInt8] = []
@@ -59,7 +61,7 @@ public struct Frame: Sendable, Equatable {
         out.appendBE(UInt32(truncatingIfNeeded: bodyLength))
         out.appendBE(requestID)
         out.appendBE(cas)
-        out.appendBE(UInt32(0))
+        out.appendBE(responseFlags)
         out.append(contentsOf: extras)
         out.append(contentsOf: namespace)
         out.append(contentsOf: key)

@@ -58,6 +58,7 @@ public struct FrameDecoder: Sendable {
         f.status = be16(h, 4)
         f.tiers = h[6]
         f.cas = be64(h, 20)
+        if h[0] == Wire.responseMagic { f.responseFlags = be32(h, 28) }
         let nsLen = Int(h[7]), keyLen = Int(be16(h, 8)), extrasLen = Int(be16(h, 10))
         var at = Wire.headerSize
         f.extras = [UInt8](bytes[at..<at + extrasLen]); at += extrasLen

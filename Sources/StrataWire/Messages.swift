@@ -57,7 +57,9 @@ struct ExtrasReader {
     var rest: [UInt8] { Array(bytes[at...]) }
 }
 
-public enum SetModeCode: UInt8, Sendable { case set = 0, add = 1, replace = 2, cas = 3 }
+/// SET modes; `lease` stores only while the header's CAS field (the lease token) holds the
+/// key's lease, then releases it.
+public enum SetModeCode: UInt8, Sendable { case set = 0, add = 1, replace = 2, cas = 3, lease = 4 }
 
 public struct GetRequest: Equatable, Sendable {
     public var namespace: [UInt8] = []
@@ -65,8 +67,14 @@ public struct GetRequest: Equatable, Sendable {
     public var tiers: UInt8 = 0
     public var touch: WireExpiry? = nil
     public var wantMeta = false
-    public init(key: [UInt8], namespace: [UInt8] = [], tiers: UInt8 = 0, touch: WireExpiry? = nil, wantMeta: Bool = false) {
+    /// Ask for the key's lease on a miss, a stale hit, or a hit within `refreshAheadMillis`
+    /// of its expiry (PROTOCOL.md §7.4.1).
+    public var lease = false
+    public var refreshAheadMillis: UInt32 = 0
+    public init(key: [UInt8], namespace: [UInt8] = [], tiers: UInt8 = 0, touch: WireExpiry? = nil, wantMeta: Bool = false,
+                lease: Bool = false, refreshAheadMillis: UInt32 = 0) {
         self.key = key; self.namespace = namespace; self.tiers = tiers; self.touch = touch; self.wantMeta = wantMeta
+        self.lease = lease; self.refreshAheadMillis = refreshAheadMillis
     }
 }
 
@@ -87,6 +95,10 @@ public struct SetRequest: Equatable, Sendable {
     /// Refuse the value if it is a PNG or WebP that does not decode (or any image whose header
     /// is bad or claims too many pixels).
     public var validateImage = false
+    /// Store a negative entry: the value is the message of a failed load.
+    public var negative = false
+    /// Store the item already marked stale (replicating or repairing a stale item).
+    public var stale = false
     public init(key: [UInt8], value: [UInt8], namespace: [UInt8] = []) { self.key = key; self.value = value; self.namespace = namespace }
 }
 
@@ -138,6 +150,10 @@ public enum Request: Equatable, Sendable {
     case stats
     case imageInfo(namespace: [UInt8], key: [UInt8])
     case imageVariant(VariantRequest)
+    /// Mark the key stale (optionally with a caller version, as a replica gets it).
+    case invalidate(namespace: [UInt8], key: [UInt8], tiers: UInt8, version: UInt64?)
+    /// Give back a lease without filling the key.
+    case release(namespace: [UInt8], key: [UInt8], token: UInt64)
 
     // MARK: Parsing (server side)
 
@@ -149,7 +165,10 @@ public enum Request: Equatable, Sendable {
         guard f.protocolVersion == Wire.version else {
             throw fail(.unsupportedVersion, "protocol version \(f.protocolVersion) is not spoken here (only \(Wire.version))")
         }
-        guard f.flags & ~RequestFlags.known.rawValue == 0 else { throw fail(.invalidArgument, "reserved flag bits set") }
+        let stray = f.requestFlags.subtracting(RequestFlags.allowed(for: op))
+        guard stray.isEmpty else {
+            throw fail(.invalidArgument, "flag bits 0x\(String(stray.rawValue, radix: 16)) do not apply to \(op.name)")
+        }
         guard f.tiers <= 3 else { throw fail(.invalidArgument, "tiers must be 0–3 (bit 0 memory, bit 1 disk)") }
         let flags = f.requestFlags
         func needKey() throws(WireError) {
@@ -171,12 +190,16 @@ public enum Request: Equatable, Sendable {
             case .get:
                 try needKey()
                 var touch: WireExpiry? = nil
+                let lease = flags.contains(.lease)
+                var refresh: UInt32 = 0
                 if !f.extras.isEmpty {
                     var r = ExtrasReader(f.extras, "get")
-                    touch = try WireExpiry.read(&r)
+                    if lease { refresh = try r.u32() }
+                    if r.at < f.extras.count { touch = try WireExpiry.read(&r) }
                     try r.end()
                 }
-                return .get(GetRequest(key: f.key, namespace: f.namespace, tiers: f.tiers, touch: touch, wantMeta: flags.contains(.wantMeta)))
+                return .get(GetRequest(key: f.key, namespace: f.namespace, tiers: f.tiers, touch: touch, wantMeta: flags.contains(.wantMeta),
+                                       lease: lease, refreshAheadMillis: refresh))
             case .mget:
                 try noExtras()
                 var r = ExtrasReader(f.value, "mget keys")
@@ -208,6 +231,8 @@ public enum Request: Equatable, Sendable {
                 s.tiers = f.tiers
                 s.writeBehind = flags.contains(.writeBehind)
                 s.validateImage = flags.contains(.validateImage)
+                s.negative = flags.contains(.negative)
+                s.stale = flags.contains(.stale)
                 return .set(s)
             case .delete:
                 try needKey()
@@ -250,6 +275,18 @@ public enum Request: Equatable, Sendable {
             case .flush:
                 try noExtras()
                 return .flush(namespace: f.namespace, all: flags.contains(.all))
+            case .invalidate:
+                try needKey()
+                var version: UInt64? = nil
+                if !f.extras.isEmpty {
+                    var r = ExtrasReader(f.extras, "invalidate")
+                    version = try r.u64()
+                    try r.end()
+                }
+                return .invalidate(namespace: f.namespace, key: f.key, tiers: f.tiers, version: version)
+            case .release:
+                try needKey(); try noExtras()
+                return .release(namespace: f.namespace, key: f.key, token: f.cas)
             case .imageInfo:
                 try needKey(); try noExtras()
                 return .imageInfo(namespace: f.namespace, key: f.key)
@@ -283,6 +320,10 @@ public enum Request: Equatable, Sendable {
         case .stats: f = .request(.stats, id: id)
         case .get(let g):
             f = .request(.get, id: id); f.namespace = g.namespace; f.key = g.key; f.tiers = g.tiers
+            if g.lease {
+                f.flags |= RequestFlags.lease.rawValue
+                if g.refreshAheadMillis != 0 || g.touch != nil { f.extras.appendBE(g.refreshAheadMillis) }
+            }
             if let t = g.touch { t.encode(into: &f.extras) }
             if g.wantMeta { f.flags |= RequestFlags.wantMeta.rawValue }
         case let .mget(ns, keys, tiers):
@@ -299,6 +340,8 @@ public enum Request: Equatable, Sendable {
             f.extras.append(contentsOf: s.extended)
             if s.writeBehind { f.flags |= RequestFlags.writeBehind.rawValue }
             if s.validateImage { f.flags |= RequestFlags.validateImage.rawValue }
+            if s.negative { f.flags |= RequestFlags.negative.rawValue }
+            if s.stale { f.flags |= RequestFlags.stale.rawValue }
         case let .delete(ns, key, tiers, version, writeBehind):
             f = .request(.delete, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             if let v = version { f.extras.appendBE(v) }
@@ -321,6 +364,11 @@ public enum Request: Equatable, Sendable {
         case let .flush(ns, all):
             f = .request(.flush, id: id); f.namespace = ns
             if all { f.flags |= RequestFlags.all.rawValue }
+        case let .invalidate(ns, key, tiers, version):
+            f = .request(.invalidate, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
+            if let v = version { f.extras.appendBE(v) }
+        case let .release(ns, key, token):
+            f = .request(.release, id: id); f.namespace = ns; f.key = key; f.cas = token
         case let .imageInfo(ns, key):
             f = .request(.imageInfo, id: id); f.namespace = ns; f.key = key
         case .imageVariant(let v):

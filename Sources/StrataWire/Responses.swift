@@ -22,9 +22,14 @@ public struct ItemPayload: Equatable, Sendable {
     /// The tier that answered (1 memory, 2 disk).
     public var tier: UInt8
     public var meta: MetaBlock?
-    public init(value: [UInt8], flags: UInt32, expiresAt: Int64, extended: [UInt8], version: UInt64, tier: UInt8, meta: MetaBlock? = nil) {
+    /// Marked stale by INVALIDATE (response flag STALE).
+    public var stale = false
+    /// A negative entry (status NEGATIVE): `value` is the failed load's message.
+    public var negative = false
+    public init(value: [UInt8], flags: UInt32, expiresAt: Int64, extended: [UInt8], version: UInt64, tier: UInt8, meta: MetaBlock? = nil,
+                stale: Bool = false, negative: Bool = false) {
         self.value = value; self.flags = flags; self.expiresAt = expiresAt; self.extended = extended
-        self.version = version; self.tier = tier; self.meta = meta
+        self.version = version; self.tier = tier; self.meta = meta; self.stale = stale; self.negative = negative
     }
 }
 
@@ -97,8 +102,10 @@ public enum Responses {
         return f
     }
 
+    /// A GET answer: OK, or NEGATIVE for a negative entry; STALE set for a stale item.
     public static func get(to req: Frame, _ item: ItemPayload) -> Frame {
-        var f = Frame.response(to: req)
+        var f = Frame.response(to: req, status: item.negative ? .negative : .ok)
+        if item.stale { f.responseFlags |= ResponseFlags.stale.rawValue }
         f.cas = item.version
         f.tiers = item.tier
         f.extras.appendBE(item.flags)
@@ -214,7 +221,39 @@ public enum Responses {
             meta = MetaBlock(tiersPresent: try r.u8(), encoding: try r.u8(), storedSize: try r.u32())
         }
         try r.end()
-        return ItemPayload(value: f.value, flags: flags, expiresAt: expires, extended: ext, version: f.cas, tier: f.tiers, meta: meta)
+        return ItemPayload(value: f.value, flags: flags, expiresAt: expires, extended: ext, version: f.cas, tier: f.tiers, meta: meta,
+                           stale: f.responseFlags & ResponseFlags.stale.rawValue != 0, negative: f.statusCode == .negative)
+    }
+
+    /// Adds lease information to a GET answer: the caller holds the lease (`token`), or another
+    /// client is filling the key (`token` nil).
+    public static func withLease(_ response: Frame, token: UInt64?) -> Frame {
+        var f = response
+        if let t = token {
+            f.responseFlags |= ResponseFlags.lease.rawValue
+            f.key = []
+            f.key.appendBE(t)
+        } else {
+            f.responseFlags |= ResponseFlags.filling.rawValue
+        }
+        return f
+    }
+
+    /// What a GET answer says about the key's lease.
+    public enum LeaseState: Equatable, Sendable {
+        case none
+        /// The caller holds the lease with this token and should fill (or refresh) the key.
+        case granted(token: UInt64)
+        /// Another client holds the lease.
+        case filling
+    }
+
+    public static func leaseState(_ f: Frame) -> LeaseState {
+        let flags = ResponseFlags(rawValue: f.responseFlags)
+        if flags.contains(.lease), f.key.count == 8 {
+            return .granted(token: f.key.reduce(0) { $0 << 8 | UInt64($1) })
+        }
+        return flags.contains(.filling) ? .filling : .none
     }
 
     public static func parseMGet(_ f: Frame, count: Int) throws(WireError) -> [MGetItem?] {

@@ -16,7 +16,8 @@ commands:
   ping      check that a node answers
   stats     a node's counters (--json for JSON)
   set       store a value (from the argument, or stdin when omitted)
-  get       print a value (exit 1 on a miss)
+  get       print a value (exit 1 on a miss); --or-run 'COMMAND' loads a miss through COMMAND
+  invalidate  mark a key stale (still served, flagged, until one reader refreshes it)
   del       delete a key
   exists    exit 0 if the key exists, 1 if not
   touch     give a key a new TTL

@@ -52,6 +52,20 @@ func finish(_ f: Frame, notFoundMessage: String? = nil) throws -> Int32 {
     return 0
 }
 
+/// Prints a GET's item: its bytes on stdout (exit 0), or for a negative entry its message on
+/// stderr (exit 1). `--meta` adds a line on stderr.
+func printItem(_ item: ItemPayload, _ o: ParsedOptions) -> Int32 {
+    if item.negative {
+        printErr("cached failure: \(String(decoding: item.value, as: UTF8.self))")
+        return 1
+    }
+    if o.switches.contains("--meta") {
+        printErr("version \(item.version), flags \(item.flags), \(item.value.count) bytes, from \(item.tier == 1 ? "memory" : "disk"), expires \(formatExpiry(item.expiresAt))\(item.stale ? ", stale" : "")")
+    }
+    writeBytes(item.value)
+    return 0
+}
+
 func formatExpiry(_ micros: Int64) -> String {
     guard micros > 0 else { return "never" }
     let left = Double(micros) / 1e6 - Date().timeIntervalSince1970
@@ -102,18 +116,26 @@ let clientCommands: [String: ClientCommand] = [
         printOut("stored \(value.count) bytes, version \(resp.cas)")
         return 0
     },
-    "get": ClientCommand(usage: "strata get KEY [--ns NS] [--tiers memory|disk|all] [--meta]",
-                         valued: keyOpts, switches: ["--meta"], positionals: 1) { o, c in
+    "get": ClientCommand(usage: """
+                         strata get KEY [--ns NS] [--tiers memory|disk|all] [--meta]
+                                strata get KEY --or-run 'COMMAND' [--ttl S] [--negative-ttl S] [--max-wait 10] [--refresh-ahead S]
+                           --or-run: on a miss, run COMMAND (once among all callers, under the key's lease), store its
+                           stdout with --ttl and print it; a failing command exits 1 and, with --negative-ttl, is
+                           remembered (later calls exit 1 with "cached failure" without running it) until that expires
+                         """,
+                         valued: keyOpts.union(readThroughOptions).union(["--ttl"]), switches: ["--meta"], positionals: 1) { o, c in
         let key = try keyArg(o, "strata get KEY")
         guard let item = try c.get(key, namespace: try nsArg(o), tiers: try tiersOption(o), wantMeta: o.switches.contains("--meta")) else {
             printErr("not found: \(o.positionals[0])")
             return 1
         }
-        if o.switches.contains("--meta") {
-            printErr("version \(item.version), flags \(item.flags), \(item.value.count) bytes, from \(item.tier == 1 ? "memory" : "disk"), expires \(formatExpiry(item.expiresAt))")
-        }
-        writeBytes(item.value)
-        return 0
+        return printItem(item, o)
+    },
+    "invalidate": ClientCommand(usage: "strata invalidate KEY [--ns NS] [--tiers …]  (mark stale: served, flagged, until refreshed)",
+                                valued: keyOpts, switches: [], positionals: 1) { o, c in
+        let key = try keyArg(o, "strata invalidate KEY")
+        return try finish(c.call(.invalidate(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), version: nil)),
+                          notFoundMessage: "not found: \(o.positionals[0])")
     },
     "del": ClientCommand(usage: "strata del KEY [--ns NS] [--tiers …]", valued: keyOpts, switches: [], positionals: 1) { o, c in
         let key = try keyArg(o, "strata del KEY")
@@ -275,6 +297,17 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
     let timeout = try o.double("--timeout") ?? 5
     let token = try o.string("--auth-token-file").map(readToken)
+    if name == "get" && o.string("--or-run") != nil {
+        // Read-through lives in the cluster client: a cluster of this one node.
+        var c = ClusterConfiguration(nodes: [NodeAddress(host: host, port: port)])
+        c.replicas = 1
+        c.timeout = timeout
+        c.token = token
+        return try getOrRun(o, try ClusterClient(configuration: c))
+    }
+    for opt in readThroughOptions where opt != "--or-run" && o.string(opt) != nil {
+        throw UsageError(message: "\(opt) needs --or-run")
+    }
     let conn = try NodeConnection(host: host, port: port, timeout: timeout, token: token)
     defer { conn.close() }
     return try spec.run(o, conn)
@@ -347,16 +380,18 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         printOut("stored \(value.count) bytes on \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", ")), version \(v)")
         return 0
     case "get":
+        if o.string("--or-run") != nil { return try getOrRun(o, cluster) }
         let key = try keyArg(o, "strata get KEY")
         guard let item = try cluster.get(key, namespace: ns) else {
             printErr("not found: \(o.positionals[0])")
             return 1
         }
-        if o.switches.contains("--meta") {
-            printErr("version \(item.version), flags \(item.flags), \(item.value.count) bytes, expires \(formatExpiry(item.expiresAt))")
-        }
-        writeBytes(item.value)
-        return 0
+        return printItem(item, o)
+    case "invalidate":
+        let key = try keyArg(o, "strata invalidate KEY")
+        if try cluster.invalidate(key, namespace: ns) { return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
     case "del":
         let key = try keyArg(o, "strata del KEY")
         if try cluster.delete(key, namespace: ns) { return 0 }

@@ -11,7 +11,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--auth-token-file FILE] [--insecure] [--config FILE.json] [--log-level info]
                     [--max-connections 10000] [--idle-timeout SECONDS] [--frame-timeout 10]
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
-                    [--validate-images] [--image-pixel-limit 25000000]
+                    [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
+                    [--max-leases 100000]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -23,7 +24,8 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 /// The settings `serve` knows, by flag name (without dashes); each maps to the config.
 let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-limit", "max-item", "default-ttl",
                                "threads", "auth-token-file", "log-level", "max-connections", "idle-timeout",
-                               "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "image-pixel-limit"]
+                               "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "image-pixel-limit",
+                               "lease-timeout", "max-leases"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -115,6 +117,11 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
     if let v = try size("output-cap") { c.outputCap = v }
     if let v = try seconds("drain-time") { c.drainTime = v }
+    if let v = try seconds("lease-timeout") {
+        guard v > 0 else { throw UsageError(message: "--lease-timeout must be more than 0 seconds") }
+        c.leaseTimeout = v
+    }
+    if let v = try int("max-leases", min: 1) { c.maxLeases = v }
     if let v = s["log-level"] {
         guard let l = LogLevel(name: v) else { throw UsageError(message: "--log-level must be debug, info, warn or error, got '\(v)'") }
         c.logLevel = l

@@ -8,7 +8,11 @@ import StrataWire
 final class Cluster {
     let dirs = (0..<3).map { _ in TempDir() }
     var nodes: [NodeProcess?]
-    init() throws { nodes = try dirs.map { try NodeProcess(dataDir: $0.path) } }
+    let extra: [String]
+    init(extra: [String] = []) throws {
+        self.extra = extra
+        nodes = try dirs.map { try NodeProcess(dataDir: $0.path, extra: extra) }
+    }
     var addresses: [NodeAddress] { nodes.enumerated().map { NodeAddress(host: "127.0.0.1", port: ports[$0.offset]) } }
     lazy var ports: [UInt16] = nodes.map { $0!.port }
     var nodesFlag: String { addresses.map(\.name).joined(separator: ",") }
@@ -29,7 +33,7 @@ final class Cluster {
 
     /// Restarts node i on its data directory and its old port.
     func restart(_ i: Int) throws {
-        nodes[i] = try NodeProcess(dataDir: dirs[i].path, port: ports[i])
+        nodes[i] = try NodeProcess(dataDir: dirs[i].path, port: ports[i], extra: extra)
     }
 
     func index(of name: String) -> Int { addresses.firstIndex { $0.name == name }! }

@@ -114,8 +114,12 @@ final class DecoderTests: XCTestCase {
         get.tiers = 9
         XCTAssertEqual(status(get), .invalidArgument)
         get.tiers = 0
-        get.flags = 0x80
+        get.flags = 0x80 // STALE is a SET flag
         XCTAssertEqual(status(get), .invalidArgument)
+        get.flags = RequestFlags.all.rawValue // a FLUSH flag
+        XCTAssertEqual(status(get), .invalidArgument)
+        get.flags = RequestFlags([.lease, .wantMeta, .quiet]).rawValue
+        XCTAssertNil(status(get), "GET takes LEASE, WANT_META and QUIET")
         var set = Request.set(SetRequest(key: [1], value: [])).frame(id: 1)
         set.extras = [0, 0]
         XCTAssertEqual(status(set), .malformed)

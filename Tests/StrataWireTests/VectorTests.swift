@@ -35,7 +35,34 @@ final class VectorTests: XCTestCase {
         let foo = Array("foo".utf8)
         var validateSet = SetRequest(key: Array("bad.png".utf8), value: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
         validateSet.validateImage = true
+        let token: UInt64 = 0x075B_CD15
+        var setLease = SetRequest(key: Array("cold".utf8), value: Array("loaded".utf8)); setLease.mode = .lease; setLease.casVersion = token
+        setLease.expiry = .seconds(600)
+        var setLeaseLost = SetRequest(key: Array("cold".utf8), value: Array("late".utf8)); setLeaseLost.mode = .lease; setLeaseLost.casVersion = token
+        var setNegative = SetRequest(key: Array("bad-url".utf8), value: Array("HTTP 404".utf8)); setNegative.negative = true
+        setNegative.expiry = .seconds(30)
         return [
+            ("get_lease_granted", .get(GetRequest(key: Array("cold".utf8), lease: true)),
+             { Responses.withLease(Responses.status(to: $0, .notFound), token: token) }),
+            ("get_lease_filling", .get(GetRequest(key: Array("cold".utf8), lease: true)),
+             { Responses.withLease(Responses.status(to: $0, .notFound), token: nil) }),
+            ("get_lease_refresh_ahead", .get(GetRequest(key: Array("hot".utf8), lease: true, refreshAheadMillis: 5000)),
+             { Responses.withLease(Responses.get(to: $0, ItemPayload(value: Array("warm".utf8), flags: 0, expiresAt: 1_764_400_003_000_000,
+                                                                     extended: [], version: self.V, tier: 1)), token: token + 1) }),
+            ("get_stale", .get(GetRequest(key: Array("page".utf8))),
+             { Responses.get(to: $0, ItemPayload(value: Array("v1".utf8), flags: 0, expiresAt: 0, extended: [], version: self.V + 5,
+                                                 tier: 1, stale: true)) }),
+            ("get_negative", .get(GetRequest(key: Array("bad-url".utf8))),
+             { Responses.get(to: $0, ItemPayload(value: Array("HTTP 404".utf8), flags: 0, expiresAt: 1_764_400_030_000_000, extended: [],
+                                                 version: self.V + 6, tier: 1, negative: true)) }),
+            ("set_lease", .set(setLease), { Responses.status(to: $0, .ok, cas: self.V + 7) }),
+            ("set_lease_lost", .set(setLeaseLost),
+             { Responses.error(to: $0, .leaseLost, "the lease expired or was revoked (the key was deleted or invalidated); the value was not stored") }),
+            ("set_negative", .set(setNegative), { Responses.status(to: $0, .ok, cas: self.V + 6) }),
+            ("invalidate", .invalidate(namespace: [], key: Array("page".utf8), tiers: 0, version: nil), { Responses.status(to: $0, .ok, cas: self.V + 5) }),
+            ("invalidate_versioned", .invalidate(namespace: [], key: Array("page".utf8), tiers: 2, version: 400),
+             { Responses.status(to: $0, .superseded, cas: 500) }),
+            ("release", .release(namespace: [], key: Array("cold".utf8), token: token), { Responses.status(to: $0, .ok) }),
             ("hello", .hello(minVersion: 1, maxVersion: 1, token: Array("secret".utf8)),
              { Responses.hello(to: $0, version: 1, authenticated: true, startVersion: 0x0001_7000_0000_0000, server: "strata 0.1.0") }),
             ("ping", .ping, { Responses.status(to: $0, .ok) }),
@@ -159,6 +186,19 @@ final class VectorTests: XCTestCase {
         XCTAssertEqual(hello.server, "strata 0.1.0")
         XCTAssertTrue(hello.authenticated)
         XCTAssertEqual(hello.startVersion, 0x0001_7000_0000_0000)
+        // Read-through states.
+        let granted = try XCTUnwrap(client.decode(load("get_lease_granted.resp.hex"))).frame
+        XCTAssertEqual(Responses.leaseState(granted), .granted(token: 0x075B_CD15))
+        XCTAssertEqual(Responses.leaseState(try XCTUnwrap(client.decode(load("get_lease_filling.resp.hex"))).frame), .filling)
+        let refresh = try XCTUnwrap(client.decode(load("get_lease_refresh_ahead.resp.hex"))).frame
+        XCTAssertEqual(Responses.leaseState(refresh), .granted(token: 0x075B_CD16))
+        XCTAssertEqual(try Responses.parseGet(refresh).value, Array("warm".utf8))
+        let stale = try Responses.parseGet(XCTUnwrap(client.decode(load("get_stale.resp.hex"))).frame)
+        XCTAssertTrue(stale.stale)
+        XCTAssertFalse(stale.negative)
+        let negative = try Responses.parseGet(XCTUnwrap(client.decode(load("get_negative.resp.hex"))).frame)
+        XCTAssertTrue(negative.negative)
+        XCTAssertEqual(negative.value, Array("HTTP 404".utf8))
     }
 
     func testErrorVectors() throws {

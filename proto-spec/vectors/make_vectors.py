@@ -11,17 +11,21 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQ, RESP = 0x53, 0x73
 OPS = dict(HELLO=0x01, PING=0x02, QUIT=0x03, GET=0x10, MGET=0x11, SET=0x12, DELETE=0x13, TOUCH=0x14,
-           EXISTS=0x15, INCR=0x16, DECR=0x17, META=0x18, SCAN=0x19, FLUSH=0x1A, STATS=0x1B)
+           EXISTS=0x15, INCR=0x16, DECR=0x17, META=0x18, SCAN=0x19, FLUSH=0x1A, STATS=0x1B,
+           INVALIDATE=0x20, RELEASE=0x21)
 QUIET, WRITE_BEHIND, WANT_META, ALL = 0x01, 0x02, 0x04, 0x08
-OK, NOT_FOUND, EXISTS, CAS_MISMATCH, SUPERSEDED, NOT_A_NUMBER = 0, 1, 2, 3, 4, 5
+LEASE, NEGATIVE_FLAG, STALE_FLAG = 0x20, 0x40, 0x80
+R_STALE, R_LEASE, R_FILLING = 0x1, 0x2, 0x4  # response flags (the header's last word)
+OK, NOT_FOUND, EXISTS, CAS_MISMATCH, SUPERSEDED, NOT_A_NUMBER, NEGATIVE, LEASE_LOST = 0, 1, 2, 3, 4, 5, 6, 7
+TOKEN = 0x00000000075BCD15  # a lease token a node might grant
 INVALID_ARGUMENT, TOO_LARGE, UNKNOWN_OPCODE, MALFORMED, AUTH_REQUIRED, AUTH_FAILED = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
 V = 0x0001800000000001  # a version a node might assign
 
 
-def frame(magic, op, rid, flags=0, status=0, tiers=0, cas=0, extras=b"", ns=b"", key=b"", value=b"", version=1):
+def frame(magic, op, rid, flags=0, status=0, tiers=0, cas=0, extras=b"", ns=b"", key=b"", value=b"", version=1, rflags=0):
     body = extras + ns + key + value
     head = struct.pack(">BBBBHBBHHIIQI", magic, version, op, flags, status, tiers, len(ns), len(key), len(extras),
-                       len(body), rid, cas, 0)
+                       len(body), rid, cas, rflags)
     assert len(head) == 32
     return head + body
 
@@ -133,6 +137,42 @@ case("flush_all", "FLUSH with flag ALL",
 case("stats", "STATS: a JSON object (a small sample; real nodes send many more counters)",
      frame(REQ, OPS["STATS"], 80),
      frame(RESP, OPS["STATS"], 80, value=b'{"version":"0.1.0","uptime_s":5}'))
+# Read-through (§7.4.1, §7.17, §7.18).
+case("get_lease_granted", "GET with LEASE of a missing key: NOT_FOUND, response flag LEASE, the token in the key field",
+     frame(REQ, OPS["GET"], 110, flags=LEASE, key=b"cold"),
+     frame(RESP, OPS["GET"], 110, flags=LEASE, status=NOT_FOUND, rflags=R_LEASE, key=struct.pack(">Q", TOKEN)))
+case("get_lease_filling", "GET with LEASE while another client holds the lease: NOT_FOUND, response flag FILLING",
+     frame(REQ, OPS["GET"], 111, flags=LEASE, key=b"cold"),
+     frame(RESP, OPS["GET"], 111, flags=LEASE, status=NOT_FOUND, rflags=R_FILLING))
+case("get_lease_refresh_ahead", "GET with LEASE and a 5000 ms refresh-ahead window, a hit expiring within it: the value and the lease",
+     frame(REQ, OPS["GET"], 112, flags=LEASE, extras=struct.pack(">I", 5000), key=b"hot"),
+     frame(RESP, OPS["GET"], 112, flags=LEASE, tiers=1, cas=V, rflags=R_LEASE, extras=get_extras(0, 1764400003000000),
+           key=struct.pack(">Q", TOKEN + 1), value=b"warm"))
+case("get_stale", "GET of an invalidated key: OK with the old value and response flag STALE",
+     frame(REQ, OPS["GET"], 113, key=b"page"),
+     frame(RESP, OPS["GET"], 113, tiers=1, cas=V + 5, rflags=R_STALE, extras=get_extras(0, 0), value=b"v1"))
+case("get_negative", "GET of a negative entry: NEGATIVE, the failure's message as the value",
+     frame(REQ, OPS["GET"], 114, key=b"bad-url"),
+     frame(RESP, OPS["GET"], 114, status=NEGATIVE, tiers=1, cas=V + 6, extras=get_extras(0, 1764400030000000), value=b"HTTP 404"))
+case("set_lease", "SET mode lease (4) with the token in the CAS field: fills the key and releases the lease",
+     frame(REQ, OPS["SET"], 115, cas=TOKEN, extras=set_extras(4, expiry(2, 600)), key=b"cold", value=b"loaded"),
+     frame(RESP, OPS["SET"], 115, cas=V + 7))
+case("set_lease_lost", "SET mode lease whose lease expired or was revoked: LEASE_LOST, nothing stored",
+     frame(REQ, OPS["SET"], 116, cas=TOKEN, extras=set_extras(4), key=b"cold", value=b"late"),
+     frame(RESP, OPS["SET"], 116, status=LEASE_LOST,
+           value=b"the lease expired or was revoked (the key was deleted or invalidated); the value was not stored"))
+case("set_negative", "SET with NEGATIVE: remember for 30 s that bad-url failed to load",
+     frame(REQ, OPS["SET"], 117, flags=NEGATIVE_FLAG, extras=set_extras(0, expiry(2, 30)), key=b"bad-url", value=b"HTTP 404"),
+     frame(RESP, OPS["SET"], 117, flags=NEGATIVE_FLAG, cas=V + 6))
+case("invalidate", "INVALIDATE page: marked stale with a new version",
+     frame(REQ, OPS["INVALIDATE"], 118, key=b"page"),
+     frame(RESP, OPS["INVALIDATE"], 118, cas=V + 5))
+case("invalidate_versioned", "INVALIDATE with caller version 400 when 500 is stored (a late replica copy): SUPERSEDED",
+     frame(REQ, OPS["INVALIDATE"], 119, tiers=2, extras=struct.pack(">Q", 400), key=b"page"),
+     frame(RESP, OPS["INVALIDATE"], 119, status=SUPERSEDED, cas=500))
+case("release", "RELEASE a lease without filling (the loader failed)",
+     frame(REQ, OPS["RELEASE"], 120, cas=TOKEN, key=b"cold"),
+     frame(RESP, OPS["RELEASE"], 120))
 case("error_unknown_opcode", "An unknown opcode 0x7f: UNKNOWN_OPCODE with a message; the connection stays open",
      frame(REQ, 0x7F, 90), frame(RESP, 0x7F, 90, status=UNKNOWN_OPCODE, value=b"unknown opcode 0x7f"))
 case("error_auth_required", "GET before HELLO on a node with a token: AUTH_REQUIRED",
