@@ -505,17 +505,16 @@ public final class ClusterClient: @unchecked Sendable {
     }
 }
 
-import Dispatch
 
 // MARK: Async forms (each runs the blocking call on a worker thread; the caller's task is not
 // blocked).
 
 extension ClusterClient {
-    private static let asyncQueue = DispatchQueue(label: "strata.cluster.async", attributes: .concurrent)
-
+    /// Runs a blocking call on a `BlockingPool` thread (never a Dispatch or concurrency-pool
+    /// thread, which it could starve) and resumes the caller's task with its result.
     func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { cont in
-            Self.asyncQueue.async { cont.resume(with: Result { try body() }) }
+            BlockingPool.shared.run { cont.resume(with: Result { try body() }) }
         }
     }
 

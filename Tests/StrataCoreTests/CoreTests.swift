@@ -73,3 +73,23 @@ final class BytesTests: XCTestCase {
         XCTAssertEqual(Tiers.disk.description, "disk")
     }
 }
+
+final class BlockingPoolTests: XCTestCase {
+    /// Blocked jobs never hold up a new one: 40 jobs wait for the 41st, which must still run.
+    func testAJobNeverWaitsBehindBlockedJobs() {
+        let pool = BlockingPool(name: "test-pool", idleSeconds: 1)
+        let gate = Completion<Bool>()
+        let finished = Counter()
+        let allDone = Completion<Bool>()
+        for _ in 0..<40 {
+            pool.run {
+                _ = gate.wait()
+                finished.add()
+                if finished.load() == 40 { allDone.fulfil(true) }
+            }
+        }
+        pool.run { gate.fulfil(true) }
+        XCTAssertEqual(allDone.wait(seconds: 10), true, "the releasing job ran although 40 were blocked")
+        XCTAssertEqual(finished.load(), 40)
+    }
+}
