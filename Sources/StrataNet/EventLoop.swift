@@ -25,6 +25,7 @@ public final class EventLoop: @unchecked Sendable {
     private let taskLock = Lock()
     private var tasks: [() -> Void] = []
     private var stopping = false
+    private var endOfIteration: [() -> Void] = []
     public let index: Int
 
     public init(index: Int) throws(SystemError) {
@@ -82,6 +83,13 @@ public final class EventLoop: @unchecked Sendable {
         _ = Glibc.write(wakeFD, &one, 8)
     }
 
+    /// Runs `body` on the loop's thread once this iteration's events and tasks are handled
+    /// (loop thread only). Connections use it to write every response produced by one batch of
+    /// input or completions with one send instead of one send per response.
+    public func atEndOfIteration(_ body: @escaping () -> Void) {
+        endOfIteration.append(body)
+    }
+
     /// Makes `run` return after the current iteration. Thread-safe.
     public func stop() {
         taskLock.withLock { stopping = true }
@@ -118,6 +126,11 @@ public final class EventLoop: @unchecked Sendable {
                 return (t, stopping)
             }
             for t in pending { t() }
+            while !endOfIteration.isEmpty {
+                let due = endOfIteration
+                endOfIteration.removeAll(keepingCapacity: true)
+                for d in due { d() }
+            }
             let now = monotonicSeconds()
             if now - lastTick >= tickInterval {
                 lastTick = now

@@ -352,8 +352,17 @@ final class Connection: EventHandler, @unchecked Sendable {
             close(reason: "output cap")
             return
         }
-        flush()
+        // Responses produced in one loop iteration leave in one send.
+        if !flushScheduled {
+            flushScheduled = true
+            loop.atEndOfIteration { [self] in
+                flushScheduled = false
+                flush()
+            }
+        }
     }
+
+    private var flushScheduled = false
 
     private func flush() {
         guard !closed else { return }
