@@ -4,7 +4,7 @@ DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps venv build release test run bench-store soak clean
+.PHONY: deps venv build release test run bench-store soak soak-battery clean
 
 # Where `make run` keeps the node's data (override: make run DATA=/path PORT=7401).
 DATA ?= ./strata-data
@@ -61,6 +61,16 @@ soak: deps
 	  ASAN_OPTIONS=detect_leaks=0 fuzz/.build/release/fuzz-$$t -runs=$(FUZZ_RUNS) -max_len=65536 \
 	    -artifact_prefix=fuzz/artifacts/$$t- /tmp/strata-fuzz-$$t-corpus || exit 1; \
 	done
+	$(MAKE) soak-battery
+
+# The reliability battery at the issue's full counts (STRATA_SOAK=1): crash loop (100 kills),
+# a full tmpfs, SIGSTOP 10 s, a 30 s partition of 10,000 keys in network namespaces, 1,000,000
+# mutated frames, 1,000 length attacks at once. Prints each FIGURE line for RELIABILITY.md.
+soak-battery: deps
+	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	set -o pipefail; STRATA_SOAK=1 swift test --skip-build --disable-swift-testing $(SWIFT_BUILD_FLAGS) \
+	  --filter 'FaultTests|PartitionTests|HostileTests' 2>&1 | tee .build/soak.log
+	@grep '^FIGURE' .build/soak.log || true
 
 clean:
 	swift package clean

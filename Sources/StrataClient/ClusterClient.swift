@@ -493,6 +493,10 @@ public final class ClusterClient: @unchecked Sendable {
         throw ClusterError(message: "no node could serve a variant of \(keyText(request.key))", failures: failures)
     }
 
+    /// The nodes this client currently treats as dead (3 consecutive failures; probed again
+    /// after a backoff of 1 s doubling to 30 s).
+    public var deadNodes: [String] { configuration.nodes.filter { handles[$0.name]?.isDead ?? false }.map(\.name) }
+
     /// Runs `body` on one node by name (stats, flush, ping of every node).
     public func onNode<T>(_ name: String, _ body: (NodeConnection) throws -> T) throws -> T {
         guard let h = handles[name] else { throw ClusterError(message: "no node named \(name)", failures: []) }

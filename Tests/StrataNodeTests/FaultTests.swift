@@ -1,0 +1,173 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Counts for a battery test: the short one in `make test`, the issue's full one under
+/// `make soak` (STRATA_SOAK=1).
+func soakCount(short: Int, long: Int) -> Int {
+    ProcessInfo.processInfo.environment["STRATA_SOAK"] == nil ? short : long
+}
+
+/// A figure for RELIABILITY.md, printed on its own line (`make soak` collects them).
+func reportFigure(_ name: String, _ value: String) {
+    print("FIGURE \(name): \(value)")
+}
+
+/// Runs a command; exit status and combined output. For setup tools (mount, ip).
+@discardableResult
+func sh(_ args: [String]) -> (status: Int32, output: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    p.arguments = args
+    let dir = NSTemporaryDirectory() + "strata-sh-\(UInt32.random(in: 0...UInt32.max))"
+    FileManager.default.createFile(atPath: dir, contents: nil)
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    p.standardOutput = FileHandle(forWritingAtPath: dir)
+    p.standardError = FileHandle(forWritingAtPath: dir)
+    do { try p.run() } catch { return (127, "\(error)") }
+    p.waitUntilExit()
+    return (p.terminationStatus, (try? String(contentsOfFile: dir, encoding: .utf8)) ?? "")
+}
+
+/// Faults against real nodes: SIGKILL loops, a really full filesystem, a stopped process.
+final class FaultTests: XCTestCase {
+    /// Issue 8 item 4: SIGKILL the node at a random moment while 4 clients write; every
+    /// acknowledged write is there after the restart and the database passes `strata check`
+    /// (integrity_check + every row's checksum).
+    func testCrashLoopLosesNoAcknowledgedWriteAndCorruptsNothing() throws {
+        let rounds = soakCount(short: 6, long: 100)
+        let dir = TempDir()
+        var acked: [(String, String)] = []
+        var rng = SplitMix(seed: 0x5EED)
+        var lost = 0, corrupt = 0, unacked = 0
+        let t0 = monotonicSeconds()
+        for round in 0..<rounds {
+            let node = try NodeProcess(dataDir: dir.path)
+            lost += try countMissing(acked, on: node)
+            let got = SharedList<(String, String)>()
+            let tried = Counter()
+            let group = DispatchGroup()
+            for t in 0..<4 {
+                nonisolated(unsafe) let conn = try node.connect(timeout: 5)
+                group.enter()
+                Thread.detachNewThread {
+                    defer { group.leave() }
+                    for i in 0..<100_000 {
+                        let k = "r\(round)-t\(t)-\(i)", v = "value of \(k) " + String(repeating: "x", count: 150)
+                        tried.add()
+                        guard let f = try? conn.set(SetRequest(key: b(k), value: b(v))) else { return }
+                        if f.statusCode == .ok { got.append((k, v)) }
+                    }
+                }
+            }
+            usleep(UInt32(100_000 + rng.next() % 300_000))
+            kill(node.process.processIdentifier, SIGKILL)
+            node.process.waitUntilExit()
+            group.wait()
+            acked += got.all
+            unacked += tried.load() - got.all.count
+            let check = try runCLI(["check", "--data", dir.path])
+            if check.code != 0 { corrupt += 1 }
+            XCTAssertEqual(check.code, 0, "round \(round): \(String(decoding: check.out, as: UTF8.self)) \(check.err)")
+        }
+        let final = try NodeProcess(dataDir: dir.path)
+        lost += try countMissing(acked, on: final)
+        XCTAssertEqual(lost, 0, "acknowledged writes lost")
+        XCTAssertGreaterThan(acked.count, rounds * 10, "the clients wrote between the kills")
+        reportFigure("crash loop", "\(rounds) SIGKILLs, \(acked.count) acknowledged writes, \(lost) lost, \(corrupt) corrupt databases, \(unacked) writes in flight at a kill (may or may not be kept), \(String(format: "%.0f", monotonicSeconds() - t0)) s")
+    }
+
+    private func countMissing(_ acked: [(String, String)], on node: NodeProcess) throws -> Int {
+        let c = try node.connect()
+        var missing = 0
+        var i = 0
+        while i < acked.count {
+            let batch = Array(acked[i..<min(acked.count, i + 500)])
+            let f = try c.call(.mget(namespace: [], keys: batch.map { b($0.0) }, tiers: 2))
+            let items = try Responses.parseMGet(f, count: batch.count)
+            for (want, item) in zip(batch, items) where item?.value != b(want.1) { missing += 1 }
+            i += batch.count
+        }
+        return missing
+    }
+
+    /// Issue 8 item 5: the data directory on a real, small tmpfs. Writes fail with DISK_FULL,
+    /// reads keep working, nothing stored is damaged, and writes work again once space is freed.
+    func testAFullFilesystemRefusesWritesCleanlyAndRecovers() throws {
+        let mnt = TempDir()
+        let mounted = sh(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", mnt.path])
+        guard mounted.status == 0 else {
+            throw XCTSkip("needs privileges to mount a tmpfs (mount said: \(mounted.output.trimmingCharacters(in: .whitespacesAndNewlines)))")
+        }
+        defer { sh(["umount", "-l", mnt.path]) }
+        // Most of the filesystem is taken by another file; freeing it is "the operator cleans up".
+        let filler = mnt.path + "/filler"
+        FileManager.default.createFile(atPath: filler, contents: Data(count: 14 << 20))
+        let data = mnt.path + "/data"
+        var node: NodeProcess? = try NodeProcess(dataDir: data, extra: ["--memory-limit", "256MiB"])
+        let c = try node!.connect()
+        var rng = SplitMix(seed: 42)
+        func value() -> [UInt8] { (0..<(64 << 10)).map { _ in UInt8(truncatingIfNeeded: rng.next()) } }
+        var acked: [([UInt8], [UInt8])] = []
+        var refused: Status?
+        for i in 0..<400 {
+            let k = b("big-\(i)"), v = value()
+            let f = try c.set(SetRequest(key: k, value: v))
+            if f.statusCode == .ok { acked.append((k, v)) } else { refused = f.statusCode; break }
+        }
+        XCTAssertEqual(refused, .diskFull, "a full filesystem is reported as DISK_FULL")
+        XCTAssertGreaterThan(acked.count, 10)
+        try c.ping()
+        // Reads keep working, from disk.
+        for (k, v) in acked { XCTAssertEqual(try c.get(k, tiers: 2)?.value, v) }
+        // Space comes back: writes succeed again.
+        try FileManager.default.removeItem(atPath: filler)
+        var recovered = false
+        for i in 0..<50 where !recovered {
+            let k = b("after-\(i)"), v = value()
+            if try c.set(SetRequest(key: k, value: v)).statusCode == .ok { acked.append((k, v)); recovered = true } else { usleep(100_000) }
+        }
+        XCTAssertTrue(recovered, "writes succeed once space is freed")
+        XCTAssertEqual(node!.terminate(), 0)
+        node = nil
+        let check = try runCLI(["check", "--data", data])
+        XCTAssertEqual(check.code, 0, String(decoding: check.out, as: UTF8.self) + check.err)
+        let again = try NodeProcess(dataDir: data)
+        let c2 = try again.connect()
+        var intact = 0
+        for (k, v) in acked where try c2.get(k, tiers: 2)?.value == v { intact += 1 }
+        XCTAssertEqual(intact, acked.count, "every acknowledged write survives the full disk and a restart")
+        reportFigure("disk full (24 MiB tmpfs)", "\(acked.count) acknowledged 64 KiB writes, refused with \(refused?.description ?? "-"), all readable, writes resumed after freeing space, check clean")
+    }
+
+    /// Issue 8 item 10 (second part): a node stopped with SIGSTOP never makes a request wait
+    /// longer than the client's timeout + 1 s; the other nodes keep serving.
+    func testAStoppedNodeNeverHoldsARequestPastItsTimeout() throws {
+        let cluster = try Cluster()
+        let client = try cluster.client { $0.replicas = 3; $0.ack = .majority; $0.read = .quorum; $0.timeout = 0.5 }
+        for i in 0..<50 { _ = try client.set(b("pre-\(i)"), b("v\(i)")) }
+        let stopped = cluster.nodes[1]!.process.processIdentifier
+        kill(stopped, SIGSTOP)
+        defer { kill(stopped, SIGCONT) }
+        let pause = Double(soakCount(short: 3, long: 10))
+        let end = monotonicSeconds() + pause
+        var worst = 0.0, ops = 0, failed = 0
+        var i = 0
+        while monotonicSeconds() < end {
+            let t0 = monotonicSeconds()
+            do {
+                if i % 2 == 0 { _ = try client.set(b("during-\(i)"), b("x")) } else { _ = try client.get(b("pre-\(i % 50)")) }
+            } catch { failed += 1 }
+            worst = max(worst, monotonicSeconds() - t0)
+            ops += 1
+            i += 1
+        }
+        kill(stopped, SIGCONT)
+        XCTAssertLessThan(worst, 0.5 + 1, "no request waits longer than its timeout + 1 s")
+        XCTAssertEqual(failed, 0, "a majority is still up: every operation succeeds")
+        XCTAssertTrue(client.deadNodes.contains(cluster.addresses[1].name), "the stopped node is marked dead")
+        reportFigure("SIGSTOP \(Int(pause)) s", "\(ops) operations, \(failed) failed, slowest \(String(format: "%.3f", worst)) s (timeout 0.5 s)")
+    }
+}
