@@ -135,7 +135,16 @@ final class PartitionTests: XCTestCase {
         // after its backoff).
         var diverged = keys
         let convergeStart = monotonicSeconds()
-        let direct = try hosts.map { try NodeConnection(host: $0.address, port: 7400, timeout: 2) }
+        // Right after the link comes back the neighbour entry may still be failed: retry.
+        let direct = try hosts.map { h -> NodeConnection in
+            let deadline = monotonicSeconds() + 15
+            while true {
+                do { return try NodeConnection(host: h.address, port: 7400, timeout: 2) } catch {
+                    if monotonicSeconds() > deadline { throw error }
+                    usleep(200_000)
+                }
+            }
+        }
         while diverged > 0 && monotonicSeconds() - convergeStart < 60 {
             diverged = 0
             for k in 0..<keys {
