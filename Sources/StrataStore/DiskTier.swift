@@ -96,6 +96,8 @@ final class DiskTier: @unchecked Sendable {
     private var pending: [DiskJob] = []
     private var stopping = false
     private var writerStarted = false
+    /// A quick_check is running (started at open, or because a statement reported corruption).
+    private let quickCheckRunning = Atomic<Bool>(false)
     private var batchPeak = 0.0
     /// Writes worth waiting for before a commit: three quarters of the recent peak batch.
     private var gatherTarget: Double { batchPeak >= 4 ? batchPeak * 0.9 : 0 }
@@ -254,9 +256,7 @@ final class DiskTier: @unchecked Sendable {
             throw StoreError(.io, "cannot start the disk notifier thread")
         }
         writerStarted = true
-        if config.quickCheckOnOpen {
-            startThread(name: "strata-qcheck") { [self] in runQuickCheck() }
-        }
+        if config.quickCheckOnOpen { startQuickCheck() }
     }
 
     /// Drains every queued write, flushes access times, checkpoints and closes.
@@ -287,12 +287,19 @@ final class DiskTier: @unchecked Sendable {
 
     var queuedJobs: Int { queue.withLock { pending.count } }
 
-    private func runQuickCheck() {
-        guard let db = try? SQLiteConnection(path: dbPath, readOnly: true) else { return }
-        let rows = (try? db.textRows("PRAGMA quick_check")) ?? ["quick_check could not run"]
-        if rows != ["ok"] {
-            enqueue(DiskJob(.quarantine(reason: "quick_check: " + rows.prefix(3).joined(separator: "; "))) { _ in })
+    /// Runs `PRAGMA quick_check` on its own thread unless one is already running; a failed
+    /// check quarantines the file (the writer moves it aside and starts a fresh one).
+    private func startQuickCheck() {
+        guard quickCheckRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+        let started = startThread(name: "strata-qcheck") { [self] in
+            defer { quickCheckRunning.store(false, ordering: .releasing) }
+            guard let db = try? SQLiteConnection(path: dbPath, readOnly: true) else { return }
+            let rows = (try? db.textRows("PRAGMA quick_check")) ?? ["quick_check could not run"]
+            if rows != ["ok"] {
+                enqueue(DiskJob(.quarantine(reason: "quick_check: " + rows.prefix(3).joined(separator: "; "))) { _ in })
+            }
         }
+        if !started { quickCheckRunning.store(false, ordering: .releasing) }
     }
 
     // MARK: Writer thread
@@ -462,7 +469,12 @@ final class DiskTier: @unchecked Sendable {
 
     func mapError(_ e: SQLiteError, doing what: String) -> StoreError {
         if e.isFull { return StoreError(.diskFull, "disk full while \(what) (\(directory)); nothing was stored") }
-        if e.isCorruption { return StoreError(.corrupt, "database corrupt while \(what): \(e.message)") }
+        if e.isCorruption {
+            // Damage a statement ran into: check the whole file now, and quarantine it if the
+            // check fails, instead of answering errors until the next open.
+            startQuickCheck()
+            return StoreError(.corrupt, "database corrupt while \(what): \(e.message)")
+        }
         return StoreError(.io, "\(what): \(e)")
     }
 
