@@ -4,7 +4,7 @@ DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps venv build release test run bench-store soak soak-battery clean
+.PHONY: deps venv build release test run bench-store soak soak-battery sanitize clean
 
 # Where `make run` keeps the node's data (override: make run DATA=/path PORT=7401).
 DATA ?= ./strata-data
@@ -71,6 +71,21 @@ soak-battery: deps
 	set -o pipefail; STRATA_SOAK=1 swift test --skip-build --disable-swift-testing $(SWIFT_BUILD_FLAGS) \
 	  --filter 'FaultTests|PartitionTests|HostileTests|HostileClientTests' 2>&1 | tee .build/soak.log
 	@grep '^FIGURE' .build/soak.log || true
+
+# Every test under ThreadSanitizer, then AddressSanitizer, each in its own build directory; the
+# nodes the end-to-end tests start are the instrumented binaries too. Reports go to
+# .build/sanitize/<tool>/ (one file per process that reported); any report fails the target.
+# LeakSanitizer is off (detect_leaks=0): the Swift runtime's never-freed metadata would drown it.
+sanitize: deps
+	rm -rf .build/sanitize && mkdir -p .build/sanitize/thread .build/sanitize/address
+	swift build --build-tests --sanitize=thread --build-path .build-tsan
+	TSAN_OPTIONS="log_path=$(CURDIR)/.build/sanitize/thread/report halt_on_error=0" \
+	  swift test --skip-build --build-path .build-tsan --sanitize=thread --disable-swift-testing 2>&1 | tail -3
+	swift build --build-tests --sanitize=address --build-path .build-asan
+	ASAN_OPTIONS="log_path=$(CURDIR)/.build/sanitize/address/report detect_leaks=0 halt_on_error=0" \
+	  swift test --skip-build --build-path .build-asan --sanitize=address --disable-swift-testing 2>&1 | tail -3
+	@n=$$(ls .build/sanitize/thread .build/sanitize/address | grep -c report || true); \
+	  echo "sanitizer reports: $$n"; [ "$$n" = 0 ]
 
 clean:
 	swift package clean

@@ -127,4 +127,40 @@ final class HostileClientTests: XCTestCase {
         XCTAssertLessThan(during, max(0.05, baseline * 20), "other clients keep answering quickly")
         reportFigure("client that never reads", "cut off at the 4 MiB output cap; another client's GET p99 \(String(format: "%.3f", during * 1000)) ms during vs \(String(format: "%.3f", baseline * 1000)) ms before (\(String(format: "%.1f", during / baseline))×)")
     }
+
+    /// Issue 8 item 9: with a token set, many wrong tokens never authenticate, and nothing but
+    /// HELLO and PING is served before authentication.
+    func testWrongTokensNeverAuthenticate() throws {
+        let attempts = soakCount(short: 1_000, long: 10_000)
+        let dir = TempDir()
+        let tokenFile = dir.path + "/token"
+        try "the-right-token\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--auth-token-file", tokenFile])
+        var rng = SplitMix(seed: 3)
+        var successes = 0, refused = 0
+        for i in 0..<attempts {
+            let c = try node.connect()
+            // Wrong tokens of every length, including the right one's prefix and one byte off.
+            var token = b("the-right-token")
+            switch i % 3 {
+            case 0: token = (0..<Int(rng.next() % 64)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            case 1: token.removeLast(1 + Int(rng.next() % 5))
+            default: token[Int(rng.next() % UInt64(token.count))] ^= 1
+            }
+            let f = try c.call(.hello(minVersion: 1, maxVersion: 1, token: token))
+            if f.statusCode == .ok { successes += 1 } else if f.statusCode == .authFailed { refused += 1 }
+            c.close()
+        }
+        XCTAssertEqual(successes, 0)
+        XCTAssertEqual(refused, attempts)
+        // Before authentication only HELLO and PING are served.
+        let anon = try node.connect()
+        for r in [Request.get(GetRequest(key: b("k"))), .stats, .set(SetRequest(key: b("k"), value: b("v"))), .flush(namespace: [], all: true)] {
+            XCTAssertEqual(try anon.call(r).statusCode, .authRequired)
+        }
+        try anon.ping()
+        let stats = try JSONSerialization.jsonObject(with: Data(try node.connect(token: b("the-right-token")).stats().utf8)) as! [String: Any]
+        XCTAssertEqual(stats["auth_failures"] as? Int, attempts)
+        reportFigure("authentication", "\(attempts) wrong tokens: \(successes) successes, \(refused) AUTH_FAILED (counted); GET/STATS/SET/FLUSH before HELLO: AUTH_REQUIRED")
+    }
 }
