@@ -32,7 +32,7 @@ let package = Package(
         // Entry points shared by the libFuzzer targets in fuzz/ and the corpus replay test.
         .target(name: "StrataFuzzEntries", dependencies: ["StrataWire", "StrataImage", "StrataStore"]),
 
-        .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore", "StrataImage"], path: "bench/strata-bench"),
+        .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore", "StrataImage", "StrataClient"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
         // A child process for the read-through test: many threads call getOrLoad on one key.

@@ -46,6 +46,9 @@ public struct ClusterConfiguration: Sendable {
     public var rejoinWindow: Double = 3600
     /// Keys whose write missed a node, remembered so reads compare versions (bounded).
     public var maxHints = 10_000
+    /// Idle connections kept per node for reuse (a thread that finds none opens one; beyond
+    /// this many idle, a returned connection is closed). Size it to the caller's concurrency.
+    public var maxIdleConnectionsPerNode = 16
     public var clock: any Clock = SystemClock()
     public init(nodes: [NodeAddress]) { self.nodes = nodes }
 }
@@ -72,8 +75,10 @@ final class NodeHandle: @unchecked Sendable {
     let timeout: Double
     let token: [UInt8]?
 
-    init(address: NodeAddress, timeout: Double, token: [UInt8]?) {
-        self.address = address; self.timeout = timeout; self.token = token
+    let maxIdle: Int
+
+    init(address: NodeAddress, timeout: Double, token: [UInt8]?, maxIdle: Int = 16) {
+        self.address = address; self.timeout = timeout; self.token = token; self.maxIdle = maxIdle
     }
 
     var isDead: Bool { lock.withLock { failures >= 3 && monotonicSeconds() < deadUntil } }
@@ -101,7 +106,7 @@ final class NodeHandle: @unchecked Sendable {
             lock.withLock {
                 failures = 0
                 backoff = 1
-                if idle.count < 8 { idle.append(conn) }
+                if idle.count < maxIdle { idle.append(conn) }
             }
             return r
         } catch let e as ClientError where e.kind != .server {
@@ -161,7 +166,8 @@ public final class ClusterClient: @unchecked Sendable {
         self.configuration = configuration
         ring = HashRing(members: configuration.nodes.map { .init(name: $0.name) }, pointsPerWeight: configuration.pointsPerWeight)
         var h: [String: NodeHandle] = [:]
-        for n in configuration.nodes { h[n.name] = NodeHandle(address: n, timeout: configuration.timeout, token: configuration.token) }
+        for n in configuration.nodes { h[n.name] = NodeHandle(address: n, timeout: configuration.timeout, token: configuration.token,
+                                                        maxIdle: configuration.maxIdleConnectionsPerNode) }
         handles = h
         hlc = HybridLogicalClock(clock: configuration.clock)
     }

@@ -76,9 +76,15 @@ public final class EventLoop: @unchecked Sendable {
         handlers[fd] = nil
     }
 
-    /// Runs `task` on the loop's thread soon. Thread-safe.
+    /// Runs `task` on the loop's thread soon. Thread-safe. Only the task that finds the queue
+    /// empty wakes the loop (one eventfd write per batch, not per task): the loop takes the
+    /// whole queue at once, so later tasks ride on that wake-up.
     public func execute(_ task: @escaping () -> Void) {
-        taskLock.withLock { tasks.append(task) }
+        let wake = taskLock.withLock { () -> Bool in
+            tasks.append(task)
+            return tasks.count == 1
+        }
+        guard wake else { return }
         var one: UInt64 = 1
         _ = Glibc.write(wakeFD, &one, 8)
     }

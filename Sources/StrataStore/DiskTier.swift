@@ -546,7 +546,7 @@ final class DiskTier: @unchecked Sendable {
         }
     }
 
-    struct FoundRow { var row: DiskRow; var gen: Int64; var checksum: Int64 }
+    struct FoundRow { var row: DiskRow; var gen: Int64; var checksum: Int64; var access: Int64 = 0 }
 
     private func readRow(_ db: SQLiteConnection, nsID: Int64, key: [UInt8], withValue: Bool) throws -> FoundRow? {
         let sql = withValue
@@ -876,13 +876,16 @@ final class DiskTier: @unchecked Sendable {
         let now = clock.nowMicros()
         let found: FoundRow? = try withReader { db in
             let s = try db.statement(
-                "SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value) FROM items WHERE ns=? AND key=?")
+                "SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value), access FROM items WHERE ns=? AND key=?")
             s.bind(1, nsID)
             s.bind(2, key)
             defer { s.reset() }
             guard try s.step() else { return nil }
             if s.int(0) != ns.generation { return nil }
-            if let row = decodeRow(s, key: key, withValue: withValue) { return row }
+            if var row = decodeRow(s, key: key, withValue: withValue) {
+                row.access = s.int(11)
+                return row
+            }
             // Checksum or decode failure: a damaged item is a miss, removed and counted.
             let checksum = s.int(9)
             counters.corruptItems.add(1, ordering: .relaxed)
@@ -896,7 +899,9 @@ final class DiskTier: @unchecked Sendable {
         }
         if countStats {
             if f.row.state.tombstone { counters.misses.add(1, ordering: .relaxed) } else { counters.hits.add(1, ordering: .relaxed) }
-            recordAccess(nsID: nsID, key: key, now: now)
+            // An item's access time moves at most once per `accessResolution`: a read must not
+            // turn into a write every time (memcached bumps an item at most once a minute).
+            if Double(now / 1_000_000 - f.access) >= config.accessResolution { recordAccess(nsID: nsID, key: key, now: now) }
         }
         return f.row
     }

@@ -122,7 +122,7 @@ final class MemoryLimitTests: XCTestCase {
 
 final class DiskLimitTests: XCTestCase {
     func testDiskCountLimitEvictsLeastRecentlyUsed() throws {
-        let f = try StoreFixture { $0.diskCountLimit = 10 }
+        let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1 }
         for i in 0..<10 {
             _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
             f.clock.advance(seconds: 1)
@@ -136,6 +136,22 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertNil(try f.store.get(bytes("k1"), tiers: .disk))
         XCTAssertNotNil(try f.store.get(bytes("k0"), tiers: .disk))
         XCTAssertNotNil(try f.store.get(bytes("new"), tiers: .disk))
+    }
+
+    func testReadsMoveTheAccessTimeAtMostOncePerResolution() throws {
+        let f = try StoreFixture() // accessResolution 60 s
+        _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        let written = try accessOf(f, "k")
+        f.clock.advance(seconds: 30)
+        for _ in 0..<5 { XCTAssertNotNil(try f.store.get(bytes("k"), tiers: .disk)) }
+        try f.store.sync()
+        usleep(100_000)
+        try f.store.sync()
+        XCTAssertEqual(try accessOf(f, "k"), written, "reads within the resolution write nothing")
+        f.clock.advance(seconds: 31)
+        XCTAssertNotNil(try f.store.get(bytes("k"), tiers: .disk))
+        XCTAssertTrue(try eventually { try f.store.sync(); return try self.accessOf(f, "k") == written + 61 })
     }
 
     private func accessOf(_ f: StoreFixture, _ key: String) throws -> Int64 {

@@ -1,15 +1,21 @@
 import Glibc
+import StrataClient
 import StrataCore
 import StrataNet
+import StrataWire
 
 /// `strata-bench run`: network load against Strata, memcached and Redis with one load loop;
 /// only the codec differs per target.
 struct NetBench {
     struct Target {
-        let kind: String       // strata | memcached | redis
+        let kind: String       // strata | memcached | redis | cluster
         let host: String
         let port: UInt16
-        var label: String { "\(kind)@\(host):\(port)" }
+        /// A cluster target's nodes (the first is `host:port`).
+        var nodes: [(host: String, port: UInt16)] = []
+        /// Server processes whose CPU is counted (--server-pid, else found from the ports).
+        var pids: [Int32] = []
+        var label: String { kind == "cluster" ? "cluster(\(nodes.count))@\(host):\(port)" : "\(kind)@\(host):\(port)" }
     }
 
     struct Workload {
@@ -25,6 +31,10 @@ struct NetBench {
         var preload = true
         var strataTiers: UInt8 = 0
         var strataWriteBehind = false
+        /// Copies per key for a cluster target.
+        var replicas = 2
+        /// Report the servers' resident memory per item after the preload.
+        var memoryReport = false
     }
 
     struct Result {
@@ -49,13 +59,19 @@ struct NetBench {
     usage: strata-bench run --target KIND=HOST:PORT [--target …] [--get-ratio 0.9] [--keys 100000]
              [--zipf 0.99] [--value-size 100 | --value-size 100-1000] [--connections 50] [--pipeline 1]
              [--duration 5] [--ops N] [--no-preload] [--tiers memory|disk|all] [--write-behind]
-             [--rounds 1] [--json] [--svg FILE]
-      KIND is strata, memcached (text protocol) or redis (RESP). With several targets and rounds,
-      targets run alternately (A B A B …) and each figure is the median; ratios are to the first.
+             [--replicas 2] [--server-pid PID …] [--memory-report] [--rounds 1] [--json] [--svg FILE]
+      KIND is strata, memcached (text protocol), redis (RESP), or cluster=H:P,H:P,… (a Strata
+      cluster through the cluster client: ring placement, --replicas copies, pipeline 1).
+      --server-pid gives the server's PID for CPU per operation (one per target, in order; by
+      default found from the listening port; a cluster sums its nodes). --memory-report prints
+      each server's resident memory per item (beyond key and value) after the preload.
+      With several targets and rounds, targets run alternately (A B A B …) and each figure is
+      the median; ratios are to the first.
     """
 
     init(arguments: [String]) throws {
         var targets: [Target] = []
+        var pids: [Int32] = []
         var w = Workload()
         var rounds = 1, json = false
         var svg: String? = nil
@@ -72,6 +88,17 @@ struct NetBench {
         while i < arguments.count {
             let a = arguments[i]
             switch a {
+            case "--target" where (i + 1 < arguments.count && arguments[i + 1].hasPrefix("cluster=")):
+                let v = String(try value().dropFirst("cluster=".count))
+                var nodes: [(String, UInt16)] = []
+                for part in v.split(separator: ",") {
+                    guard let colon = part.lastIndex(of: ":"), let port = UInt16(part[part.index(after: colon)...]) else {
+                        throw UsageError(message: "--target cluster= needs HOST:PORT,HOST:PORT,…; '\(part)' is not")
+                    }
+                    nodes.append((String(part[..<colon]), port))
+                }
+                guard let first = nodes.first else { throw UsageError(message: "--target cluster= needs at least one node") }
+                targets.append(Target(kind: "cluster", host: first.0, port: first.1, nodes: nodes))
             case "--target":
                 let v = try value()
                 guard let eq = v.firstIndex(of: "="), let colon = v.lastIndex(of: ":"),
@@ -103,6 +130,11 @@ struct NetBench {
                 guard let t = Tiers(name: v) else { throw UsageError(message: "--tiers must be memory, disk or all") }
                 w.strataTiers = t.rawValue
             case "--write-behind": w.strataWriteBehind = true
+            case "--replicas": w.replicas = max(1, Int(try number(try value(), a)))
+            case "--server-pid":
+                guard let p = Int32(try value()), p > 0 else { throw UsageError(message: "--server-pid must be a process id") }
+                pids.append(p)
+            case "--memory-report": w.memoryReport = true
             case "--rounds": rounds = max(1, Int(try number(try value(), a)))
             case "--json": json = true
             case "--svg": svg = try value()
@@ -111,6 +143,11 @@ struct NetBench {
             i += 1
         }
         guard !targets.isEmpty else { throw UsageError(message: "give at least one --target\n\(Self.usage)") }
+        guard pids.count <= targets.count else { throw UsageError(message: "more --server-pid than --target") }
+        for (i, p) in pids.enumerated() { targets[i].pids = [p] }
+        if targets.contains(where: { $0.kind == "cluster" }) && w.pipeline > 1 {
+            throw UsageError(message: "a cluster target runs at pipeline 1 (the cluster client is not pipelined)")
+        }
         guard w.duration > 0 || w.maxOps < Int.max else { throw UsageError(message: "give --duration or --ops") }
         self.targets = targets; workload = w; self.rounds = rounds; self.json = json; svgPath = svg
     }
@@ -130,10 +167,19 @@ struct NetBench {
     func run() throws {
         var results: [[Result]] = Array(repeating: [], count: targets.count)
         let keys = KeySpace(count: workload.keys, zipf: workload.zipf)
-        for (i, t) in targets.enumerated() where workload.preload {
+        for t in targets where workload.preload {
+            let pids = serverPIDs(t)
+            func resident(_ field: String) -> Int { pids.reduce(0) { $0 + residentBytes(pid: $1, field: field) } }
+            let before = (all: resident("VmRSS"), anon: resident("RssAnon"))
             try preload(t, keys)
             if !json { printErr("preloaded \(workload.keys) keys into \(t.label)") }
-            _ = i
+            if workload.memoryReport {
+                usleep(500_000)
+                let all = resident("VmRSS") - before.all, anon = resident("RssAnon") - before.anon
+                let payload = 14 + (workload.valueMin + workload.valueMax) / 2
+                func perItem(_ bytes: Int) -> Int { Int((Double(bytes) / Double(workload.keys) - Double(payload)).rounded()) }
+                print("memory \(t.label): \(workload.keys) items of \(payload) B (key + value): anonymous +\(anon >> 20) MiB = \(perItem(anon)) B per item beyond key and value; all resident (with mapped files) +\(all >> 20) MiB = \(perItem(all)) B")
+            }
         }
         for round in 0..<rounds {
             for (i, t) in targets.enumerated() {
@@ -144,8 +190,45 @@ struct NetBench {
         report(results)
     }
 
-    /// Writes every key once (pipelined), so gets hit.
+    /// The processes whose CPU and memory count for `t`.
+    func serverPIDs(_ t: Target) -> [Int32] {
+        if !t.pids.isEmpty { return t.pids }
+        if t.kind == "cluster" { return t.nodes.compactMap { pidListening(port: $0.port) } }
+        return pidListening(port: t.port).map { [$0] } ?? []
+    }
+
+    func clusterClient(_ t: Target) throws -> ClusterClient {
+        var c = ClusterConfiguration(nodes: t.nodes.map { NodeAddress(host: $0.host, port: $0.port) })
+        c.replicas = min(workload.replicas, t.nodes.count)
+        c.timeout = 5
+        c.maxIdleConnectionsPerNode = workload.connections + 8
+        return try ClusterClient(configuration: c)
+    }
+
+    /// Writes every key once (pipelined; a cluster through the client on 8 threads), so gets hit.
     func preload(_ t: Target, _ keys: KeySpace) throws {
+        if t.kind == "cluster" {
+            let client = try clusterClient(t)
+            let failures = Counter()
+            let group = Completion<Void>()
+            let done = Counter()
+            let threads = 8
+            for th in 0..<threads {
+                startThread(name: "bench-preload") {
+                    var rng = SplitMix(seed: 42 &+ UInt64(th))
+                    var i = th
+                    while i < keys.count {
+                        if (try? client.set(keys.key(i), self.valueBytes(&rng))) == nil { failures.add() }
+                        i += threads
+                    }
+                    done.add()
+                    if done.load() == threads { group.fulfil(()) }
+                }
+            }
+            group.wait()
+            if failures.load() > 0 { throw UsageError(message: "preload of \(t.label): \(failures.load()) writes failed") }
+            return
+        }
         var codec = codec(for: t)
         let conn = try RawConnection(host: t.host, port: t.port)
         var rng = SplitMix(seed: 42)
@@ -170,8 +253,13 @@ struct NetBench {
     }
 
     func measure(_ t: Target, _ keys: KeySpace, seed: UInt64) throws -> Result {
-        let pid = pidListening(port: t.port)
-        let cpu0 = pid.flatMap(cpuSeconds)
+        let pids = serverPIDs(t)
+        func cpuNow() -> Double? {
+            let each = pids.compactMap(cpuSeconds)
+            return each.isEmpty || each.count < pids.count ? nil : each.reduce(0, +)
+        }
+        let cpu0 = cpuNow()
+        let cluster = t.kind == "cluster" ? try clusterClient(t) : nil
         let perThread = SharedResults()
         let opsLeft = Counter()
         if workload.maxOps < Int.max { opsLeft.add(workload.maxOps) }
@@ -188,34 +276,58 @@ struct NetBench {
                 var codec = codecForThread
                 var rng = SplitMix(seed: seed &* 1000 &+ UInt64(c))
                 do {
-                    let conn = try RawConnection(host: t.host, port: t.port)
-                    var out: [UInt8] = []
-                    while monotonicSeconds() < deadline {
-                        var batch = w.pipeline
-                        if w.maxOps < Int.max {
-                            let left = opsLeft.load()
-                            if left <= 0 { break }
-                            batch = min(batch, left)
-                            opsLeft.add(-batch)
-                        }
-                        out.removeAll(keepingCapacity: true)
-                        for _ in 0..<batch {
-                            let key = keys.key(keys.next(&rng))
-                            if Double(rng.next() % 10_000) / 10_000 < w.getRatio { codec.appendGet(key, into: &out) } else {
-                                codec.appendSet(key, self.valueBytes(&rng), into: &out)
+                    if let client = cluster {
+                        // One operation at a time through the cluster client (ring + replicas).
+                        while monotonicSeconds() < deadline {
+                            if w.maxOps < Int.max {
+                                if opsLeft.load() <= 0 { break }
+                                opsLeft.add(-1)
                             }
-                        }
-                        let t0 = monotonicSeconds()
-                        try conn.send(out)
-                        for _ in 0..<batch {
-                            let r = try conn.readReply(codec)
+                            let key = keys.key(keys.next(&rng))
+                            let t0 = monotonicSeconds()
+                            do {
+                                if Double(rng.next() % 10_000) / 10_000 < w.getRatio {
+                                    if try client.get(key) != nil { result.hits += 1 } else { result.misses += 1 }
+                                } else {
+                                    _ = try client.set(key, self.valueBytes(&rng))
+                                }
+                            } catch {
+                                result.errors += 1
+                                if result.firstError == nil { result.firstError = "\(error)" }
+                            }
                             result.histogram.record(micros: (monotonicSeconds() - t0) * 1e6)
                             result.ops += 1
-                            switch r {
-                            case .hit: result.hits += 1
-                            case .miss: result.misses += 1
-                            case .stored: break
-                            case .error(let e): result.errors += 1; if result.firstError == nil { result.firstError = e }
+                        }
+                    } else {
+                        let conn = try RawConnection(host: t.host, port: t.port)
+                        var out: [UInt8] = []
+                        while monotonicSeconds() < deadline {
+                            var batch = w.pipeline
+                            if w.maxOps < Int.max {
+                                let left = opsLeft.load()
+                                if left <= 0 { break }
+                                batch = min(batch, left)
+                                opsLeft.add(-batch)
+                            }
+                            out.removeAll(keepingCapacity: true)
+                            for _ in 0..<batch {
+                                let key = keys.key(keys.next(&rng))
+                                if Double(rng.next() % 10_000) / 10_000 < w.getRatio { codec.appendGet(key, into: &out) } else {
+                                    codec.appendSet(key, self.valueBytes(&rng), into: &out)
+                                }
+                            }
+                            let t0 = monotonicSeconds()
+                            try conn.send(out)
+                            for _ in 0..<batch {
+                                let r = try conn.readReply(codec)
+                                result.histogram.record(micros: (monotonicSeconds() - t0) * 1e6)
+                                result.ops += 1
+                                switch r {
+                                case .hit: result.hits += 1
+                                case .miss: result.misses += 1
+                                case .stored: break
+                                case .error(let e): result.errors += 1; if result.firstError == nil { result.firstError = e }
+                                }
                             }
                         }
                     }
@@ -236,7 +348,7 @@ struct NetBench {
             total.firstError = total.firstError ?? r.firstError
             total.histogram.merge(r.histogram)
         }
-        if let p = pid, let c0 = cpu0, let c1 = cpuSeconds(p) { total.cpuSeconds = c1 - c0 }
+        if let c0 = cpu0, let c1 = cpuNow() { total.cpuSeconds = c1 - c0 }
         return total
     }
 
@@ -394,6 +506,22 @@ func pidListening(port: UInt16) -> Int32? {
         }
     }
     return nil
+}
+
+/// Resident memory of a process in bytes from /proc/PID/status: `field` is VmRSS (all),
+/// RssAnon (memory the process allocated) or RssFile (mapped file pages, e.g. SQLite's mmap of
+/// its database: page cache the kernel can drop). 0 when unknown.
+func residentBytes(pid: Int32, field: String = "VmRSS") -> Int {
+    guard let f = fopen("/proc/\(pid)/status", "r") else { return 0 }
+    defer { fclose(f) }
+    var line = [CChar](repeating: 0, count: 256)
+    while fgets(&line, 256, f) != nil {
+        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if text.hasPrefix(field + ":") {
+            return (Int(text.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+        }
+    }
+    return 0
 }
 
 /// User + system CPU seconds of a process (/proc/PID/stat fields 14 and 15).
