@@ -113,6 +113,17 @@ public final class TieredCache: @unchecked Sendable {
         }
     }
 
+    /// The checks of a write that may carry a caller version (remove, invalidate); a caller
+    /// version moves this store's clock past it.
+    private func checkVersionedWrite(key: [UInt8], namespace: [UInt8], tiers: Tiers, version: UInt64?) throws {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        if let v = version {
+            try checkVersion(v, now: clock.nowMicros())
+            hlc.observe(v)
+        }
+    }
+
     private func check(tiers: Tiers) throws {
         if tiers.isEmpty || !Tiers.all.isSuperset(of: tiers) {
             throw StoreError(.invalidArgument, "tiers must be memory, disk or all")
@@ -135,12 +146,7 @@ public final class TieredCache: @unchecked Sendable {
     /// Removes `key`. With a `version`, leaves a tombstone (kept `tombstoneTTL`) so an older
     /// write arriving later is ignored; a version not newer than the stored one is ignored.
     public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> RemoveOutcome {
-        try check(key: key, namespace: namespace)
-        try check(tiers: tiers)
-        if let v = version {
-            try checkVersion(v, now: clock.nowMicros())
-            hlc.observe(v)
-        }
+        try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
         let tombstoneExpiry = clock.nowMicros() + Int64(configuration.tombstoneTTL * 1_000_000)
         guard case .remove(let o) = try write(.remove(callerVersion: version, tombstoneExpiry: max(1, tombstoneExpiry)),
                                               key: key, namespace: namespace, tiers: tiers, writeBehind: false,
@@ -153,12 +159,7 @@ public final class TieredCache: @unchecked Sendable {
     /// new write replaces it. Gets a new version, or `version` when given (a replica's copy of
     /// an invalidate: ignored when not newer than what is stored). A negative entry is removed.
     public func invalidate(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> InvalidateOutcome {
-        try check(key: key, namespace: namespace)
-        try check(tiers: tiers)
-        if let v = version {
-            try checkVersion(v, now: clock.nowMicros())
-            hlc.observe(v)
-        }
+        try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
         guard case .invalidate(let o) = try write(.invalidate(callerVersion: version), key: key, namespace: namespace, tiers: tiers,
                                                   writeBehind: false, callerVersion: version, preEncoded: nil)
         else { throw StoreError(.io, "internal: unexpected result kind") }
