@@ -29,10 +29,12 @@ public struct StoreConfiguration: Sendable {
     /// an mmap/munmap of the file each time). Idle readers cost little (reads go through mmap).
     public var diskReaders: Int = 8
     /// SQLite page cache of the writer connection, in KiB. Reads of the file go through mmap,
-    /// so this holds little more than the pages a transaction changes: 8 MiB wrote 1 KiB values
-    /// from 64 threads as fast as 64 MiB did (35.6–35.8k vs 36.0k sets/s, `strata-bench store`)
-    /// and saves 56 MiB of resident memory (56 B per item at a million items).
-    public var writerCacheKiB: Int = 8192
+    /// so this holds little more than the pages a transaction changes (a batch of ~50 rows
+    /// touches ~200 pages). 2 MiB wrote 1 KiB values from 64 threads as fast as 64 MiB did
+    /// (45.9–46.1k vs 46.9k sets/s at 2 MiB / 8 MiB, 36.0k vs 35.7k at 64 / 8 MiB before the
+    /// WAL change, `strata-bench store`) and saves 62 MiB of resident memory against 64 MiB
+    /// (62 B per item at a million items).
+    public var writerCacheKiB: Int = 2048
     /// SQLite page cache of each reader connection, in KiB.
     public var readerCacheKiB: Int = 16384
     /// Bytes of the database SQLite may memory-map (reads without a copy through `pread`).
