@@ -67,7 +67,8 @@ extension ClusterClient {
     /// the owner restarted recently); a miss adds the load and one replicated SET. Blocking.
     public func getOrLoad(_ key: [UInt8], namespace: [UInt8] = [], ttl: WireExpiry = .storeDefault,
                           options: LoadOptions = LoadOptions(), loader: () throws -> [UInt8]) throws -> LoadedValue {
-        let flight = String(decoding: namespace, as: UTF8.self) + "\u{0}" + key.map { String($0, radix: 16) }.joined(separator: ".")
+        func hex(_ b: [UInt8]) -> String { b.map { String($0, radix: 16) }.joined(separator: ".") }
+        let flight = hex(namespace) + "/" + hex(key)
         let r = try loadFlights.run(flight) { try readThrough(key, namespace, ttl, options, loader) }
         guard r.shared else { return r.value }
         var v = r.value
