@@ -140,7 +140,8 @@ final class Connection: EventHandler, @unchecked Sendable {
     private struct Pending {
         let frame: Frame
         let request: Request
-        let scope: Scope
+        /// Computed only when the request has to wait or goes to a worker (it allocates).
+        let scope: Scope?
         let received: Double
     }
 
@@ -178,9 +179,14 @@ final class Connection: EventHandler, @unchecked Sendable {
             send(Responses.error(to: f, error.status, error.message))
             return
         }
+        // Nothing in flight and nothing waiting: any request may run now (the common case).
+        if deferred.isEmpty && inFlight == 0 {
+            run(Pending(frame: f, request: request, scope: nil, received: received))
+            return
+        }
         let p = Pending(frame: f, request: request, scope: Self.scope(of: request), received: received)
         // Keep the connection's order: once something waits, everything after it waits too.
-        if !deferred.isEmpty || !canRun(p.scope) {
+        if !deferred.isEmpty || !canRun(p.scope!) {
             deferred.append(p)
             return
         }
@@ -189,7 +195,7 @@ final class Connection: EventHandler, @unchecked Sendable {
 
     /// Runs deferred requests that no longer conflict, in order.
     private func runDeferred() {
-        while !closed, let first = deferred.first, canRun(first.scope) {
+        while !closed, let first = deferred.first, canRun(first.scope!) {
             deferred.removeFirst()
             run(first)
         }
@@ -265,7 +271,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         }
         // Disk work: a worker runs it, the loop writes the answer.
         inFlight += 1
-        let scope = p.scope
+        let scope = p.scope ?? Self.scope(of: request)
         switch scope {
         case .barrier: barriersInFlight += 1
         case .keys(let keys): for k in keys { inFlightKeys[k, default: 0] += 1 }

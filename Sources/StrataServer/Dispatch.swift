@@ -36,12 +36,16 @@ func status(for e: StoreError) -> Status {
 /// where the namespace ends). Used for per-connection ordering and for leases.
 func keyIdentity(_ ns: [UInt8], _ key: [UInt8]) -> [UInt8] { [UInt8(ns.count)] + ns + key }
 
-struct Dispatcher {
+/// A class, not a struct: it is reached through `node.dispatcher` for every request, and a
+/// struct holding several class references would be copied (retained and released) each time.
+final class Dispatcher: @unchecked Sendable {
     let store: TieredCache
     var stats: NodeStats? = nil
     var leases = LeaseTable(timeout: 10)
     var validateImages = false
     var imagePixelLimit = ImageCodec.defaultPixelLimit
+
+    init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
     let variantFlights = SingleFlight<(bytes: [UInt8], width: Int, height: Int)>()
 

@@ -68,7 +68,7 @@ public final class Node: @unchecked Sendable {
         } catch let e as StoreError {
             throw NodeError(exitCode: e.code == .locked || e.code == .directory || e.code == .schemaTooNew ? 2 : 3, e.description)
         }
-        var d = Dispatcher(store: store)
+        let d = Dispatcher(store: store)
         d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit
