@@ -16,8 +16,11 @@ import StrataWire
 /// timeout, on idleness past the idle timeout, and when unsent output passes the cap.
 final class Connection: EventHandler, @unchecked Sendable {
     let fd: Int32
-    unowned let loop: EventLoop
-    unowned let node: Node
+    // Strong, not `unowned`: every request reads `node` several times, and each load of an
+    // unowned reference is an atomic retain and release. The cycle (node and loop hold their
+    // connections) is broken when the connection closes (`unregister`, `connectionClosed`).
+    let loop: EventLoop
+    let node: Node
     let id: Int
 
     private var input: [UInt8] = []
