@@ -1,6 +1,7 @@
 # Strata — two commands do everything on a fresh machine: `make run` and `make test`.
 SHELL := /bin/bash
-DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config
+# iproute2: the partition tests make network namespaces with `ip` (they skip without it).
+DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
