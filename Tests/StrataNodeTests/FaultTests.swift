@@ -15,20 +15,11 @@ func reportFigure(_ name: String, _ value: String) {
     print("FIGURE \(name): \(value)")
 }
 
-/// Runs a command; exit status and combined output. For setup tools (mount, ip).
+/// Runs a setup tool (mount, ip) by name; exit status and combined output, 127 when it
+/// cannot be started.
 @discardableResult
 func sh(_ args: [String]) -> (status: Int32, output: String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    p.arguments = args
-    let dir = NSTemporaryDirectory() + "strata-sh-\(UInt32.random(in: 0...UInt32.max))"
-    FileManager.default.createFile(atPath: dir, contents: nil)
-    defer { try? FileManager.default.removeItem(atPath: dir) }
-    p.standardOutput = FileHandle(forWritingAtPath: dir)
-    p.standardError = FileHandle(forWritingAtPath: dir)
-    do { try p.run() } catch { return (127, "\(error)") }
-    p.waitUntilExit()
-    return (p.terminationStatus, (try? String(contentsOfFile: dir, encoding: .utf8)) ?? "")
+    (try? runProcess("/usr/bin/env", args)) ?? (127, "could not run \(args.first ?? "")")
 }
 
 /// Faults against real nodes: SIGKILL loops, a really full filesystem, a stopped process.

@@ -8,9 +8,10 @@ import StrataWire
 /// limit, many idle connections, slowloris, and a client that never reads. Timings are
 /// reported (FIGURE lines), not asserted, except for generous sanity bounds.
 final class HostileClientTests: XCTestCase {
-    private func stats(_ node: NodeProcess) throws -> [String: Any] {
-        try JSONSerialization.jsonObject(with: Data(try node.connect().stats().utf8)) as! [String: Any]
+    private func stats(_ c: NodeConnection) throws -> [String: Any] {
+        try JSONSerialization.jsonObject(with: Data(try c.stats().utf8)) as! [String: Any]
     }
+    private func stats(_ node: NodeProcess) throws -> [String: Any] { try stats(try node.connect()) }
 
     private func pingP99(_ c: NodeConnection, count: Int = 300) throws -> Double {
         var lat: [Double] = []
@@ -61,8 +62,7 @@ final class HostileClientTests: XCTestCase {
         var closedAfter: Double?
         while monotonicSeconds() - opened < idleTimeout + 10 {
             try fresh.ping()
-            if let cur = try fresh.stats().split(separator: ",").first(where: { $0.contains("\"connections_current\"") }),
-               let n = Int(cur.split(separator: ":").last!.trimmingCharacters(in: .whitespaces)), n <= 2 {
+            if let n = try stats(fresh)["connections_current"] as? Int, n <= 2 {
                 closedAfter = monotonicSeconds() - opened
                 break
             }

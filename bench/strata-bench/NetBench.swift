@@ -508,22 +508,6 @@ func pidListening(port: UInt16) -> Int32? {
     return nil
 }
 
-/// Resident memory of a process in bytes from /proc/PID/status: `field` is VmRSS (all),
-/// RssAnon (memory the process allocated) or RssFile (mapped file pages, e.g. SQLite's mmap of
-/// its database: page cache the kernel can drop). 0 when unknown.
-func residentBytes(pid: Int32, field: String = "VmRSS") -> Int {
-    guard let f = fopen("/proc/\(pid)/status", "r") else { return 0 }
-    defer { fclose(f) }
-    var line = [CChar](repeating: 0, count: 256)
-    while fgets(&line, 256, f) != nil {
-        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if text.hasPrefix(field + ":") {
-            return (Int(text.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
-        }
-    }
-    return 0
-}
-
 /// User + system CPU seconds of a process (/proc/PID/stat fields 14 and 15).
 func cpuSeconds(_ pid: Int32) -> Double? {
     guard let f = fopen("/proc/\(pid)/stat", "r") else { return nil }

@@ -299,14 +299,14 @@ func memoryFootprintChild(count: Int) throws {
     var rng = SplitMix(seed: 5)
     // Keys and values are built before the baseline is taken... no: building them all would add
     // their own arrays to the measurement. Build each on the fly; transient arrays are freed.
-    let before = residentBytes()
+    let before = residentBytes(pid: getpid())
     for i in 0..<count {
         var s = String(i)
         while s.count < 12 { s = "0" + s }
         let k = Array(("memk" + s).utf8)
         _ = try store.set(k, rng.bytes(100), options: SetOptions(tiers: .memory))
     }
-    let after = residentBytes()
+    let after = residentBytes(pid: getpid())
     precondition(store.stats().memory.items == count, "items were evicted; raise the limit")
     print(Double(after - before) / Double(count) - 116)
     store.close()

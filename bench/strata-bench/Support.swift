@@ -14,17 +14,20 @@ func median(_ xs: [Double]) -> Double {
     return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
 }
 
-/// Resident set size of this process in bytes (/proc/self/statm).
-func residentBytes() -> Int {
-    guard let f = fopen("/proc/self/statm", "r") else { return 0 }
+/// Resident memory of a process in bytes from /proc/PID/status: `field` is VmRSS (all),
+/// RssAnon (memory the process allocated) or RssFile (mapped file pages, e.g. SQLite's mmap of
+/// its database: page cache the kernel can drop). 0 when unknown.
+func residentBytes(pid: Int32, field: String = "VmRSS") -> Int {
+    guard let f = fopen("/proc/\(pid)/status", "r") else { return 0 }
     defer { fclose(f) }
-    var size = 0, resident = 0
-    withUnsafeMutablePointer(to: &size) { sp in
-        withUnsafeMutablePointer(to: &resident) { rp in
-            _ = withVaList([sp, rp]) { vfscanf(f, "%ld %ld", $0) }
+    var line = [CChar](repeating: 0, count: 256)
+    while fgets(&line, 256, f) != nil {
+        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if text.hasPrefix(field + ":") {
+            return (Int(text.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
         }
     }
-    return resident * Int(sysconf(Int32(_SC_PAGESIZE)))
+    return 0
 }
 
 /// A JSON document of about `size` bytes shaped like an API response (repeated field names,
