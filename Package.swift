@@ -21,7 +21,7 @@ let package = Package(
         .systemLibrary(name: "CWebP", pkgConfig: "libwebpdemux", providers: [.apt(["libwebp-dev"])]),
         .target(name: "CLinux"),
 
-        .target(name: "StrataCore"),
+        .target(name: "StrataCore", dependencies: ["CLinux"]),
         .target(name: "StrataWire"),
         .target(name: "StrataNet", dependencies: ["StrataCore", "CLinux"]),
         .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore", "StrataImage"]),

@@ -1,23 +1,27 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CLinux
 
 private final class ThreadBody {
+    let name: String
     let body: () -> Void
-    init(_ body: @escaping () -> Void) { self.body = body }
+    init(_ name: String, _ body: @escaping () -> Void) { self.name = name; self.body = body }
 }
 
-/// Starts a detached OS thread running `body`. `name` is for the reader of the call site.
+/// Starts a detached OS thread running `body`. `name` becomes the thread's name (its first 15
+/// bytes: what `top -H`, `perf report --sort comm` and /proc/PID/task/*/comm show).
 /// False when the system refused a thread (a resource limit); `body` then never runs.
 @discardableResult
 public func startThread(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
-    let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
+    let box = Unmanaged.passRetained(ThreadBody(name, body)).toOpaque()
     var attr = pthread_attr_t()
     pthread_attr_init(&attr)
     pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
     var tid = pthread_t()
     let rc = pthread_create(&tid, &attr, { arg in
         let b = Unmanaged<ThreadBody>.fromOpaque(arg!).takeRetainedValue()
+        _ = strata_set_thread_name(b.name)
         b.body()
         return nil
     }, box)

@@ -282,8 +282,9 @@ final class Connection: EventHandler, @unchecked Sendable {
         let dispatcher = node.dispatcher
         let stats = node.stats
         let loop = self.loop
-        // A durable set needs no worker thread: the store's writer commits it and its notifier
-        // hands the outcome back to this loop. A plain write-behind set completes at once.
+        // A durable set needs no worker thread: the store's writer commits it and hands the
+        // outcome straight back to this loop (`execute` only queues it, so the writer may run
+        // it). A plain write-behind set completes at once.
         let imageCheck: Bool = {
             switch request {
             case .set(let s): return node.dispatcher.needsImageValidation(s)
@@ -293,7 +294,8 @@ final class Connection: EventHandler, @unchecked Sendable {
         }()
         if case .set(let s) = request, !imageCheck, s.mode != .lease, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
-                try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s)) { [self] result in
+                try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s),
+                                         quickCompletion: true) { [self] result in
                     let resp: Frame?
                     switch result {
                     case .success(let out):

@@ -57,6 +57,7 @@ public final class Node: @unchecked Sendable {
         sc.diskByteLimit = config.diskLimit
         sc.maxItemBytes = config.maxItem
         sc.defaultTTL = config.defaultTTL
+        sc.groupCommitWindow = config.groupCommitWindow
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.

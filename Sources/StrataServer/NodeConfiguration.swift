@@ -45,6 +45,15 @@ public struct NodeConfiguration: Sendable {
     /// Leases held at once (beyond it, GET with LEASE gets no lease and loads without one).
     public var maxLeases = 100_000
 
+    /// Longest a durable write waits for others to share its commit, in seconds (the store's
+    /// `groupCommitWindow`). 0: the writer commits what is queued at once, and writes that
+    /// arrive during a commit share the next one — the event loop hands over all the writes
+    /// of one read at once, so batches form without waiting. Measured (one node, 50
+    /// connections, alternating runs): 90/10 mix p99 4.4 → 3.0 ms at the same throughput and
+    /// CPU; 1 KiB sets 23–24k → 27–31k/s. The store's own default (2 ms) suits callers that
+    /// block a thread per write.
+    public var groupCommitWindow: Double = 0
+
     public init() {}
 
     /// The largest frame body: max item + 64 KiB for key, namespace and extras.

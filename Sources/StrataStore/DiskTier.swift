@@ -36,11 +36,17 @@ final class DiskJob: @unchecked Sendable {
         case barrier
     }
     let kind: Kind
-    /// Called on the writer thread after the commit (or with the error).
+    /// Called after the commit (or with the error): on the notifier thread, or with `inline`
+    /// on the writer thread itself.
     let done: (Result<(WriteResult, WriteEffect)?, StoreError>) -> Void
+    /// The completion is a quick hand-off (it never blocks and costs O(1), like posting to an
+    /// event loop), so the writer runs it itself right after the commit: one thread hand-off
+    /// less per commit than going through the notifier.
+    let inline: Bool
 
-    init(_ kind: Kind, done: @escaping (Result<(WriteResult, WriteEffect)?, StoreError>) -> Void) {
+    init(_ kind: Kind, inline: Bool = false, done: @escaping (Result<(WriteResult, WriteEffect)?, StoreError>) -> Void) {
         self.kind = kind
+        self.inline = inline
         self.done = done
     }
 }
@@ -83,9 +89,18 @@ final class DiskTier: @unchecked Sendable {
     // Writer state: touched only by the writer thread after `start()`.
     private var writer: SQLiteConnection?
     private var rowCount = 0
-    /// The newest version ever committed (persisted with each commit), so a reopened store's
-    /// clock starts past every version it holds.
+    /// The newest version ever committed, so a reopened store's clock starts past every
+    /// version it holds. What the file holds is `persisted.version`, never less.
     private(set) var maxVersion: UInt64 = 0
+    /// The counters as the file holds them. A commit writes the counters row only when it is
+    /// due (see `dueCounters`), not every time: it would be one more page per commit.
+    private var persisted = PersistedCounters()
+    /// The file's row count is stale (the store was not closed cleanly): the writer counts
+    /// the rows before its first write.
+    private var needsRecount = false
+    /// Bytes on disk when last measured, plus an upper bound of what commits added since, so
+    /// a byte limit far away costs no measurement per commit.
+    private var bytesEstimate = 0
     private var pageSize = 4096
     /// Whether the file can give free pages back (created with auto_vacuum=INCREMENTAL).
     private var incrementalVacuum = false
@@ -112,6 +127,19 @@ final class DiskTier: @unchecked Sendable {
     private var notifications: [() -> Void] = []
     private var notifierStop = false
     private let notifierStopped = Completion<Void>()
+
+    // Checkpoints. A `strata-ckpt` thread copies the WAL into the database file beside the
+    // writer (a passive checkpoint, on its own connection); the writer then copies the few
+    // frames appended meanwhile itself, after which its next transaction starts the WAL over.
+    // The writer so stalls for a small copy instead of the whole WAL (a 16 MiB checkpoint on
+    // the writer took ~30 ms: the p99 of durable sets under load).
+    /// 0 idle, 1 the copier was asked or is copying, 2 it finished and the writer may finish.
+    private let copyState = Atomic<Int>(0)
+    private let copyQueue = ConditionLock()
+    private var copyRequested = false   // guarded by copyQueue
+    private var copyStop = false        // guarded by copyQueue
+    private var copierStarted = false
+    private let copierStopped = Completion<Void>()
 
     private let readerLock = Lock()
     private var idleReaders: [SQLiteConnection] = []
@@ -193,7 +221,8 @@ final class DiskTier: @unchecked Sendable {
         try db.execute("PRAGMA mmap_size=\(config.mmapBytes)")
         pageSize = Int(try db.scalarInt("PRAGMA page_size") ?? 4096)
         incrementalVacuum = try db.scalarInt("PRAGMA auto_vacuum") == 2
-        try db.execute("PRAGMA wal_autocheckpoint=\(max(16, config.walLimit / pageSize))")
+        // The writer checkpoints (see checkpointIfDue), not SQLite after each commit.
+        db.trackWalFrames()
         if version < Self.schemaVersion {
             try migrate(db, from: version)
         }
@@ -205,9 +234,18 @@ final class DiskTier: @unchecked Sendable {
         }
         ns.reset()
         rowCount = Int(try db.scalarInt("SELECT value FROM counters WHERE name='rows'") ?? 0)
-        try db.execute("INSERT OR IGNORE INTO counters(name, value) VALUES('max_version', 0)")
+        // rows_exact is 1 only between a clean close and the next open; files written before it
+        // existed kept `rows` exact at every commit.
+        try db.execute("""
+            INSERT OR IGNORE INTO counters(name, value) VALUES('max_version', 0);
+            INSERT OR IGNORE INTO counters(name, value) VALUES('rows_exact', 1);
+            """)
         maxVersion = UInt64(bitPattern: try db.scalarInt("SELECT value FROM counters WHERE name='max_version'") ?? 0)
+        needsRecount = try db.scalarInt("SELECT value FROM counters WHERE name='rows_exact'") == 0
+        try db.execute("UPDATE counters SET value=0 WHERE name='rows_exact'")
+        persisted = PersistedCounters(rows: rowCount, version: maxVersion, at: monotonicSeconds())
         counters.rows.store(rowCount, ordering: .relaxed)
+        bytesEstimate = try bytesOnDisk(db)
         return db
     }
 
@@ -255,6 +293,8 @@ final class DiskTier: @unchecked Sendable {
             stopped.wait()
             throw StoreError(.io, "cannot start the disk notifier thread")
         }
+        // Without the copier the writer checkpoints alone (checkpointIfDue's fallback).
+        copierStarted = startThread(name: "strata-ckpt") { [self] in copierLoop() }
         writerStarted = true
         if config.quickCheckOnOpen { startQuickCheck() }
     }
@@ -296,7 +336,7 @@ final class DiskTier: @unchecked Sendable {
             guard let db = try? SQLiteConnection(path: dbPath, readOnly: true) else { return }
             let rows = (try? db.textRows("PRAGMA quick_check")) ?? ["quick_check could not run"]
             if rows != ["ok"] {
-                enqueue(DiskJob(.quarantine(reason: "quick_check: " + rows.prefix(3).joined(separator: "; "))) { _ in })
+                enqueue(DiskJob(.quarantine(reason: "quick_check: " + rows.prefix(3).joined(separator: "; ")), inline: true) { _ in })
             }
         }
         if !started { quickCheckRunning.store(false, ordering: .releasing) }
@@ -305,6 +345,7 @@ final class DiskTier: @unchecked Sendable {
     // MARK: Writer thread
 
     private func writerLoop() {
+        if needsRecount { recountRows() }
         while true {
             queue.lock()
             while pending.isEmpty && !stopping {
@@ -341,10 +382,26 @@ final class DiskTier: @unchecked Sendable {
             pending.removeFirst(take)
             queue.unlock()
             runBatch(batch)
+            checkpointIfDue()
             maintenance(force: false)
         }
+        if copierStarted {
+            copyQueue.withLock { copyStop = true; copyQueue.signal() }
+            copierStopped.wait()
+        }
         flushAccessTimes()
-        if let w = writer { try? w.checkpoint(truncate: true) }
+        if let w = writer {
+            // A clean close leaves exact counters (and rows_exact=1, so the next open need not count).
+            do {
+                try w.beginImmediate()
+                _ = try writeCounters(w, rows: rowCount, version: maxVersion, exact: true)
+                try w.execute("UPDATE counters SET value=1 WHERE name='rows_exact'")
+                try w.commit()
+            } catch {
+                w.rollback()
+            }
+            try? w.checkpoint(truncate: true)
+        }
         writer = nil
         let notifierRunning = notifyQueue.withLock {
             notifierStop = true
@@ -384,13 +441,21 @@ final class DiskTier: @unchecked Sendable {
     }
 
     private func finish(_ job: DiskJob, _ result: Result<(WriteResult, WriteEffect)?, StoreError>) {
-        deliver([{ job.done(result) }])
+        if job.inline { job.done(result) } else { deliver([{ job.done(result) }]) }
     }
 
     /// Post-commit actions collected while a batch runs.
     private struct Staged {
+        /// For the notifier thread, in commit order.
         var completions: [() -> Void] = []
+        /// Quick hand-offs the writer runs itself (`DiskJob.inline`), after the others are queued.
+        var inlineCompletions: [() -> Void] = []
+        mutating func complete(_ job: DiskJob, _ result: Result<(WriteResult, WriteEffect)?, StoreError>) {
+            if job.inline { inlineCompletions.append { job.done(result) } } else { completions.append { job.done(result) } }
+        }
         var rowDelta = 0
+        /// Rows inserted or updated (for the bytes-on-disk estimate).
+        var rows = 0
         var raw = 0
         var stored = 0
         var evicted = 0
@@ -428,19 +493,16 @@ final class DiskTier: @unchecked Sendable {
             }
         }
         var staged = Staged()
+        var newCounters = persisted
         do {
-            try db.execute("BEGIN IMMEDIATE")
+            try db.beginImmediate()
             for j in jobs { try apply(j, db, &staged) }
             try enforceLimits(db, &staged)
-            try setRowCounter(db, rowCount + staged.rowDelta)
-            if staged.maxVersion > maxVersion {
-                let mv = try db.statement("UPDATE counters SET value=? WHERE name='max_version'")
-                mv.bind(1, Int64(bitPattern: staged.maxVersion))
-                try mv.run()
-            }
-            try db.execute("COMMIT")
+            newCounters = try writeCounters(db, rows: rowCount + staged.rowDelta,
+                                            version: max(maxVersion, staged.maxVersion), exact: false)
+            try db.commit()
         } catch {
-            try? db.execute("ROLLBACK")
+            db.rollback()
             if jobs.count > 1 {
                 for j in jobs { commitGroup([j]) }
             } else {
@@ -450,12 +512,15 @@ final class DiskTier: @unchecked Sendable {
         }
         rowCount += staged.rowDelta
         maxVersion = max(maxVersion, staged.maxVersion)
+        persisted = newCounters
+        bytesEstimate += staged.stored + staged.rows * 4 * pageSize
         counters.rows.store(rowCount, ordering: .relaxed)
         counters.commits.add(1, ordering: .relaxed)
         counters.rawBytesWritten.add(staged.raw, ordering: .relaxed)
         counters.storedBytesWritten.add(staged.stored, ordering: .relaxed)
         counters.evictions.add(staged.evicted, ordering: .relaxed)
         deliver(staged.completions)
+        for action in staged.inlineCompletions { action() }
     }
 
     private func handle(_ error: Error, jobs: [DiskJob]) {
@@ -490,10 +555,55 @@ final class DiskTier: @unchecked Sendable {
         }
     }
 
-    private func setRowCounter(_ db: SQLiteConnection, _ value: Int) throws {
-        let s = try db.statement("UPDATE counters SET value=? WHERE name='rows'")
-        s.bind(1, value)
-        try s.run()
+    /// What the counters row holds: rows (exact when written), the version reservation, and
+    /// when rows was last written.
+    struct PersistedCounters { var rows = 0; var version: UInt64 = 0; var at = 0.0 }
+
+    /// How far ahead of the newest committed version `max_version` is written, so only a
+    /// commit that passes the reservation (about once a second of clock time) writes it. After
+    /// a crash the clock resumes from the reservation: versions jump ahead by at most this.
+    static let versionReserve: UInt64 = 1_000_000
+
+    /// Inside the open transaction, writes the counters that are due and returns what the file
+    /// then holds (adopt it after COMMIT). `max_version` is written whenever `version` passes
+    /// the reservation; `rows` at most once a second (the open after a crash recounts). With
+    /// `exact` (clean close) both are written as they are.
+    private func writeCounters(_ db: SQLiteConnection, rows: Int, version: UInt64, exact: Bool) throws -> PersistedCounters {
+        var p = persisted
+        if exact || version > p.version {
+            p.version = exact ? version : version &+ Self.versionReserve
+            let s = try db.statement("UPDATE counters SET value=? WHERE name='max_version'")
+            s.bind(1, Int64(bitPattern: p.version))
+            try s.run()
+        }
+        let now = monotonicSeconds()
+        if rows != p.rows && (exact || now - p.at >= 1) {
+            let s = try db.statement("UPDATE counters SET value=? WHERE name='rows'")
+            s.bind(1, rows)
+            try s.run()
+            p.rows = rows
+            p.at = now
+        }
+        return p
+    }
+
+    /// Counts the rows (after an unclean shutdown left the stored count stale) and stores the count.
+    private func recountRows() {
+        guard let db = writer else { return }
+        do {
+            let n = Int(try db.scalarInt("SELECT count(*) FROM items") ?? 0)
+            try db.beginImmediate()
+            rowCount = n
+            let p = try writeCounters(db, rows: n, version: maxVersion, exact: true)
+            try db.commit()
+            persisted = p
+            counters.rows.store(n, ordering: .relaxed)
+            needsRecount = false
+            log("level=info event=disk_rows_recounted path=\(dbPath) rows=\(n)")
+        } catch {
+            db.rollback()
+            log("level=error event=disk_recount_failed path=\(dbPath) error=\"\(error)\"")
+        }
     }
 
     private func apply(_ job: DiskJob, _ db: SQLiteConnection, _ staged: inout Staged) throws {
@@ -526,20 +636,21 @@ final class DiskTier: @unchecked Sendable {
                 staged.maxVersion = max(staged.maxVersion, state.version)
                 staged.raw += state.value.count
                 staged.stored += encoded.1.count
+                staged.rows += 1
             }
             counters.writes.add(1, ordering: .relaxed)
-            staged.completions.append { job.done(.success((result, effect))) }
+            staged.complete(job, .success((result, effect)))
 
         case let .removeIfChecksum(nsID, key, checksum):
             let s = try db.statement("DELETE FROM items WHERE ns=? AND key=? AND checksum=?")
             s.bind(1, nsID); s.bind(2, key); s.bind(3, checksum)
             try s.run()
             staged.rowDelta -= db.changes
-            staged.completions.append { job.done(.success(nil)) }
+            staged.complete(job, .success(nil))
 
         case let .trim(count, bytes):
             try evictLRU(db, &staged, untilCount: count, bytes: bytes)
-            staged.completions.append { job.done(.success(nil)) }
+            staged.complete(job, .success(nil))
 
         default:
             break
@@ -652,8 +763,12 @@ final class DiskTier: @unchecked Sendable {
         if rowCount + staged.rowDelta > config.diskCountLimit {
             try evictLRU(db, &staged, untilCount: config.diskCountLimit, bytes: Int.max)
         }
-        if config.diskByteLimit > 0 && config.diskByteLimit < Int.max {
-            try evictLRU(db, &staged, untilCount: Int.max, bytes: config.diskByteLimit)
+        // Measuring bytes on disk costs two PRAGMAs and a stat: only when the estimate (last
+        // measurement + an upper bound of each row's page writes since) could be over the limit.
+        let limit = config.diskByteLimit
+        if limit > 0 && limit < Int.max && bytesEstimate + staged.stored + staged.rows * 4 * pageSize > limit {
+            try evictLRU(db, &staged, untilCount: Int.max, bytes: limit)
+            bytesEstimate = try bytesOnDisk(db) - staged.stored - staged.rows * 4 * pageSize
         }
         if config.freeDiskSpaceLimit > 0 && freeSpace() < config.freeDiskSpaceLimit {
             // Give back about 1 % of the rows; the space returns once the free pages are vacuumed.
@@ -743,6 +858,77 @@ final class DiskTier: @unchecked Sendable {
         }
     }
 
+    // MARK: Checkpoints
+
+    /// After a batch: starts the copier when the WAL reached `walLimit`, finishes its work
+    /// once it is done, and copies everything itself when the copier cannot keep up.
+    private func checkpointIfDue() {
+        guard let db = writer else { return }
+        let limit = max(16, config.walLimit / pageSize)
+        let frames = db.walFrames
+        switch copyState.load(ordering: .acquiring) {
+        case 0 where frames >= limit:
+            if copierStarted {
+                copyState.store(1, ordering: .releasing)
+                copyQueue.withLock { copyRequested = true; copyQueue.signal() }
+            } else {
+                _ = try? db.checkpoint(truncate: false)
+            }
+        case 1 where frames >= 4 * limit:
+            _ = try? db.checkpoint(truncate: false) // the copier fell far behind (a slow disk)
+        case 2:
+            // Copies what was appended while the copier ran; the next transaction then finds
+            // the whole WAL in the database file and starts it over.
+            if frames >= limit { _ = try? db.checkpoint(truncate: false) }
+            copyState.store(0, ordering: .releasing)
+        default:
+            break
+        }
+    }
+
+    private func copierLoop() {
+        while true {
+            copyQueue.lock()
+            while !copyRequested && !copyStop { copyQueue.wait() }
+            if copyStop {
+                copyQueue.unlock()
+                break
+            }
+            copyRequested = false
+            copyQueue.unlock()
+            copyWAL()
+            copyState.store(2, ordering: .releasing)
+        }
+        copierStopped.fulfil(())
+    }
+
+    /// Passive checkpoints on a connection of its own (opened per run: cheap next to the copy,
+    /// and always on the current file), each followed by a flush of the database file, until
+    /// a pass finds little new. SQLite syncs the database file only when a checkpoint reaches
+    /// the end of the WAL — here, the writer's short one — which would otherwise flush all of
+    /// this copy while the writer waits. Measured (1 KiB durable sets, 50 connections, one
+    /// 16 MiB checkpoint every ~115 ms): the writer's part 2–2.5 ms instead of ~30 ms.
+    private func copyWAL() {
+        guard let db = try? SQLiteConnection(path: dbPath) else { return }
+        try? db.execute("PRAGMA synchronous=NORMAL")
+        var before = 0
+        for _ in 0..<6 {
+            guard let (_, copied) = try? db.checkpoint(truncate: false) else { break }
+            syncDatabaseFile()
+            // Each pass copies what arrived during the one before; stop once that is little.
+            if copied - before <= 256 { break }
+            before = copied
+        }
+    }
+
+    private func syncDatabaseFile() {
+        let fd = open(dbPath, O_RDONLY | O_CLOEXEC)
+        if fd >= 0 {
+            _ = fdatasync(fd)
+            Glibc.close(fd)
+        }
+    }
+
     // MARK: Maintenance
 
     private func maintenance(force: Bool) {
@@ -755,7 +941,8 @@ final class DiskTier: @unchecked Sendable {
             try sweepStep(db)
             let freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
             if freePages > 64 { try db.execute("PRAGMA incremental_vacuum(\(max(64, freePages / 4)))") }
-            counters.bytesOnDisk.store(try bytesOnDisk(db), ordering: .relaxed)
+            bytesEstimate = try bytesOnDisk(db)
+            counters.bytesOnDisk.store(bytesEstimate, ordering: .relaxed)
         } catch let e as SQLiteError {
             if e.isCorruption { quarantineAndReopen(reason: "during maintenance: \(e.message)") }
         } catch {}
@@ -789,7 +976,7 @@ final class DiskTier: @unchecked Sendable {
         s.reset()
         sweepCursor = seen < config.sweepBatch ? 0 : last
         guard !doomed.isEmpty else { return }
-        try db.execute("BEGIN IMMEDIATE")
+        try db.beginImmediate()
         do {
             let del = try db.statement("DELETE FROM items WHERE id=?")
             var removed = 0
@@ -798,15 +985,16 @@ final class DiskTier: @unchecked Sendable {
                 try del.run()
                 removed += db.changes
             }
-            try setRowCounter(db, rowCount - removed)
-            try db.execute("COMMIT")
+            let p = try writeCounters(db, rows: rowCount - removed, version: maxVersion, exact: false)
+            try db.commit()
+            persisted = p
             rowCount -= removed
             counters.rows.store(rowCount, ordering: .relaxed)
             counters.expirations.add(expired, ordering: .relaxed)
             counters.evictions.add(aged, ordering: .relaxed)
             counters.flushedRowsCollected.add(collected, ordering: .relaxed)
         } catch {
-            try? db.execute("ROLLBACK")
+            db.rollback()
             throw error
         }
     }
@@ -820,15 +1008,15 @@ final class DiskTier: @unchecked Sendable {
         }
         guard !batch.isEmpty, let db = writer else { return }
         do {
-            try db.execute("BEGIN IMMEDIATE")
+            try db.beginImmediate()
             let s = try db.statement("UPDATE items SET access=? WHERE ns=? AND key=? AND access<?")
             for (k, t) in batch {
                 s.bind(1, t); s.bind(2, k.ns); s.bind(3, k.key); s.bind(4, t)
                 try s.run()
             }
-            try db.execute("COMMIT")
+            try db.commit()
         } catch {
-            try? db.execute("ROLLBACK")
+            db.rollback()
         }
     }
 
@@ -860,7 +1048,7 @@ final class DiskTier: @unchecked Sendable {
             return try body(db)
         } catch let e as SQLiteError {
             if e.isCorruption {
-                enqueue(DiskJob(.quarantine(reason: "SQLite reported corruption while reading: \(e.message)")) { _ in })
+                enqueue(DiskJob(.quarantine(reason: "SQLite reported corruption while reading: \(e.message)"), inline: true) { _ in })
             }
             throw mapError(e, doing: "reading")
         }
@@ -890,7 +1078,7 @@ final class DiskTier: @unchecked Sendable {
             let checksum = s.int(9)
             counters.corruptItems.add(1, ordering: .relaxed)
             log("level=warn event=corrupt_item ns_id=\(nsID) key_bytes=\(key.count) action=removed")
-            enqueue(DiskJob(.removeIfChecksum(nsID: nsID, key: key, checksum: checksum)) { _ in })
+            enqueue(DiskJob(.removeIfChecksum(nsID: nsID, key: key, checksum: checksum), inline: true) { _ in })
             return nil
         }
         guard let f = found, f.row.state.expiry == 0 || f.row.state.expiry > now else {

@@ -59,6 +59,13 @@ public final class SQLiteConnection {
         }
     }
 
+    /// Transaction control through cached statements (`execute` would parse the SQL on every
+    /// call, and the writer runs these once per commit).
+    public func beginImmediate() throws { try statement("BEGIN IMMEDIATE").run() }
+    public func commit() throws { try statement("COMMIT").run() }
+    /// Rolls back the open transaction, if any (SQLite may already have rolled it back).
+    public func rollback() { try? statement("ROLLBACK").run() }
+
     /// A cached prepared statement for `sql`, reset and with bindings cleared.
     public func statement(_ sql: String) throws -> SQLiteStatement {
         if let s = cache[sql] {
@@ -92,11 +99,28 @@ public final class SQLiteConnection {
     public var changes: Int { Int(sqlite3_changes(handle)) }
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
-    /// Checkpoints the WAL; `truncate` also shrinks the WAL file to zero bytes.
-    public func checkpoint(truncate: Bool) throws {
+    /// Checkpoints the WAL: copies its frames into the database file. Passive (`truncate`
+    /// false) never waits for readers or the writer and copies what it can; `truncate` waits
+    /// for them, copies everything and shrinks the WAL file to zero bytes. Returns the frames
+    /// in the WAL and how many of them are now in the database file.
+    @discardableResult
+    public func checkpoint(truncate: Bool) throws -> (frames: Int, copied: Int) {
         var log: Int32 = 0, done: Int32 = 0
         let rc = sqlite3_wal_checkpoint_v2(handle, nil, truncate ? SQLITE_CHECKPOINT_TRUNCATE : SQLITE_CHECKPOINT_PASSIVE, &log, &done)
         if rc != SQLITE_OK && rc != SQLITE_BUSY { throw error(rc) }
+        return (Int(log), Int(done))
+    }
+
+    /// Frames in the WAL after this connection's last commit, once `trackWalFrames()` ran.
+    public private(set) var walFrames = 0
+
+    /// Keeps `walFrames` current with a WAL hook. This replaces SQLite's automatic checkpoint
+    /// (itself a WAL hook), so whoever calls this checkpoints the WAL.
+    public func trackWalFrames() {
+        sqlite3_wal_hook(handle, { context, _, _, frames in
+            Unmanaged<SQLiteConnection>.fromOpaque(context!).takeUnretainedValue().walFrames = Int(frames)
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(self).toOpaque())
     }
 
     public static var libraryVersion: String { String(cString: sqlite3_libversion()) }

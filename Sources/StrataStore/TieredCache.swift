@@ -285,7 +285,7 @@ public final class TieredCache: @unchecked Sendable {
             let pending = writeBehindPending
             disk.enqueue(DiskJob(.write(namespace: namespace, key: key, needs: .metadata, preEncoded: nil, decide: { existing in
                 WriteRules.decide(diskOp, existing: existing, now: clock.nowMicros(), newVersion: hlc.next())
-            })) { _ in pending.add(-1) })
+            }), inline: true) { _ in pending.add(-1) })
             return result
         }
 
@@ -295,11 +295,12 @@ public final class TieredCache: @unchecked Sendable {
         return try done.wait().get()
     }
 
-    /// Queues a write that includes the disk tier; `completion` runs on the store's notifier
-    /// thread once the transaction committed and memory follows disk.
+    /// Queues a write that includes the disk tier; `completion` runs once the transaction
+    /// committed and memory follows disk: on the store's notifier thread, or with
+    /// `quickCompletion` on its writer thread.
     private func enqueueDiskWrite(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
                                   loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
-                                  preEncoded: (ValueEncoding, [UInt8])?,
+                                  preEncoded: (ValueEncoding, [UInt8])?, quickCompletion: Bool = false,
                                   completion: @escaping (Result<WriteResult, StoreError>) -> Void) {
         let memoryToo = tiers.contains(.memory)
         let needValue = needs == .value
@@ -313,7 +314,7 @@ public final class TieredCache: @unchecked Sendable {
                 ? memory.with(loc, key) { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: needValue)?.state }
                 : nil
             return WriteRules.decide(op, existing: Self.newest(mem, diskState), now: now, newVersion: callerVersion ?? hlc.next())
-        })) { result in
+        }), inline: quickCompletion) { result in
             // After the commit, before the caller hears of it: memory follows disk.
             switch result {
             case .success(let decided?):
@@ -351,9 +352,12 @@ public final class TieredCache: @unchecked Sendable {
 
     /// A set that does not block: for callers that must not wait, such as the node's event
     /// loop. Validation errors are thrown at once; the outcome goes to `completion`, called on
-    /// the store's notifier thread after the commit. Writes to the memory tier only, and
-    /// write-behind writes, complete before this returns.
+    /// the store's notifier thread after the commit — or, with `quickCompletion` (a completion
+    /// that only hands the outcome to another thread: it must not block, nor take long), on
+    /// the writer thread itself, which saves a thread hand-off per commit. Writes to the memory
+    /// tier only, and write-behind writes, complete before this returns.
     public func submitSet(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions(),
+                          quickCompletion: Bool = false,
                           completion: @escaping @Sendable (Result<SetOutcome, StoreError>) -> Void) throws {
         try check(key: key, namespace: namespace, value: value, options: options)
         var options = options
@@ -372,7 +376,8 @@ public final class TieredCache: @unchecked Sendable {
         let loc = memory.locate(tag: ns.tag, key: key)
         let needs: ExistingNeed = options.mode == .set && options.version == nil ? .nothing : .metadata
         enqueueDiskWrite(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: options.tiers, needs: needs,
-                         callerVersion: options.version, preEncoded: disk.codec.encode(value)) { result in
+                         callerVersion: options.version, preEncoded: disk.codec.encode(value),
+                         quickCompletion: quickCompletion) { result in
             completion(result.flatMap {
                 guard case .set(let o) = $0 else { return .failure(StoreError(.io, "internal: unexpected result kind")) }
                 return .success(o)

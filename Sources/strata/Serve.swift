@@ -12,7 +12,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--max-connections 10000] [--idle-timeout SECONDS] [--frame-timeout 10]
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
-                    [--max-leases 100000]
+                    [--max-leases 100000] [--group-commit-window 0]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -25,7 +25,7 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-limit", "max-item", "default-ttl",
                                "threads", "auth-token-file", "log-level", "max-connections", "idle-timeout",
                                "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "image-pixel-limit",
-                               "lease-timeout", "max-leases"]
+                               "lease-timeout", "max-leases", "group-commit-window"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -122,6 +122,10 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         c.leaseTimeout = v
     }
     if let v = try int("max-leases", min: 1) { c.maxLeases = v }
+    if let v = try seconds("group-commit-window") {
+        guard v <= 0.1 else { throw UsageError(message: "--group-commit-window must be 0…0.1 seconds, got \(v)") }
+        c.groupCommitWindow = v
+    }
     if let v = s["log-level"] {
         guard let l = LogLevel(name: v) else { throw UsageError(message: "--log-level must be debug, info, warn or error, got '\(v)'") }
         c.logLevel = l

@@ -4,7 +4,8 @@ import StrataCore
 @testable import StrataStore
 
 /// A child process writes and reports each returned write; it is SIGKILLed at a random moment;
-/// every reported write must be readable after reopening. Repeated 20 times on one directory.
+/// every reported write must be readable after reopening, the reopened store's row count must
+/// match the file, and its versions must keep increasing. Repeated 20 times on one directory.
 final class CrashTests: XCTestCase {
     func testNoAcknowledgedWriteIsLostWhenTheProcessIsKilled() throws {
         let writer = try XCTUnwrap(builtExecutable("strata-crash-writer"), "strata-crash-writer is not built")
@@ -33,13 +34,54 @@ final class CrashTests: XCTestCase {
             var config = StoreConfiguration(directory: dir.path)
             config.quickCheckOnOpen = false
             let store = try TieredCache(configuration: config)
+            var newest: UInt64 = 0
             for key in lines {
                 let got = try store.get(Array(key.utf8), tiers: .disk)
                 XCTAssertEqual(got?.value, Array(String(repeating: key + ";", count: 20).utf8), "round \(round): lost \(key)")
+                newest = max(newest, got?.version ?? 0)
             }
             totalChecked += lines.count
+            // The row count is written at most once a second, so after a kill the store counts
+            // again before its first write (the barrier waits for that); it must match the file.
+            try store.sync()
+            let inFile = try openDatabase(dir).scalarInt("SELECT count(*) FROM items")
+            XCTAssertEqual(Int64(store.stats().disk.items), inFile, "round \(round): row count after the crash")
+            // max_version is written ahead of use, so versions keep increasing across the crash.
+            guard case .stored(let v) = try store.set(Array("after-\(round)".utf8), [1], options: SetOptions(tiers: .disk)) else {
+                return XCTFail("round \(round): set after reopening failed")
+            }
+            XCTAssertGreaterThan(v, newest, "round \(round): a version went backwards after the crash")
             store.close()
         }
         XCTAssertGreaterThan(totalChecked, 100, "the child wrote too little to prove anything")
+    }
+
+    /// A clean close writes the exact counters (rows, newest version) and marks them exact, so
+    /// the next open needs no recount; while the store is open the mark says "stale".
+    func testCleanCloseLeavesExactCounters() throws {
+        let dir = TempDir()
+        var config = StoreConfiguration(directory: dir.path)
+        config.quickCheckOnOpen = false
+        var store = try TieredCache(configuration: config)
+        var last: UInt64 = 0
+        for i in 0..<25 {
+            if case .stored(let v) = try store.set(Array("k\(i)".utf8), [UInt8(i)], options: SetOptions(tiers: .disk)) { last = v }
+        }
+        _ = try store.remove(Array("k0".utf8), tiers: .disk)
+        let raw = try openDatabase(dir)
+        XCTAssertEqual(try raw.scalarInt("SELECT value FROM counters WHERE name='rows_exact'"), 0, "open: counters marked stale")
+        store.close()
+        XCTAssertEqual(try raw.scalarInt("SELECT value FROM counters WHERE name='rows_exact'"), 1)
+        XCTAssertEqual(try raw.scalarInt("SELECT value FROM counters WHERE name='rows'"), 24)
+        // The remove left no tombstone (no version given), so 24 rows; the newest version is exact.
+        XCTAssertEqual(try raw.scalarInt("SELECT count(*) FROM items"), 24)
+        XCTAssertGreaterThanOrEqual(UInt64(bitPattern: try raw.scalarInt("SELECT value FROM counters WHERE name='max_version'") ?? 0), last)
+        store = try TieredCache(configuration: config)
+        XCTAssertEqual(store.stats().disk.items, 24, "read from the counters at open, no recount")
+        guard case .stored(let v) = try store.set(Array("next".utf8), [1], options: SetOptions(tiers: .disk)) else {
+            return XCTFail("set after reopening failed")
+        }
+        XCTAssertGreaterThan(v, last)
+        store.close()
     }
 }

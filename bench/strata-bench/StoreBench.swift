@@ -36,6 +36,8 @@ struct StoreBench {
         var memoryGet: [Double] = [], memorySet: [Double] = [], diskGet: [Double] = [], diskSet: [Double] = []
         var sqliteGet: [Double] = [], sqliteSet: [Double] = []
         var setRatio: [Double] = [], getRatio: [Double] = []
+        /// Writes per commit during the 64-writer phase (how well group commit gathers).
+        var rowsPerCommit: [Double] = []
     }
 
     func run() throws {
@@ -120,6 +122,7 @@ struct StoreBench {
         let perWriter = n / writers
         let errors = Counter()
         t0 = monotonicSeconds()
+        let commitsBefore = store.stats().commits
         runThreads(writers) { w in
             for j in 0..<perWriter {
                 let i = w * perWriter + j
@@ -128,6 +131,7 @@ struct StoreBench {
         }
         let written = perWriter * writers
         f.diskSet.append(Double(written) / (monotonicSeconds() - t0))
+        f.rowsPerCommit.append(Double(written) / Double(max(1, store.stats().commits - commitsBefore)))
         precondition(errors.load() == 0, "disk writes failed during the benchmark")
         t0 = monotonicSeconds()
         hits = 0
@@ -239,6 +243,7 @@ struct StoreBench {
                 ("disk_get_ops_per_s", fmt(median(k.diskGet))), ("disk_set_ops_per_s", fmt(median(k.diskSet))),
                 ("sqlite_get_ops_per_s", fmt(median(k.sqliteGet))), ("sqlite_set_ops_per_s", fmt(median(k.sqliteSet))),
                 ("disk_set_vs_sqlite", fmt2(median(k.setRatio))), ("disk_get_vs_sqlite", fmt2(median(k.getRatio))),
+                ("disk_set_rows_per_commit", fmt2(median(k.rowsPerCommit))),
                 ("json_compression_ratio", fmt2(jsonRatio)),
                 ("open_ms_1m_items", openMs.map(fmt2) ?? "null"),
                 ("memory_bytes_per_item", footprint.map(fmt2) ?? "null"),
@@ -259,13 +264,14 @@ struct StoreBench {
         }
         print("strata-bench store — medians of \(rounds) rounds, ops/s")
         print(pad("value", 8) + pad("mem get", 11) + pad("mem set", 11) + pad("disk get", 11) + pad("sqlite get", 11)
-              + pad("ratio", 7) + pad("disk set", 11) + pad("sqlite set", 11) + pad("ratio", 7))
+              + pad("ratio", 7) + pad("disk set", 11) + pad("sqlite set", 11) + pad("ratio", 7) + "rows/commit")
         for size in sizes {
             let f = figures[size]!
             print(pad(size == 100 ? "100 B" : size == 1024 ? "1 KiB" : "10 KiB", 8)
                   + pad(fmt(median(f.memoryGet)), 11) + pad(fmt(median(f.memorySet)), 11)
                   + pad(fmt(median(f.diskGet)), 11) + pad(fmt(median(f.sqliteGet)), 11) + pad(fmt2(median(f.getRatio)), 7)
-                  + pad(fmt(median(f.diskSet)), 11) + pad(fmt(median(f.sqliteSet)), 11) + pad(fmt2(median(f.setRatio)), 7))
+                  + pad(fmt(median(f.diskSet)), 11) + pad(fmt(median(f.sqliteSet)), 11) + pad(fmt2(median(f.setRatio)), 7)
+                  + fmt2(median(f.rowsPerCommit)))
         }
         print("JSON-like 10 KiB compression ratio: \(fmt2(jsonRatio))")
         if let o = openMs { print("open + first get, 1,000,000 items: \(fmt2(o)) ms") }
