@@ -58,6 +58,9 @@ final class DiskCounters: Sendable {
     let storedBytesWritten = Atomic<Int>(0), commits = Atomic<Int>(0), writes = Atomic<Int>(0)
     let rows = Atomic<Int>(0), bytesOnDisk = Atomic<Int>(0), writeErrors = Atomic<Int>(0)
     let flushedRowsCollected = Atomic<Int>(0)
+    /// WAL copies by the checkpoint thread, and checkpoints the writer made alone (no copier,
+    /// or the copier fell 4 × `walLimit` behind).
+    let walCopies = Atomic<Int>(0), writerCheckpoints = Atomic<Int>(0)
     init() {}
 }
 
@@ -873,9 +876,11 @@ final class DiskTier: @unchecked Sendable {
                 copyQueue.withLock { copyRequested = true; copyQueue.signal() }
             } else {
                 _ = try? db.checkpoint(truncate: false)
+                counters.writerCheckpoints.add(1, ordering: .relaxed)
             }
         case 1 where frames >= 4 * limit:
             _ = try? db.checkpoint(truncate: false) // the copier fell far behind (a slow disk)
+            counters.writerCheckpoints.add(1, ordering: .relaxed)
         case 2:
             // Copies what was appended while the copier ran; the next transaction then finds
             // the whole WAL in the database file and starts it over.
@@ -897,6 +902,7 @@ final class DiskTier: @unchecked Sendable {
             copyRequested = false
             copyQueue.unlock()
             copyWAL()
+            counters.walCopies.add(1, ordering: .relaxed)
             copyState.store(2, ordering: .releasing)
         }
         copierStopped.fulfil(())

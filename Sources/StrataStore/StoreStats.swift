@@ -35,6 +35,9 @@ public struct StoreStats: Sendable {
     public var writeBehindPending = 0
     public var writeBehindTotal = 0
     public var flushedRowsCollected = 0
+    /// WAL checkpoints done by the checkpoint thread, and by the writer alone (see DiskTier).
+    public var walCopies = 0
+    public var writerCheckpoints = 0
     public var namespaces: [[UInt8]: Namespace] = [:]
 
     /// Bytes saved by compression, as a ratio raw / stored (1 when nothing was written).
@@ -72,6 +75,8 @@ extension TieredCache {
         s.diskWrites = c.writes.load(ordering: .relaxed)
         s.diskWriteErrors = c.writeErrors.load(ordering: .relaxed)
         s.flushedRowsCollected = c.flushedRowsCollected.load(ordering: .relaxed)
+        s.walCopies = c.walCopies.load(ordering: .relaxed)
+        s.writerCheckpoints = c.writerCheckpoints.load(ordering: .relaxed)
         s.queuedDiskJobs = disk.queuedJobs
         (s.writeBehindPending, s.writeBehindTotal) = writeBehindCounts
         let usage = includeNamespaceUsage ? (try? disk.namespaceUsage()) ?? [:] : [:]

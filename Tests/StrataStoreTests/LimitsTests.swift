@@ -181,6 +181,48 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertNotNil(try f.store.get(bytes("k399"), tiers: .disk)) // the newest survive
     }
 
+    /// Sustained writes from several threads: the checkpoint thread copies the WAL beside the
+    /// writer, the WAL file stays bounded, and every item is intact afterwards.
+    func testWALStaysBoundedUnderSustainedWrites() throws {
+        let walLimit = 256 << 10
+        let f = try StoreFixture { $0.walLimit = walLimit }
+        let threads = 8, perThread = 250
+        let failures = Counter()
+        let maxWAL = Counter()
+        let done = Completion<Void>()
+        let left = Counter()
+        left.add(threads)
+        let walPath = f.dir.path + "/strata.db-wal"
+        for t in 0..<threads {
+            startThread(name: "test-writer") { [store = f.store!] in
+                var rng = SplitMix(seed: UInt64(t + 1))
+                for i in 0..<perThread {
+                    let value = (0..<4096).map { _ in UInt8(truncatingIfNeeded: rng.next()) } // incompressible
+                    if (try? store.set(Array("t\(t)-\(i)".utf8), value, options: SetOptions(tiers: .disk))) == nil { failures.add() }
+                    var st = stat()
+                    if stat(walPath, &st) == 0 && Int(st.st_size) > maxWAL.load() { maxWAL.add(Int(st.st_size) - maxWAL.load()) }
+                }
+                left.add(-1)
+                if left.load() == 0 { done.fulfil(()) }
+            }
+        }
+        done.wait()
+        try f.store.sync()
+        XCTAssertEqual(failures.load(), 0)
+        let stats = f.store.stats()
+        XCTAssertGreaterThan(stats.walCopies, 3, "8 MiB written through a 256 KiB WAL: the checkpoint thread ran")
+        // The writer takes over at 4 × walLimit; one more batch (8 rows of 4 KiB → ~20 pages each) of slack.
+        XCTAssertLessThanOrEqual(maxWAL.load(), 4 * walLimit + 8 * 24 * 4096 + 64 << 10)
+        for t in 0..<threads {
+            var rng = SplitMix(seed: UInt64(t + 1))
+            for i in 0..<perThread {
+                let value = (0..<4096).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+                XCTAssertEqual(try f.store.get(Array("t\(t)-\(i)".utf8), tiers: .disk)?.value, value, "t\(t)-\(i)")
+            }
+        }
+        XCTAssertEqual(try openDatabase(f.dir).textRows("PRAGMA integrity_check"), ["ok"])
+    }
+
     func testAgeLimitTrimsDiskInBackground() throws {
         let f = try StoreFixture { $0.diskAgeLimit = 100 }
         _ = try f.store.set(bytes("old"), bytes("v"), options: SetOptions(tiers: .disk))
