@@ -1,8 +1,16 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import StrataCore
 
 /// A fixed pool of threads for work that may block on the disk tier, with a bounded queue:
 /// `submit` returns false when the queue is full (the caller answers BUSY) instead of letting
 /// the node's memory grow.
+///
+/// A worker takes queued jobs until the queue is empty before it sleeps, so `submit` wakes
+/// another only while fewer than `minAwake` are awake or the queue is deeper than twice the
+/// awake workers: jobs that find their page in the page cache are drained by a couple of
+/// threads without a wake-up each, and jobs that block on the disk still gather workers.
 final class WorkerPool: @unchecked Sendable {
     private let cond = ConditionLock()
     private var queue: [() -> Void] = []
@@ -11,9 +19,13 @@ final class WorkerPool: @unchecked Sendable {
     private var running = 0
     private let limit: Int
     private(set) var busy = 0
+    /// Workers not asleep in `cond.wait` (running a job, or about to take one).
+    private var awake = 0
+    private let minAwake: Int
 
     init(threads: Int, queueLimit: Int) {
         limit = queueLimit
+        minAwake = max(2, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
         for _ in 0..<max(1, threads) {
             if startThread(name: "strata-worker", { [self] in loop() }) { running += 1 }
         }
@@ -25,26 +37,35 @@ final class WorkerPool: @unchecked Sendable {
         defer { cond.unlock() }
         guard !stopping, queue.count - head < limit, running > 0 else { return false }
         queue.append(job)
-        cond.signal()
+        if awake < minAwake || queue.count - head > 2 * awake { cond.signal() }
         return true
     }
 
     /// Jobs queued or running.
     var outstanding: Int { cond.withLock { queue.count - head + busy } }
 
+    /// Takes jobs until the pool stops; one lock round per job (finishing the last one and
+    /// taking the next share it).
     private func loop() {
+        cond.lock()
+        awake += 1
         while true {
-            cond.lock()
-            while head == queue.count && !stopping { cond.wait() }
-            if head == queue.count && stopping { cond.unlock(); return }
+            while head == queue.count && !stopping {
+                awake -= 1
+                cond.wait()
+                awake += 1
+            }
+            if head == queue.count && stopping { break }
             let job = queue[head]
             head += 1
             if head > 1024 && head * 2 > queue.count { queue.removeFirst(head); head = 0 }
             busy += 1
             cond.unlock()
             job()
-            cond.withLock { busy -= 1 }
+            cond.lock()
+            busy -= 1
         }
+        cond.unlock()
     }
 
     /// Lets queued jobs finish, then ends the threads.

@@ -101,6 +101,8 @@ final class DiskTier: @unchecked Sendable {
     /// The file's row count is stale (the store was not closed cleanly): the writer counts
     /// the rows before its first write.
     private var needsRecount = false
+    /// Whether the file held any row when it was opened (a cheap probe, exact after a crash).
+    private(set) var openedWithRows = false
     /// Bytes on disk when last measured, plus an upper bound of what commits added since, so
     /// a byte limit far away costs no measurement per commit.
     private var bytesEstimate = 0
@@ -245,6 +247,8 @@ final class DiskTier: @unchecked Sendable {
             """)
         maxVersion = UInt64(bitPattern: try db.scalarInt("SELECT value FROM counters WHERE name='max_version'") ?? 0)
         needsRecount = try db.scalarInt("SELECT value FROM counters WHERE name='rows_exact'") == 0
+        // Not from the row count: after a crash it may still say 0 (it is recounted later).
+        openedWithRows = try db.scalarInt("SELECT EXISTS(SELECT 1 FROM items)") == 1
         try db.execute("UPDATE counters SET value=0 WHERE name='rows_exact'")
         persisted = PersistedCounters(rows: rowCount, version: maxVersion, at: monotonicSeconds())
         counters.rows.store(rowCount, ordering: .relaxed)

@@ -46,7 +46,7 @@ public final class TieredCache: @unchecked Sendable {
         try disk.start()
         hlc.observe(disk.maxVersion)
         openedVersion = hlc.next()
-        openedWithData = disk.counters.rows.load(ordering: .relaxed) > 0
+        openedWithData = disk.openedWithRows
         startThread(name: "strata-sweeper") { [self] in sweepLoop() }
     }
 
