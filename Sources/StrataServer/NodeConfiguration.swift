@@ -50,8 +50,7 @@ public struct NodeConfiguration: Sendable {
     /// arrive during a commit share the next one — the event loop hands over all the writes
     /// of one read at once, so batches form without waiting. Measured (one node, 50
     /// connections, alternating runs): 90/10 mix p99 4.4 → 3.0 ms at the same throughput and
-    /// CPU; 1 KiB sets 23–24k → 27–31k/s. The store's own default (2 ms) suits callers that
-    /// block a thread per write.
+    /// CPU; 1 KiB sets 23–24k → 27–31k/s.
     public var groupCommitWindow: Double = 0
 
     public init() {}
