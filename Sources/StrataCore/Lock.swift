@@ -86,11 +86,14 @@ public final class Completion<T>: @unchecked Sendable {
 
     public init() {}
 
+    /// Wakes the waiters after releasing the lock, so a woken waiter does not block at once on
+    /// the lock this thread still holds (a second sleep and wake-up per completion). The
+    /// caller's reference keeps `self` alive until this returns.
     public func fulfil(_ v: T) {
         cond.lock()
         value = v
-        cond.broadcast()
         cond.unlock()
+        cond.broadcast()
     }
 
     public func wait() -> T {
