@@ -25,8 +25,8 @@ public final class BlockingPool: @unchecked Sendable {
         cond.lock()
         jobs.append(job)
         if idle > jobs.count - 1 {
-            cond.signal()
             cond.unlock()
+            cond.signal() // after unlocking, so the woken thread does not wait for the lock
             return
         }
         cond.unlock()

@@ -34,10 +34,15 @@ final class WorkerPool: @unchecked Sendable {
     /// Queues `job`; false when the queue is full or the pool is stopping.
     func submit(_ job: @escaping () -> Void) -> Bool {
         cond.lock()
-        defer { cond.unlock() }
-        guard !stopping, queue.count - head < limit, running > 0 else { return false }
+        guard !stopping, queue.count - head < limit, running > 0 else {
+            cond.unlock()
+            return false
+        }
         queue.append(job)
-        if awake < minAwake || queue.count - head > 2 * awake { cond.signal() }
+        let wake = awake < minAwake || queue.count - head > 2 * awake
+        cond.unlock()
+        // After unlocking: a worker woken while this thread holds the lock would sleep on it again.
+        if wake { cond.signal() }
         return true
     }
 

@@ -327,9 +327,11 @@ final class DiskTier: @unchecked Sendable {
             return
         }
         pending.append(job)
-        // Wake the writer only when it sleeps for work, or when a group it waits for is full.
-        if writerIdle || (writerGathering && Double(pending.count) >= gatherTarget) { queue.signal() }
+        // Wake the writer only when it sleeps for work, or when a group it waits for is full;
+        // after unlocking, so it does not wake only to wait for this lock (as in Completion).
+        let wake = writerIdle || (writerGathering && Double(pending.count) >= gatherTarget)
         queue.unlock()
+        if wake { queue.signal() }
     }
 
     var queuedJobs: Int { queue.withLock { pending.count } }
@@ -443,8 +445,8 @@ final class DiskTier: @unchecked Sendable {
         guard !actions.isEmpty else { return }
         notifyQueue.lock()
         notifications.append(contentsOf: actions)
-        notifyQueue.signal()
         notifyQueue.unlock()
+        notifyQueue.signal()
     }
 
     private func finish(_ job: DiskJob, _ result: Result<(WriteResult, WriteEffect)?, StoreError>) {
