@@ -97,7 +97,12 @@ public final class SQLiteConnection {
     }
 
     public var changes: Int { Int(sqlite3_changes(handle)) }
-    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    /// The rowid of the last row this connection inserted; settable (to 0) to learn whether an
+    /// upsert inserted (an upsert that updates leaves it unchanged).
+    public var lastInsertRowID: Int64 {
+        get { sqlite3_last_insert_rowid(handle) }
+        set { sqlite3_set_last_insert_rowid(handle, newValue) }
+    }
 
     /// Checkpoints the WAL: copies its frames into the database file. Passive (`truncate`
     /// false) never waits for readers or the writer and copies what it can; `truncate` waits
