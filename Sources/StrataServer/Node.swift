@@ -228,6 +228,7 @@ public final class Node: @unchecked Sendable {
             ("disk_hits", String(s.disk.hits)), ("disk_misses", String(s.disk.misses)),
             ("disk_evictions", String(s.disk.evictions)), ("disk_expirations", String(s.disk.expirations)),
             ("disk_commits", String(s.commits)), ("disk_write_errors", String(s.diskWriteErrors)),
+            ("disk_wal_copies", String(s.walCopies)), ("disk_writer_checkpoints", String(s.writerCheckpoints)),
             ("corrupt_items", String(s.corruptItems)), ("quarantines", String(s.quarantines)),
             ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
             ("compression_raw_bytes", String(s.rawBytesWritten)), ("compression_stored_bytes", String(s.storedBytesWritten)),

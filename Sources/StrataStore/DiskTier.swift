@@ -221,7 +221,7 @@ final class DiskTier: @unchecked Sendable {
         }
         try db.execute("PRAGMA journal_mode=WAL")
         try db.execute("PRAGMA synchronous=NORMAL")
-        try db.execute("PRAGMA journal_size_limit=\(config.walLimit)")
+        try db.execute("PRAGMA journal_size_limit=\(config.walLimit * 4)") // see StoreConfiguration.walLimit
         try db.execute("PRAGMA cache_size=-\(config.writerCacheKiB)")
         try db.execute("PRAGMA mmap_size=\(config.mmapBytes)")
         pageSize = Int(try db.scalarInt("PRAGMA page_size") ?? 4096)

@@ -54,7 +54,10 @@ public struct StoreConfiguration: Sendable {
     /// checkpoints left the writer, the window had grown batches 20 → 35 for a small gain.)
     public var groupCommitWindow: Double = 0
     /// The WAL is checkpointed when it reaches about this size (copied by a checkpoint thread
-    /// beside the writer, finished by the writer), and truncated back to it. 16 MiB rather than SQLite's 4 MiB: pages rewritten by every
+    /// beside the writer, finished by the writer). The file is truncated only past 4 × this:
+    /// writes go on during the copy, so each cycle ends a little past the limit, and cutting
+    /// the file back every cycle made it shrink and regrow (block allocation queued behind
+    /// the copy's flush) — 1 KiB durable sets on a 200 MB store, p99 12 → 5.5 ms without it. 16 MiB rather than SQLite's 4 MiB: pages rewritten by every
     /// commit (index interiors, right edges, counters) are copied once per checkpoint, so
     /// fewer checkpoints mean fewer page writes. Measured on a node (50 connections): 1 KiB
     /// durable sets 10.2k → 12.9k/s, 90/10 mix p99 10.1 → 4.2 ms; the price is a longer stall
