@@ -130,6 +130,9 @@ extension Node {
         metric("disk_expirations", "counter", "Expired rows swept from disk.", Double(s.disk.expirations))
         metric("disk_commits", "counter", "Disk-tier transactions committed.", Double(s.commits))
         metric("disk_write_errors", "counter", "Disk writes that failed.", Double(s.diskWriteErrors))
+        metric("disk_wal_copies", "counter", "WAL checkpoints copied by the checkpoint thread.", Double(s.walCopies))
+        metric("disk_writer_checkpoints", "counter", "WAL checkpoints the writer did alone (copier absent or far behind).",
+               Double(s.writerCheckpoints))
         metric("corrupt_items", "counter", "Items that failed their checksum.", Double(s.corruptItems))
         metric("quarantines", "counter", "Databases moved aside as corrupt.", Double(s.quarantines))
         metric("write_behind_pending", "gauge", "Write-behind writes not yet committed.", Double(s.writeBehindPending))
