@@ -929,7 +929,8 @@ final class DiskTier: @unchecked Sendable {
     /// this copy while the writer waits. Measured (1 KiB durable sets, 50 connections, one
     /// 16 MiB checkpoint every ~115 ms): the writer's part 2–2.5 ms instead of ~30 ms.
     private func copyWAL() {
-        guard let db = try? SQLiteConnection(path: dbPath) else { return }
+        // mustExist: during a quarantine the file is briefly gone; the copier must not create it.
+        guard let db = try? SQLiteConnection(path: dbPath, mustExist: true) else { return }
         try? db.execute("PRAGMA synchronous=NORMAL")
         var before = 0
         for _ in 0..<6 {

@@ -23,11 +23,12 @@ public final class SQLiteConnection {
     let handle: OpaquePointer
     private var cache: [String: SQLiteStatement] = [:]
 
-    /// Opens (creating unless `readOnly`) the database at `path`.
-    public init(path: String, readOnly: Bool = false) throws {
+    /// Opens (creating unless `readOnly` or `mustExist`) the database at `path`.
+    public init(path: String, readOnly: Bool = false, mustExist: Bool = false) throws {
         self.path = path
         var db: OpaquePointer?
-        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+        let create = readOnly || mustExist ? 0 : SQLITE_OPEN_CREATE
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | create)) | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let msg = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
