@@ -73,6 +73,13 @@ final class DiskCounters: Sendable {
 /// connections and never write (access times are buffered and flushed in batches); a row whose
 /// checksum fails reads as a miss and is removed; a database that SQLite reports corrupt is
 /// moved aside and replaced. Limits (count, bytes, age, free space) hold at write time.
+///
+/// Threads: the writer (every write, maintenance, the end of each checkpoint), the notifier
+/// (completions that may block; `DiskJob.inline` ones run on the writer), the checkpoint
+/// thread (copies the WAL into the database file beside the writer), and a quick_check thread
+/// at open or after corruption. Costs: a commit is one transaction whatever its size (~20
+/// syscalls: WAL frame writes and WAL locks), so throughput comes from batching; the counters
+/// row is written about once a second, and recounted at the first open after a crash.
 final class DiskTier: @unchecked Sendable {
     /// 1: first schema. 2: the `tombstone` column holds `ItemMarks` bits (stale and negative
     /// entries); a build that knows only 1 would read those as tombstones, so it must refuse.
