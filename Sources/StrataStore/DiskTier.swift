@@ -103,7 +103,7 @@ final class DiskTier: @unchecked Sendable {
     /// version it holds. What the file holds is `persisted.version`, never less.
     private(set) var maxVersion: UInt64 = 0
     /// The counters as the file holds them. A commit writes the counters row only when it is
-    /// due (see `dueCounters`), not every time: it would be one more page per commit.
+    /// due (see `writeCounters`), not every time: it would be one more page per commit.
     private var persisted = PersistedCounters()
     /// The file's row count is stale (the store was not closed cleanly): the writer counts
     /// the rows before its first write.
