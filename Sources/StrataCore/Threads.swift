@@ -30,3 +30,6 @@ public func startThread(name: String, _ body: @escaping @Sendable () -> Void) ->
     Unmanaged<ThreadBody>.fromOpaque(box).release()
     return false
 }
+
+/// Cores this process may run on (at least 1), read once.
+public let processorCount: Int = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))

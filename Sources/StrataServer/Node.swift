@@ -61,7 +61,7 @@ public final class Node: @unchecked Sendable {
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.
-        sc.diskReaders = config.diskWorkers + Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))) * 2
+        sc.diskReaders = config.diskWorkers + processorCount * 2
         let logger = log
         sc.log = { line in logger.log(.warn, "store", [("detail", line)]) }
         do {
@@ -77,7 +77,7 @@ public final class Node: @unchecked Sendable {
         dispatcher = d
         workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)
         // Image decodes are CPU work: one thread per core, a short queue, BUSY past it.
-        imageWorkers = WorkerPool(threads: max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))), queueLimit: 64)
+        imageWorkers = WorkerPool(threads: processorCount, queueLimit: 64)
     }
 
     /// Binds, starts the event loops and returns once the node is accepting.
@@ -92,7 +92,7 @@ public final class Node: @unchecked Sendable {
         listenFD = fd
         port = bound
         var n = config.threads
-        if n <= 0 { n = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+        if n <= 0 { n = processorCount }
         connections = (0..<n).map { _ in LoopConnections() }
         for i in 0..<n {
             let loop = try EventLoop(index: i)

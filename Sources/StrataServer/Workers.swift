@@ -25,7 +25,7 @@ final class WorkerPool: @unchecked Sendable {
 
     init(threads: Int, queueLimit: Int) {
         limit = queueLimit
-        minAwake = max(2, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        minAwake = max(2, processorCount)
         for _ in 0..<max(1, threads) {
             if startThread(name: "strata-worker", { [self] in loop() }) { running += 1 }
         }

@@ -476,6 +476,9 @@ final class DiskTier: @unchecked Sendable {
         var stored = 0
         var evicted = 0
         var maxVersion: UInt64 = 0
+        /// At most what this batch adds on disk: its stored bytes plus four pages per row
+        /// (table leaf, two index leaves, one split) — the bytes-on-disk estimate's step.
+        func bytesBound(pageSize: Int) -> Int { stored + rows * 4 * pageSize }
     }
 
     private func runBatch(_ batch: [DiskJob]) {
@@ -529,7 +532,7 @@ final class DiskTier: @unchecked Sendable {
         rowCount += staged.rowDelta
         maxVersion = max(maxVersion, staged.maxVersion)
         persisted = newCounters
-        bytesEstimate += staged.stored + staged.rows * 4 * pageSize
+        bytesEstimate += staged.bytesBound(pageSize: pageSize)
         counters.rows.store(rowCount, ordering: .relaxed)
         counters.commits.add(1, ordering: .relaxed)
         counters.rawBytesWritten.add(staged.raw, ordering: .relaxed)
@@ -790,9 +793,9 @@ final class DiskTier: @unchecked Sendable {
         // Measuring bytes on disk costs two PRAGMAs and a stat: only when the estimate (last
         // measurement + an upper bound of each row's page writes since) could be over the limit.
         let limit = config.diskByteLimit
-        if limit > 0 && limit < Int.max && bytesEstimate + staged.stored + staged.rows * 4 * pageSize > limit {
+        if limit > 0 && limit < Int.max && bytesEstimate + staged.bytesBound(pageSize: pageSize) > limit {
             try evictLRU(db, &staged, untilCount: Int.max, bytes: limit)
-            bytesEstimate = try bytesOnDisk(db) - staged.stored - staged.rows * 4 * pageSize
+            bytesEstimate = try bytesOnDisk(db) - staged.bytesBound(pageSize: pageSize)
         }
         if config.freeDiskSpaceLimit > 0 && freeSpace() < config.freeDiskSpaceLimit {
             // Give back about 1 % of the rows; the space returns once the free pages are vacuumed.

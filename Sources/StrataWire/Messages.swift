@@ -177,6 +177,14 @@ public enum Request: Equatable, Sendable {
         func noExtras() throws(WireError) {
             if !f.extras.isEmpty { throw fail(.malformed, "\(op.name) takes no extras, got \(f.extras.count) bytes") }
         }
+        /// DELETE and INVALIDATE: no extras, or exactly a u64 caller version.
+        func optionalVersion() throws(WireError) -> UInt64? {
+            guard !f.extras.isEmpty else { return nil }
+            var r = ExtrasReader(f.extras, op.name)
+            let v = try r.u64()
+            try r.end()
+            return v
+        }
         do throws(WireError) {
             switch op {
             case .hello:
@@ -236,12 +244,7 @@ public enum Request: Equatable, Sendable {
                 return .set(s)
             case .delete:
                 try needKey()
-                var version: UInt64? = nil
-                if !f.extras.isEmpty {
-                    var r = ExtrasReader(f.extras, "delete")
-                    version = try r.u64()
-                    try r.end()
-                }
+                let version = try optionalVersion()
                 return .delete(namespace: f.namespace, key: f.key, tiers: f.tiers, version: version, writeBehind: flags.contains(.writeBehind))
             case .touch:
                 try needKey()
@@ -277,12 +280,7 @@ public enum Request: Equatable, Sendable {
                 return .flush(namespace: f.namespace, all: flags.contains(.all))
             case .invalidate:
                 try needKey()
-                var version: UInt64? = nil
-                if !f.extras.isEmpty {
-                    var r = ExtrasReader(f.extras, "invalidate")
-                    version = try r.u64()
-                    try r.end()
-                }
+                let version = try optionalVersion()
                 return .invalidate(namespace: f.namespace, key: f.key, tiers: f.tiers, version: version)
             case .release:
                 try needKey(); try noExtras()
