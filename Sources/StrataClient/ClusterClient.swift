@@ -155,10 +155,9 @@ public final class ClusterClient: @unchecked Sendable {
     private let handles: [String: NodeHandle]
     let hlc: HybridLogicalClock
     /// Concurrent `getOrLoad` calls for one key in this process share one load.
-    let loadFlights = SingleFlight<LoadedValue>()
+    let loadFlights = SingleFlight<ItemKey, LoadedValue>()
     private let hintLock = Lock()
-    private var hints: [HintKey: UInt64] = [:]
-    private struct HintKey: Hashable { let ns: [UInt8]; let key: [UInt8] }
+    private var hints: [ItemKey: UInt64] = [:]
 
     public init(configuration: ClusterConfiguration) throws {
         guard !configuration.nodes.isEmpty else { throw ClusterError(message: "no nodes given", failures: []) }
@@ -192,14 +191,14 @@ public final class ClusterClient: @unchecked Sendable {
     func hint(_ ns: [UInt8], _ key: [UInt8], _ version: UInt64) {
         hintLock.withLock {
             if hints.count >= configuration.maxHints, let k = hints.keys.first { hints[k] = nil }
-            hints[HintKey(ns: ns, key: key)] = version
+            hints[ItemKey(namespace: ns, key: key)] = version
         }
     }
 
-    private func isHinted(_ ns: [UInt8], _ key: [UInt8]) -> Bool { hintLock.withLock { hints[HintKey(ns: ns, key: key)] != nil } }
+    private func isHinted(_ ns: [UInt8], _ key: [UInt8]) -> Bool { hintLock.withLock { hints[ItemKey(namespace: ns, key: key)] != nil } }
     private func clearHint(_ ns: [UInt8], _ key: [UInt8], upTo version: UInt64) {
         hintLock.withLock {
-            let k = HintKey(ns: ns, key: key)
+            let k = ItemKey(namespace: ns, key: key)
             if let v = hints[k], v <= version { hints[k] = nil }
         }
     }

@@ -67,9 +67,7 @@ extension ClusterClient {
     /// the owner restarted recently); a miss adds the load and one replicated SET. Blocking.
     public func getOrLoad(_ key: [UInt8], namespace: [UInt8] = [], ttl: WireExpiry = .storeDefault,
                           options: LoadOptions = LoadOptions(), loader: () throws -> [UInt8]) throws -> LoadedValue {
-        func hex(_ b: [UInt8]) -> String { b.map { String($0, radix: 16) }.joined(separator: ".") }
-        let flight = hex(namespace) + "/" + hex(key)
-        let r = try loadFlights.run(flight) { try readThrough(key, namespace, ttl, options, loader) }
+        let r = try loadFlights.run(ItemKey(namespace: namespace, key: key)) { try readThrough(key, namespace, ttl, options, loader) }
         guard r.shared else { return r.value }
         var v = r.value
         if v.origin == .loaded || v.origin == .refreshed { v.origin = .waited }

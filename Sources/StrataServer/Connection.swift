@@ -136,7 +136,7 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// sent; keyless operations (PING, STATS, SCAN, FLUSH, HELLO, QUIT) wait for everything
     /// sent before them, and everything after them waits for them.
     private enum Scope {
-        case keys([[UInt8]])
+        case keys([ItemKey])
         case barrier
     }
 
@@ -149,10 +149,10 @@ final class Connection: EventHandler, @unchecked Sendable {
     }
 
     private var deferred: [Pending] = []
-    private var inFlightKeys: [[UInt8]: Int] = [:]
+    private var inFlightKeys: [ItemKey: Int] = [:]
     private var barriersInFlight = 0
 
-    private static func keyID(_ ns: [UInt8], _ key: [UInt8]) -> [UInt8] { keyIdentity(ns, key) }
+    private static func keyID(_ ns: [UInt8], _ key: [UInt8]) -> ItemKey { ItemKey(namespace: ns, key: key) }
 
     private static func scope(of r: Request) -> Scope {
         switch r {
@@ -228,10 +228,12 @@ final class Connection: EventHandler, @unchecked Sendable {
             return
         case .quit:
             if !quiet { send(Responses.status(to: f, .ok)) }
+            node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             closeAfterFlush = true
             flushAndMaybeClose()
             return
         case let .hello(lo, hi, token):
+            defer { node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6) }
             guard lo <= Wire.version && Wire.version <= hi else {
                 send(Responses.error(to: f, .unsupportedVersion, "this node speaks protocol version \(Wire.version) only"))
                 return
@@ -253,6 +255,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             return
         case .stats:
             send(Responses.stats(to: f, json: node.statsJSON()))
+            node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             return
         default:
             break
@@ -299,7 +302,7 @@ final class Connection: EventHandler, @unchecked Sendable {
                     let resp: Frame?
                     switch result {
                     case .success(let out):
-                        node.dispatcher.countImage(s, out)
+                        node.dispatcher.setDone(s, out)
                         resp = Dispatcher.setResponse(out, f)
                     case .failure(let e): resp = Responses.error(to: f, status(for: e), e.message)
                     }
@@ -456,6 +459,18 @@ final class Connection: EventHandler, @unchecked Sendable {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "idle timeout")
         }
+    }
+
+    /// SIGTERM: tells the peer why the connection ends — one unsolicited SHUTTING_DOWN frame
+    /// (opcode 0, request id 0; PROTOCOL.md §3), sent once without waiting — then closes.
+    func closeForShutdown() {
+        guard !closed else { return }
+        var f = Frame(magic: Wire.responseMagic, opcode: 0, requestID: 0)
+        f.status = Status.shuttingDown.rawValue
+        f.value = Array("the node is shutting down".utf8)
+        f.encode(into: &output)
+        flush()
+        close(reason: "shutdown")
     }
 
     func close(reason: String) {

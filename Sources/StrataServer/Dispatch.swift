@@ -32,10 +32,6 @@ func status(for e: StoreError) -> Status {
     }
 }
 
-/// A key's identity within the node: namespace length, namespace, key (no two differ only in
-/// where the namespace ends). Used for per-connection ordering and for leases.
-func keyIdentity(_ ns: [UInt8], _ key: [UInt8]) -> [UInt8] { [UInt8(ns.count)] + ns + key }
-
 /// A class, not a struct: it is reached through `node.dispatcher` for every request, and a
 /// struct holding several class references would be copied (retained and released) each time.
 final class Dispatcher: @unchecked Sendable {
@@ -47,7 +43,48 @@ final class Dispatcher: @unchecked Sendable {
 
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
-    let variantFlights = SingleFlight<(bytes: [UInt8], width: Int, height: Int)>()
+    let variantFlights = SingleFlight<ItemKey, (bytes: [UInt8], width: Int, height: Int)>()
+
+    /// Which variants belong to which original (dropped when the original changes).
+    let lineage = VariantLineage()
+    /// Runs a job in the background (the node's disk workers); false when it cannot be queued.
+    var background: (@escaping () -> Void) -> Bool = { _ in false }
+
+    /// After a SET: counts a stored image, revokes the key's lease unless this SET was the
+    /// lease's own fill (a fill loaded before this write must not land), drops old variants.
+    func setDone(_ s: SetRequest, _ out: SetOutcome) {
+        guard out.isStored else { return }
+        countImage(s, out)
+        let id = ItemKey(namespace: s.namespace, key: s.key)
+        if s.mode != .lease { leases.revoke(id) }
+        originalChanged(id)
+    }
+
+    /// The item under `id` got a new version or was deleted: its variants (made from an older
+    /// version) are removed in the background. If the queue is full they stay recorded, and
+    /// the next change tries again.
+    func originalChanged(_ id: ItemKey) {
+        guard let keys = lineage.take(id) else { return }
+        let store = self.store, stats = self.stats
+        let queued = background {
+            for k in keys {
+                if case .removed? = try? store.remove(k, namespace: id.namespace, tiers: .all) { stats?.variantsDropped.add() }
+            }
+        }
+        if !queued { for k in keys { lineage.record(original: id, derivedKey: k) } }
+    }
+
+    /// Records the variants on disk at start (a background pass over the disk tier's keys).
+    func recoverLineage() {
+        for ns in store.namespaceNames() {
+            var cursor: [UInt8]? = nil
+            repeat {
+                guard let page = try? store.keys(namespace: ns, after: cursor, limit: 1000, tiers: .disk) else { break }
+                lineage.recover(namespace: ns, keys: page.keys)
+                cursor = page.next
+            } while cursor != nil
+        }
+    }
 
     /// Counts an image that a SET stored, by format.
     func countImage(_ s: SetRequest, _ out: SetOutcome) {
@@ -112,9 +149,10 @@ final class Dispatcher: @unchecked Sendable {
     /// after a grant the key is read again, so a fill that released its lease just before
     /// this grant is seen (and the new lease given back) instead of loading twice.
     func leaseGet(_ g: GetRequest, _ f: Frame) throws -> Frame {
-        let id = keyIdentity(g.namespace, g.key)
+        let id = ItemKey(namespace: g.namespace, key: g.key)
         let tiers = Tiers(wire: g.tiers)
         var result = try store.read(g.key, namespace: g.namespace, tiers: tiers, touch: g.touch?.storeExpiry)
+        if g.touch != nil, case .hit = result { originalChanged(id) }
         var lease: UInt64?? = nil // nil: no lease business; .some(nil): filling; .some(t): granted
         if needsLease(result, g) {
             switch leases.acquire(id) {
@@ -177,16 +215,18 @@ final class Dispatcher: @unchecked Sendable {
         guard let original = try store.get(v.key, namespace: v.namespace) else { return Responses.status(to: f, .notFound) }
         let spec = VariantSpec(maxWidth: Int(v.maxWidth), maxHeight: Int(v.maxHeight), fit: v.fit == 1 ? .cover : .contain,
                                format: v.format == 1 ? .png : .webp, quality: v.quality == 255 ? nil : Int(v.quality))
-        let derived = v.key + [0] + Array("variant:\(String(original.version, radix: 16)):\(spec.canonical)".utf8)
+        let derived = VariantLineage.derivedKey(v.key, version: original.version, spec: spec.canonical)
+        let originalID = ItemKey(namespace: v.namespace, key: v.key)
         guard derived.count <= ItemLimits.maxKeyBytes else {
             return Responses.error(to: f, .invalidArgument, "the key is too long to derive a variant key from (limit \(ItemLimits.maxKeyBytes) bytes)")
         }
         if let cached = try store.get(derived, namespace: v.namespace), cached.extended.count == 4 {
             stats?.variantHits.add()
+            lineage.record(original: originalID, derivedKey: derived)
             let w = UInt16(cached.extended[0]) << 8 | UInt16(cached.extended[1]), h = UInt16(cached.extended[2]) << 8 | UInt16(cached.extended[3])
             return Responses.imageVariant(to: f, bytes: cached.value, width: w, height: h, cached: true, version: original.version)
         }
-        let flightKey = String(decoding: v.namespace, as: UTF8.self) + "\u{0}" + derived.map { String($0, radix: 16) }.joined()
+        let flightKey = ItemKey(namespace: v.namespace, key: derived)
         let made: (value: (bytes: [UInt8], width: Int, height: Int), shared: Bool)
         do {
             made = try variantFlights.run(flightKey) {
@@ -198,6 +238,7 @@ final class Dispatcher: @unchecked Sendable {
                 _ = try store.set(derived, r.bytes, namespace: v.namespace,
                                   options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext,
                                                       tiers: Tiers(wire: f.tiers)))
+                lineage.record(original: originalID, derivedKey: derived)
                 return r
             }
         } catch let e as ImageError {
@@ -218,7 +259,9 @@ final class Dispatcher: @unchecked Sendable {
             case .get(let g):
                 let item: CacheItem
                 switch try store.read(g.key, namespace: g.namespace, tiers: Tiers(wire: g.tiers), touch: g.touch?.storeExpiry) {
-                case .hit(let i): item = i
+                case .hit(let i):
+                    item = i
+                    if g.touch != nil { originalChanged(ItemKey(namespace: g.namespace, key: g.key)) }
                 case .miss: return quiet ? nil : Responses.status(to: f, .notFound)
                 // The tombstone's version lets a cluster client see that a delete is the newest write.
                 case .tombstone(let v): return quiet ? nil : Responses.status(to: f, .notFound, cas: v)
@@ -245,36 +288,43 @@ final class Dispatcher: @unchecked Sendable {
                         return Responses.error(to: f, .invalidImage, error.message)
                     }
                 }
-                let id = keyIdentity(s.namespace, s.key)
+                let id = ItemKey(namespace: s.namespace, key: s.key)
                 if s.mode == .lease && !leases.holds(id, token: s.casVersion) {
                     stats?.leasesLost.add()
                     return Responses.error(to: f, .leaseLost, "the lease expired or was revoked (the key was deleted or invalidated); the value was not stored")
                 }
                 let out = try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s))
                 if s.mode == .lease { leases.release(id, token: s.casVersion) }
-                countImage(s, out)
+                setDone(s, out)
                 return Self.setResponse(out, f)
             case let .delete(ns, key, tiers, version, _):
-                defer { leases.revoke(keyIdentity(ns, key)) }
+                defer { leases.revoke(ItemKey(namespace: ns, key: key)) }
                 switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
-                case .removed: return ok()
+                case .removed:
+                    originalChanged(ItemKey(namespace: ns, key: key))
+                    return ok()
                 case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
                 case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
                 }
             case let .invalidate(ns, key, tiers, version):
                 // Revoked even when nothing was stored: a fill that started before must not land.
-                defer { leases.revoke(keyIdentity(ns, key)) }
+                defer { leases.revoke(ItemKey(namespace: ns, key: key)) }
+                // QUIET does not silence INVALIDATE's answers (§2.1).
                 switch try store.invalidate(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
-                case .invalidated(let v): return ok(cas: v)
-                case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
+                case .invalidated(let v):
+                    originalChanged(ItemKey(namespace: ns, key: key))
+                    return Responses.status(to: f, .ok, cas: v)
+                case .notFound: return Responses.status(to: f, .notFound)
                 case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
                 }
             case let .release(ns, key, token):
-                return leases.release(keyIdentity(ns, key), token: token) ? ok() : (quiet ? nil : Responses.status(to: f, .notFound))
+                // QUIET does not silence RELEASE's answers (§2.1).
+                return Responses.status(to: f, leases.release(ItemKey(namespace: ns, key: key), token: token) ? .ok : .notFound)
             case let .touch(ns, key, tiers, expiry):
                 guard let v = try store.touchVersioned(key, namespace: ns, expiry: expiry.storeExpiry, tiers: Tiers(wire: tiers)) else {
                     return quiet ? nil : Responses.status(to: f, .notFound)
                 }
+                originalChanged(ItemKey(namespace: ns, key: key))
                 return ok(cas: v)
             case let .exists(ns, key, tiers):
                 return try store.contains(key, namespace: ns, tiers: Tiers(wire: tiers)) ? ok() : (quiet ? nil : Responses.status(to: f, .notFound))
@@ -283,7 +333,9 @@ final class Dispatcher: @unchecked Sendable {
                     ? try store.decrement(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial, expiry: c.expiry.storeExpiry)
                     : try store.increment(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial, expiry: c.expiry.storeExpiry)
                 switch out {
-                case .value(let v, let version): return quiet ? nil : Responses.counter(to: f, value: v, version: version)
+                case .value(let v, let version):
+                    leases.revoke(ItemKey(namespace: c.namespace, key: c.key))
+                    return quiet ? nil : Responses.counter(to: f, value: v, version: version)
                 case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
                 case .notANumber: return Responses.error(to: f, .notANumber, "the stored value is not a decimal counter (1–20 digits, at most 2^64−1)")
                 }
@@ -308,14 +360,12 @@ final class Dispatcher: @unchecked Sendable {
             case let .scan(ns, cursor, limit):
                 let page = try store.keys(namespace: ns, after: cursor.isEmpty ? nil : cursor, limit: Int(limit))
                 // Image variants live under derived keys (key, 0x00, "variant:…"): not the user's keys.
-                let marker = Array("\u{0}variant:".utf8)
-                let visible = page.keys.filter { k in
-                    guard let z = k.firstIndex(of: 0) else { return true }
-                    return !k[z...].starts(with: marker)
-                }
+                let visible = page.keys.filter { VariantLineage.original(of: $0) == nil }
                 return Responses.scan(to: f, keys: visible, next: page.next)
             case let .flush(ns, all):
                 if all { try store.flushAll() } else { try store.flush(namespace: ns) }
+                leases.revokeAll(namespace: all ? nil : ns)
+                lineage.forget(namespace: all ? nil : ns)
                 return ok()
             case let .imageInfo(ns, key):
                 guard let item = try store.get(key, namespace: ns) else { return Responses.status(to: f, .notFound) }

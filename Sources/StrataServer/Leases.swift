@@ -1,13 +1,17 @@
+import Synchronization
 import StrataCore
 
 /// The node's read-through leases (PROTOCOL.md §7.4.1): at most one holder per key, so one
 /// client fills a missing or stale key while the others are told it is being filled.
 ///
 /// Guarantees: a lease lasts `timeout` seconds from its grant (a loader that dies blocks the
-/// key no longer than that); a token is never reused by this table (a random 64-bit start,
-/// then +1 per grant, so a token from before a restart is not mistaken for a new one);
-/// DELETE and INVALIDATE revoke, so a fill computed before them is refused (LEASE_LOST).
-/// Leases live in memory only: not persisted, not replicated.
+/// key no longer than that); every token is drawn at random (64 bits, never 0) from the
+/// injected source — the system's cryptographic generator by default — so another client
+/// cannot guess a token to fill or release a lease it does not hold, and a token from before a
+/// restart is not mistaken for a new one (a repeat has a chance of about n²/2⁶⁴). Any write
+/// that changes the key (SET, INCR/DECR, DELETE, INVALIDATE, FLUSH) revokes, so a fill
+/// computed before it is refused (LEASE_LOST). Leases live in memory only: not persisted,
+/// not replicated.
 ///
 /// Cost: one dictionary entry (key identity + 16 bytes) per held lease; at most `capacity`
 /// entries — past that, expired ones are swept (O(n), only when full) and if none expired no
@@ -24,21 +28,26 @@ public final class LeaseTable: @unchecked Sendable {
     private struct Entry { var token: UInt64; var expires: Int64 }
 
     private let lock = Lock()
-    private var entries: [[UInt8]: Entry] = [:]
-    private var nextToken: UInt64
+    private var entries: [ItemKey: Entry] = [:] { didSet { entryCount.store(entries.count, ordering: .relaxed) } }
+    /// `entries.count`, readable without the lock: a write to a key when no lease is held (the
+    /// common case) costs one atomic load.
+    private let entryCount = Atomic<Int>(0)
     private let timeoutMicros: Int64
     private let capacity: Int
     private let clock: any Clock
+    private let tokens: @Sendable () -> UInt64
 
-    public init(timeout: Double, capacity: Int = 100_000, clock: any Clock = SystemClock()) {
+    /// `tokens` draws a lease token (a 0 is drawn again); tests inject a fixed sequence.
+    public init(timeout: Double, capacity: Int = 100_000, clock: any Clock = SystemClock(),
+                tokens: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }) {
         timeoutMicros = max(1, Int64(timeout * 1_000_000))
         self.capacity = max(1, capacity)
         self.clock = clock
-        nextToken = UInt64.random(in: 1...(UInt64.max >> 1))
+        self.tokens = tokens
     }
 
     /// Grants the lease on `id` unless a live one is held.
-    public func acquire(_ id: [UInt8]) -> Grant {
+    public func acquire(_ id: ItemKey) -> Grant {
         let now = clock.nowMicros()
         return lock.withLock {
             if let e = entries[id], e.expires > now { return .held(remaining: Double(e.expires - now) / 1e6) }
@@ -46,15 +55,15 @@ public final class LeaseTable: @unchecked Sendable {
                 entries = entries.filter { $0.value.expires > now }
                 if entries.count >= capacity { return .full }
             }
-            nextToken &+= 1
-            if nextToken == 0 { nextToken = 1 }
-            entries[id] = Entry(token: nextToken, expires: now + timeoutMicros)
-            return .granted(token: nextToken)
+            var token = tokens()
+            while token == 0 { token = tokens() }
+            entries[id] = Entry(token: token, expires: now + timeoutMicros)
+            return .granted(token: token)
         }
     }
 
     /// Whether `token` holds the live lease on `id`.
-    public func holds(_ id: [UInt8], token: UInt64) -> Bool {
+    public func holds(_ id: ItemKey, token: UInt64) -> Bool {
         let now = clock.nowMicros()
         return lock.withLock {
             guard let e = entries[id] else { return false }
@@ -64,7 +73,7 @@ public final class LeaseTable: @unchecked Sendable {
 
     /// Gives the lease back; false when `token` did not hold it (expired, revoked, someone else's).
     @discardableResult
-    public func release(_ id: [UInt8], token: UInt64) -> Bool {
+    public func release(_ id: ItemKey, token: UInt64) -> Bool {
         let now = clock.nowMicros()
         return lock.withLock {
             guard let e = entries[id], e.token == token else { return false }
@@ -73,9 +82,20 @@ public final class LeaseTable: @unchecked Sendable {
         }
     }
 
-    /// Drops any lease on `id` (the key was deleted or invalidated: a fill in progress is stale).
-    public func revoke(_ id: [UInt8]) {
+    /// Drops any lease on `id` (the key was written, deleted or invalidated: a fill in progress
+    /// is stale).
+    public func revoke(_ id: ItemKey) {
+        guard entryCount.load(ordering: .relaxed) > 0 else { return }
         _ = lock.withLock { entries.removeValue(forKey: id) }
+    }
+
+    /// Drops every lease in `namespace`, or every lease when it is nil (FLUSH). O(leases held).
+    public func revokeAll(namespace: [UInt8]?) {
+        guard entryCount.load(ordering: .relaxed) > 0 else { return }
+        lock.withLock {
+            guard let ns = namespace else { entries.removeAll(); return }
+            entries = entries.filter { $0.key.namespace != ns }
+        }
     }
 
     /// Live leases.

@@ -141,6 +141,7 @@ extension Node {
         metric("compression_stored_bytes", "counter", "Value bytes written to disk after compression.", Double(s.storedBytesWritten))
         metric("variants_computed", "counter", "Image variants computed.", Double(stats.variantsComputed.load()))
         metric("variant_hits", "counter", "Image variants served from the cache.", Double(stats.variantHits.load()))
+        metric("variants_dropped", "counter", "Stored image variants removed because their original changed.", Double(stats.variantsDropped.load()))
         metric("image_transform_us", "counter", "Microseconds spent computing image variants.", Double(stats.transformMicros.load()))
         metric("leases_granted", "counter", "Read-through leases granted.", Double(stats.leasesGranted.load()))
         metric("leases_filling", "counter", "Lease GETs told another client is filling the key.", Double(stats.leasesFilling.load()))

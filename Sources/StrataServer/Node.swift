@@ -78,6 +78,8 @@ public final class Node: @unchecked Sendable {
         workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)
         // Image decodes are CPU work: one thread per core, a short queue, BUSY past it.
         imageWorkers = WorkerPool(threads: processorCount, queueLimit: 64)
+        let pool = workers
+        d.background = { job in pool.submit(job) }
     }
 
     /// Binds, starts the event loops and returns once the node is accepting.
@@ -107,6 +109,11 @@ public final class Node: @unchecked Sendable {
                 loopsStopped.add(1)
                 if loopsStopped.load() == loops.count { allStopped.fulfil(()) }
             }
+        }
+        // Variants stored before this start are dropped with their originals too.
+        if store.openedWithData {
+            let d = dispatcher
+            startThread(name: "strata-lineage") { d.recoverLineage() }
         }
         if let mp = config.metricsPort {
             metrics = try MetricsServer(node: self, host: config.host, port: mp)
@@ -175,7 +182,7 @@ public final class Node: @unchecked Sendable {
         }
         for (i, loop) in loops.enumerated() {
             loop.execute { [self] in
-                for c in connections[i].map.values { c.close(reason: "shutdown") }
+                for c in connections[i].map.values { c.closeForShutdown() }
                 loop.stop()
             }
         }
@@ -233,6 +240,7 @@ public final class Node: @unchecked Sendable {
             ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
             ("compression_raw_bytes", String(s.rawBytesWritten)), ("compression_stored_bytes", String(s.storedBytesWritten)),
             ("variants_computed", String(stats.variantsComputed.load())), ("variant_hits", String(stats.variantHits.load())),
+            ("variants_dropped", String(stats.variantsDropped.load())),
             ("image_transform_us", String(stats.transformMicros.load())),
             ("leases_granted", String(stats.leasesGranted.load())), ("leases_filling", String(stats.leasesFilling.load())),
             ("leases_lost", String(stats.leasesLost.load())), ("leases_held", String(dispatcher.leases.count)),

@@ -70,6 +70,8 @@ final class NodeStats: Sendable {
     let imagesStored: [Counter] = (0..<8).map { _ in Counter() }
     let variantsComputed = Counter()
     let variantHits = Counter()
+    /// Stored variants removed because their original was replaced, touched, invalidated or deleted.
+    let variantsDropped = Counter()
     let transformMicros = Counter()
     /// Read-through: leases granted, GETs told another client is filling, fills refused
     /// (LEASE_LOST), negative entries served, stale items served.

@@ -444,8 +444,11 @@ public final class TieredCache: @unchecked Sendable {
         }
         ns.counters.hits.add(1, ordering: .relaxed)
         if let t = touch {
-            guard let v = try touchVersioned(key, namespace: namespace, expiry: t, tiers: tiers) else { return .miss }
-            let e = t.resolve(now: now, defaultTTL: configuration.defaultTTL)
+            // Resolved once: the expiry answered is exactly the one stored (a relative TTL
+            // resolved twice would answer a few µs earlier than the stored time).
+            let e = t.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
+            guard let v = try touchVersioned(key, namespace: namespace, expiry: e == 0 ? .never : .at(unixMicros: e), tiers: tiers)
+            else { return .miss }
             item.expiresAt = e == 0 ? nil : e
             item.version = v
         }
@@ -537,6 +540,9 @@ public final class TieredCache: @unchecked Sendable {
 
     /// Empties every namespace (O(namespaces)).
     public func flushAll() throws { try control(.flushAll) }
+
+    /// The names of every namespace this store knows (on disk or written since open).
+    public func namespaceNames() -> [[UInt8]] { registry.allNames() }
 
     /// Evicts least recently used items until each tier in `tiers` holds at most `count` items
     /// and `bytes` bytes (memory: accounted bytes; disk: pages in use plus WAL).

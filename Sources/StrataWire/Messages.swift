@@ -260,6 +260,7 @@ public enum Request: Equatable, Sendable {
                 var r = ExtrasReader(f.extras, op.name)
                 var c = CounterRequest(key: f.key, delta: try r.u64(), namespace: f.namespace, decrement: op == .decr)
                 let hasInitial = try r.u8()
+                guard hasInitial <= 1 else { throw fail(.invalidArgument, "has initial must be 0 or 1, not \(hasInitial)") }
                 let initial = try r.u64()
                 c.initial = hasInitial != 0 ? initial : nil
                 c.expiry = try WireExpiry.read(&r)

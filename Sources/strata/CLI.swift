@@ -56,6 +56,14 @@ func writeBytes(_ b: [UInt8]) {
     }
 }
 
+/// A value for a person or a pipe: the bytes as they are, plus a newline when stdout is a
+/// terminal and the value does not end with one (so the shell's next prompt is not glued to
+/// it). Redirected to a file or a pipe, the bytes are written exactly.
+func writeValue(_ b: [UInt8]) {
+    writeBytes(b)
+    if isatty(1) != 0 && b.last != UInt8(ascii: "\n") { writeBytes([UInt8(ascii: "\n")]) }
+}
+
 func runCLI(_ args: [String]) -> Int32 {
     guard let command = args.first else {
         printErr(topUsage)

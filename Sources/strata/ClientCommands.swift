@@ -62,7 +62,7 @@ func printItem(_ item: ItemPayload, _ o: ParsedOptions) -> Int32 {
     if o.switches.contains("--meta") {
         printErr("version \(item.version), flags \(item.flags), \(item.value.count) bytes, from \(item.tier == 1 ? "memory" : "disk"), expires \(formatExpiry(item.expiresAt))\(item.stale ? ", stale" : "")")
     }
-    writeBytes(item.value)
+    writeValue(item.value)
     return 0
 }
 

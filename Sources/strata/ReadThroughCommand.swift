@@ -31,7 +31,7 @@ func getOrRun(_ o: ParsedOptions, _ cluster: ClusterClient) throws -> Int32 {
         let v = try cluster.getOrLoad(key, namespace: try nsArg(o), ttl: try ttlArg(o) ?? .storeDefault, options: options) {
             try runShell(command)
         }
-        writeBytes(v.value)
+        writeValue(v.value)
         return 0
     } catch let f as LoadFailure {
         printErr(f.cached ? "cached failure (a negative entry; the command is not run again until it expires): \(f.message)"

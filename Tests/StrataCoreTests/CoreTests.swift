@@ -93,3 +93,41 @@ final class BlockingPoolTests: XCTestCase {
         XCTAssertEqual(finished.load(), 40)
     }
 }
+
+final class ItemKeyTests: XCTestCase {
+    /// Keys and namespaces that an unpadded-hex or lossy-UTF-8 identity confused.
+    func testDifferentBytesAreDifferentKeys() {
+        let pairs: [(ItemKey, ItemKey)] = [
+            (ItemKey(namespace: [], key: [0x01, 0x23]), ItemKey(namespace: [], key: [0x12, 0x03])),
+            (ItemKey(namespace: [0xFF], key: [1]), ItemKey(namespace: [0xFE], key: [1])),
+            (ItemKey(namespace: Array("a".utf8), key: Array("bc".utf8)), ItemKey(namespace: Array("ab".utf8), key: Array("c".utf8))),
+            (ItemKey(namespace: [], key: [0x00, 0x01]), ItemKey(namespace: [0x00], key: [0x01])),
+        ]
+        for (a, b) in pairs {
+            XCTAssertNotEqual(a, b)
+            XCTAssertEqual(Set([a, b]).count, 2, "\(a) and \(b)")
+        }
+        XCTAssertEqual(ItemKey(namespace: [9], key: [1, 2]), ItemKey(namespace: [9], key: [1, 2]))
+    }
+
+    /// A flight for one key must never hand its result to a caller of another key, even when
+    /// the two keys' bytes read the same as unpadded hex.
+    func testSingleFlightNeverSharesBetweenDifferentKeys() throws {
+        let flights = SingleFlight<ItemKey, String>()
+        let a = ItemKey(namespace: [], key: [0x01, 0x23]), b = ItemKey(namespace: [], key: [0x12, 0x03])
+        let inside = Completion<Void>(), release = Completion<Void>()
+        let first = Completion<(String, Bool)>()
+        _ = startThread(name: "test-flight") {
+            let r = try? flights.run(a) { inside.fulfil(()); _ = release.wait(); return "image of a" }
+            first.fulfil((r?.value ?? "failed", r?.shared ?? true))
+        }
+        _ = inside.wait() // a's computation is in flight
+        let other = try flights.run(b) { "image of b" }
+        XCTAssertEqual(other.value, "image of b")
+        XCTAssertFalse(other.shared)
+        release.fulfil(())
+        let r = first.wait()
+        XCTAssertEqual(r.0, "image of a")
+        XCTAssertFalse(r.1)
+    }
+}

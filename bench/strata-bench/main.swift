@@ -8,9 +8,19 @@
 import Glibc
 import StrataCore
 
+let usage = """
+usage: strata-bench COMMAND [options]
+  store   the embeddable store in-process beside a plain SQLite baseline
+          strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]
+  run     load against Strata nodes, a Strata cluster, memcached and Redis side by side
+          strata-bench run --target KIND=HOST:PORT [--target …] … (strata-bench run --help lists every option)
+  image   image variant transforms: strata-bench image [--rounds 3] [--count 20]
+See bench/RESULTS.md for figures and how to read them.
+"""
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard let command = arguments.first else {
-    printErr("usage: strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]")
+    printErr(usage)
     exit(2)
 }
 do {
@@ -26,7 +36,7 @@ do {
         // Internal: measures memory per item in a fresh process and prints one number.
         try memoryFootprintChild(count: Int(arguments.dropFirst().first ?? "") ?? 1_000_000)
     case "--help", "-h", "help":
-        print("usage: strata-bench store [--json] [--rounds N] [--ops N] [--open-dir DIR] [--skip-open] [--skip-memory-footprint]")
+        print(usage)
     default:
         printErr("strata-bench: unknown command '\(command)' (try: store, run, image)")
         exit(2)
