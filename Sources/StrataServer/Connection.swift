@@ -312,9 +312,11 @@ final class Connection: EventHandler, @unchecked Sendable {
             } catch let e as StoreError {
                 release(scope)
                 send(Responses.error(to: f, status(for: e), e.message))
+                stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             } catch {
                 release(scope)
                 send(Responses.error(to: f, .serverError, "\(error)"))
+                stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             }
             return
         }
@@ -327,7 +329,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         if !accepted {
             release(scope)
             node.stats.busyRefusals.add(1, ordering: .relaxed)
-            send(Responses.error(to: f, .busy, imageCheck ? "too many images being validated; retry later" : "too much disk work queued; retry later"))
+            send(Responses.error(to: f, .busy, imageCheck ? "the image pool is full; retry later" : "too much disk work queued; retry later"))
         }
     }
 

@@ -209,8 +209,9 @@ final class Dispatcher: @unchecked Sendable {
     }
 
     /// IMAGE VARIANT: the stored variant, or computed once (single flight), stored and returned.
-    /// The variant's key carries the original's version, so replacing the original makes old
-    /// variants unreachable (they age out), and deleting it makes the request NOT_FOUND.
+    /// The variant's key carries the original's version, so a variant is always of the current
+    /// original; a write that changes the original's version or deletes it drops the old ones
+    /// (`originalChanged`), and a deleted original makes the request NOT_FOUND.
     func variant(_ v: VariantRequest, _ f: Frame) throws -> Frame {
         guard let original = try store.get(v.key, namespace: v.namespace) else { return Responses.status(to: f, .notFound) }
         let spec = VariantSpec(maxWidth: Int(v.maxWidth), maxHeight: Int(v.maxHeight), fit: v.fit == 1 ? .cover : .contain,
@@ -291,7 +292,7 @@ final class Dispatcher: @unchecked Sendable {
                 let id = ItemKey(namespace: s.namespace, key: s.key)
                 if s.mode == .lease && !leases.holds(id, token: s.casVersion) {
                     stats?.leasesLost.add()
-                    return Responses.error(to: f, .leaseLost, "the lease expired or was revoked (the key was deleted or invalidated); the value was not stored")
+                    return Responses.error(to: f, .leaseLost, "the lease expired or was revoked (the key was written, deleted, invalidated or flushed); the value was not stored")
                 }
                 let out = try store.set(s.key, s.value, namespace: s.namespace, options: Self.setOptions(s))
                 if s.mode == .lease { leases.release(id, token: s.casVersion) }

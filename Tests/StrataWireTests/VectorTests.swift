@@ -17,6 +17,27 @@ final class VectorTests: XCTestCase {
     let server = FrameDecoder(magic: Wire.requestMagic, maxBody: 1 << 20)
     let client = FrameDecoder(magic: Wire.responseMagic, maxBody: 1 << 20)
 
+    /// A 1×1 RGBA PNG that decodes (make_vectors.py's DOT_PNG).
+    static let dotPNG: [UInt8] = [
+        0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52, 0x00,
+        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4, 0x89, 0x00,
+        0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0xDA, 0x63, 0xF8, 0xCF, 0xC0, 0xF0, 0x1F, 0x00, 0x05,
+        0x00, 0x01, 0xFF, 0x56, 0xC7, 0x2F, 0x0D, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42,
+        0x60, 0x82,
+    ]
+
+    /// The derived key of logo.png's 128×128 contain WebP q80 variant at version V (§7.16).
+    var variantKey: [UInt8] {
+        Array("logo.png".utf8) + [0] + Array("variant:\(String(V, radix: 16)):w=128,h=128,fit=contain,fmt=webp,q=80".utf8)
+    }
+
+    /// Vectors with no typed request/response pair in `cases()`: the node refuses the request
+    /// (or sends the frame unprompted); `testErrorVectors` checks each.
+    static let errorVectors: Set<String> = [
+        "error_unknown_opcode", "error_auth_required", "error_invalid_flag", "error_wrong_extras", "error_unsupported_version",
+        "incr_bad_initial", "error_bad_magic", "error_too_large_frame", "shutting_down_close", "too_many_connections",
+    ]
+
     /// Each case: the typed request the .req bytes must parse to, and the response the node
     /// would build (nil when there is none).
     func cases() -> [(String, Request, (Frame) -> Frame?)] {
@@ -41,6 +62,10 @@ final class VectorTests: XCTestCase {
         var setLeaseLost = SetRequest(key: Array("cold".utf8), value: Array("late".utf8)); setLeaseLost.mode = .lease; setLeaseLost.casVersion = token
         var setNegative = SetRequest(key: Array("bad-url".utf8), value: Array("HTTP 404".utf8)); setNegative.negative = true
         setNegative.expiry = .seconds(30)
+        var setStale = SetRequest(key: Array("page".utf8), value: Array("v1".utf8)); setStale.stale = true
+        var setDot = SetRequest(key: Array("dot.png".utf8), value: Self.dotPNG); setDot.validateImage = true
+        let setBlob = SetRequest(key: Array("blob".utf8), value: Array("data".utf8))
+        let variantKey = self.variantKey
         return [
             ("get_lease_granted", .get(GetRequest(key: Array("cold".utf8), lease: true)),
              { Responses.withLease(Responses.status(to: $0, .notFound), token: token) }),
@@ -57,7 +82,7 @@ final class VectorTests: XCTestCase {
                                                  version: self.V + 6, tier: 1, negative: true)) }),
             ("set_lease", .set(setLease), { Responses.status(to: $0, .ok, cas: self.V + 7) }),
             ("set_lease_lost", .set(setLeaseLost),
-             { Responses.error(to: $0, .leaseLost, "the lease expired or was revoked (the key was deleted or invalidated); the value was not stored") }),
+             { Responses.error(to: $0, .leaseLost, "the lease expired or was revoked (the key was written, deleted, invalidated or flushed); the value was not stored") }),
             ("set_negative", .set(setNegative), { Responses.status(to: $0, .ok, cas: self.V + 6) }),
             ("invalidate", .invalidate(namespace: [], key: Array("page".utf8), tiers: 0, version: nil), { Responses.status(to: $0, .ok, cas: self.V + 5) }),
             ("invalidate_versioned", .invalidate(namespace: [], key: Array("page".utf8), tiers: 2, version: 400),
@@ -65,6 +90,25 @@ final class VectorTests: XCTestCase {
             ("release", .release(namespace: [], key: Array("cold".utf8), token: token), { Responses.status(to: $0, .ok) }),
             ("hello", .hello(minVersion: 1, maxVersion: 1, token: Array("secret".utf8)),
              { Responses.hello(to: $0, version: 1, authenticated: true, startVersion: 0x0001_7000_0000_0000, server: "strata 0.1.0") }),
+            ("hello_fresh", .hello(minVersion: 1, maxVersion: 1, token: []),
+             { Responses.hello(to: $0, version: 1, authenticated: true, startVersion: 0, server: "strata 0.1.0") }),
+            ("hello_unsupported", .hello(minVersion: 2, maxVersion: 3, token: []),
+             { Responses.error(to: $0, .unsupportedVersion, "this node speaks protocol version 1 only") }),
+            ("hello_auth_failed", .hello(minVersion: 1, maxVersion: 1, token: Array("wrong".utf8)),
+             { Responses.error(to: $0, .authFailed, "wrong token") }),
+            ("set_stale", .set(setStale), { Responses.status(to: $0, .ok, cas: self.V + 8) }),
+            ("set_validate_image_ok", .set(setDot), { Responses.status(to: $0, .ok, cas: self.V + 9) }),
+            ("invalidate_quiet", .invalidate(namespace: [], key: Array("page".utf8), tiers: 0, version: nil),
+             { Responses.status(to: $0, .ok, cas: self.V + 10) }),
+            ("release_not_found", .release(namespace: [], key: Array("cold".utf8), token: token), { Responses.status(to: $0, .notFound) }),
+            ("scan_empty_page", .scan(namespace: [], cursor: Array("logo.png".utf8), limit: 1),
+             { Responses.scan(to: $0, keys: [], next: variantKey) }),
+            ("error_busy", .get(GetRequest(key: foo)),
+             { Responses.error(to: $0, .busy, "the node is at its buffered-bytes limit; retry later") }),
+            ("error_disk_full", .set(setBlob),
+             { Responses.error(to: $0, .diskFull, "disk full while writing (./strata-data); nothing was stored") }),
+            ("error_server_error", .set(setBlob), { Responses.error(to: $0, .serverError, "disk tier is not open") }),
+            ("error_shutting_down", .get(GetRequest(key: foo)), { Responses.error(to: $0, .shuttingDown, "the node is shutting down") }),
             ("ping", .ping, { Responses.status(to: $0, .ok) }),
             ("quit", .quit, { Responses.status(to: $0, .ok) }),
             ("set_basic", .set(setBasic), { Responses.status(to: $0, .ok, cas: self.V) }),
@@ -82,7 +126,7 @@ final class VectorTests: XCTestCase {
                                                touch: .seconds(300), wantMeta: true)),
              { Responses.get(to: $0, ItemPayload(value: [0x89, 0x50, 0x4E, 0x47], flags: 0, expiresAt: 1_764_400_300_000_000,
                                                  extended: [1, 2], version: self.V + 1, tier: 2,
-                                                 meta: MetaBlock(tiersPresent: 3, encoding: 0, storedSize: 4))) }),
+                                                 meta: MetaBlock(tiersPresent: 2, encoding: 0, storedSize: 4))) }),
             ("mget", .mget(namespace: [], keys: [foo, Array("nope".utf8)], tiers: 0),
              { Responses.mget(to: $0, [MGetItem(flags: 42, expiresAt: 0, version: self.V, value: Array("bar!!".utf8)), nil]) }),
             ("delete", .delete(namespace: [], key: foo, tiers: 0, version: nil, writeBehind: false), { Responses.status(to: $0, .ok) }),
@@ -118,8 +162,9 @@ final class VectorTests: XCTestCase {
     func testEveryVectorIsCovered() throws {
         let files = try FileManager.default.contentsOfDirectory(atPath: Self.dir.path).filter { $0.hasSuffix(".req.hex") }
         let names = Set(files.map { String($0.dropLast(".req.hex".count)) })
-        let covered = Set(cases().map { $0.0 }).union(["error_unknown_opcode", "error_auth_required"])
+        let covered = Set(cases().map { $0.0 }).union(Self.errorVectors)
         XCTAssertEqual(names, covered)
+        XCTAssertTrue(Set(cases().map { $0.0 }).isDisjoint(with: Self.errorVectors))
     }
 
     func testProtocolDocumentShowsEveryVector() throws {
@@ -169,7 +214,7 @@ final class VectorTests: XCTestCase {
         XCTAssertEqual(item.version, V)
         XCTAssertNil(item.meta)
         let withMeta = try Responses.parseGet(XCTUnwrap(client.decode(load("get_touch_meta.resp.hex"))).frame)
-        XCTAssertEqual(withMeta.meta, MetaBlock(tiersPresent: 3, encoding: 0, storedSize: 4))
+        XCTAssertEqual(withMeta.meta, MetaBlock(tiersPresent: 2, encoding: 0, storedSize: 4))
         XCTAssertEqual(withMeta.extended, [1, 2])
         let m = try Responses.parseMGet(XCTUnwrap(client.decode(load("mget.resp.hex"))).frame, count: 2)
         XCTAssertEqual(m.count, 2)
@@ -186,6 +231,13 @@ final class VectorTests: XCTestCase {
         XCTAssertEqual(hello.server, "strata 0.1.0")
         XCTAssertTrue(hello.authenticated)
         XCTAssertEqual(hello.startVersion, 0x0001_7000_0000_0000)
+        let fresh = try Responses.parseHello(XCTUnwrap(client.decode(load("hello_fresh.resp.hex"))).frame)
+        XCTAssertTrue(fresh.authenticated)
+        XCTAssertEqual(fresh.startVersion, 0)
+        // A page may be empty and still carry a cursor (§7.11): the scan is not over.
+        let emptyPage = try Responses.parseScan(XCTUnwrap(client.decode(load("scan_empty_page.resp.hex"))).frame)
+        XCTAssertEqual(emptyPage.keys, [])
+        XCTAssertEqual(emptyPage.next, variantKey)
         // Read-through states.
         let granted = try XCTUnwrap(client.decode(load("get_lease_granted.resp.hex"))).frame
         XCTAssertEqual(Responses.leaseState(granted), .granted(token: 0x075B_CD15))
@@ -201,18 +253,60 @@ final class VectorTests: XCTestCase {
         XCTAssertEqual(negative.value, Array("HTTP 404".utf8))
     }
 
-    func testErrorVectors() throws {
-        let unknown = try XCTUnwrap(server.decode(load("error_unknown_opcode.req.hex"))).frame
-        XCTAssertThrowsError(try Request.parse(unknown)) { e in
-            let w = e as! WireError
-            XCTAssertEqual(w.status, .unknownOpcode)
-            XCTAssertFalse(w.fatal)
-            XCTAssertEqual(try? Responses.error(to: unknown, w.status, w.message).encoded().hexString,
-                           try? self.load("error_unknown_opcode.resp.hex").hexString)
+    /// A request the node refuses while parsing it (the connection stays open): the error it
+    /// throws, answered, is the .resp vector.
+    func checkRefused(_ name: String, _ status: Status) throws {
+        let f = try XCTUnwrap(server.decode(load(name + ".req.hex")), name).frame
+        let want = try load(name + ".resp.hex").hexString
+        XCTAssertThrowsError(try Request.parse(f), name) { e in
+            guard let w = e as? WireError else { return XCTFail("\(name): \(e)") }
+            XCTAssertEqual(w.status, status, name)
+            XCTAssertFalse(w.fatal, name)
+            XCTAssertEqual(Responses.error(to: f, w.status, w.message).encoded().hexString, want, name)
         }
+    }
+
+    /// A header the decoder refuses (§2.2 checks 1–3, then close): its error response is the .resp vector.
+    func checkHeaderRefused(_ name: String, _ decoder: FrameDecoder, _ status: Status, requestID: UInt32, opcode: UInt8) throws {
+        let bytes = try load(name + ".req.hex")
+        let want = try load(name + ".resp.hex").hexString
+        XCTAssertThrowsError(try decoder.decode(bytes), name) { e in
+            guard let w = e as? WireError else { return XCTFail("\(name): \(e)") }
+            XCTAssertEqual(w.status, status, name)
+            XCTAssertTrue(w.fatal, name)
+            XCTAssertEqual(w.requestID, requestID, name)
+            XCTAssertEqual(w.opcode, opcode, name)
+            XCTAssertEqual(Responses.error(w).encoded().hexString, want, name)
+        }
+    }
+
+    func testErrorVectors() throws {
+        try checkRefused("error_unknown_opcode", .unknownOpcode)
+        try checkRefused("error_invalid_flag", .invalidArgument)
+        try checkRefused("error_wrong_extras", .malformed)
+        try checkRefused("error_unsupported_version", .unsupportedVersion)
+        try checkRefused("incr_bad_initial", .invalidArgument)
         let get = try XCTUnwrap(server.decode(load("error_auth_required.req.hex"))).frame
         XCTAssertEqual(Responses.error(to: get, .authRequired, "authenticate with HELLO first").encoded().hexString,
                        try load("error_auth_required.resp.hex").hexString)
+        // Bad magic: request id 0, opcode 0. Too large: before authentication, the 16 KiB limit.
+        try checkHeaderRefused("error_bad_magic", server, .malformed, requestID: 0, opcode: 0)
+        try checkHeaderRefused("error_too_large_frame", FrameDecoder(magic: Wire.requestMagic, maxBody: 16 << 10), .tooLarge,
+                               requestID: 95, opcode: Opcode.set.rawValue)
+        // Unsolicited frames (§3): no request; opcode 0 and request id 0.
+        let unsolicited: [(String, Status, String)] = [
+            ("shutting_down_close", .shuttingDown, "the node is shutting down"),
+            ("too_many_connections", .tooManyConnections, "too many connections (limit 10000)"),
+        ]
+        for (name, status, message) in unsolicited {
+            XCTAssertTrue(try load(name + ".req.hex").isEmpty, name)
+            let want = try load(name + ".resp.hex")
+            XCTAssertEqual(Responses.error(WireError(status, message)).encoded().hexString, want.hexString, name)
+            let f = try XCTUnwrap(client.decode(want), name).frame
+            XCTAssertEqual(f.opcode, 0, name)
+            XCTAssertEqual(f.requestID, 0, name)
+            XCTAssertEqual(f.statusCode, status, name)
+        }
     }
 }
 
