@@ -1,0 +1,169 @@
+import XCTest
+import StrataCore
+@testable import StrataStore
+
+/// The durability log's record codec and segment scan: pure, byte by byte.
+final class LogRecordTests: XCTestCase {
+    let put = LogRecord.put(LogPut(namespace: Array("ns".utf8), key: Array("k1".utf8), version: 0x0102_0304_0506_0708,
+                                   expiry: 0x11, flags: 42, marks: 2, encoding: 0, rawSize: 3, extended: [0xEE], stored: Array("abc".utf8)))
+
+    func testPutRecordLayoutByteByByte() {
+        let body: [UInt8] = [0x01, 0x02] + Array("ns".utf8) + [0x00, 0x02] + Array("k1".utf8)
+            + [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08]  // version
+            + [0, 0, 0, 0, 0, 0, 0, 0x11]                     // expiry
+            + [0, 0, 0, 42]                                     // flags
+            + [0x02, 0x00]                                      // marks, encoding
+            + [0, 0, 0, 3]                                      // raw size
+            + [0x00, 0x01, 0xEE]                                // ext
+            + Array("abc".utf8)                                 // stored value
+        var expected: [UInt8] = [0, 0, 0, UInt8(body.count)]
+        let check = UInt32(truncatingIfNeeded: XXH64.hash([0, 0, 0, UInt8(body.count)], seed: 1000))
+        for s in stride(from: 24, through: 0, by: -8) { expected.append(UInt8((check >> UInt32(s)) & 0xFF)) }
+        let sum = XXH64.hash(body, seed: 1000)
+        for s in stride(from: 56, through: 0, by: -8) { expected.append(UInt8((sum >> UInt64(s)) & 0xFF)) }
+        expected += body
+        XCTAssertEqual(put.encoded(at: 1000), expected)
+    }
+
+    func testOtherKindsByteByByte() {
+        func check(_ r: LogRecord, body: [UInt8], file: StaticString = #filePath, line: UInt = #line) {
+            let e = r.encoded(at: 7)
+            XCTAssertEqual(Array(e[0..<4]), [0, 0, 0, UInt8(body.count)], file: file, line: line)
+            XCTAssertEqual(Array(e[16...]), body, file: file, line: line)
+        }
+        check(.delete(namespace: [], key: [0x61]), body: [0x02, 0x00, 0x00, 0x01, 0x61])
+        check(.flushNamespace([0x41, 0x42]), body: [0x03, 0x02, 0x41, 0x42])
+        check(.flushAll, body: [0x04, 0x00])
+    }
+
+    func testEveryKindRoundTrips() {
+        let records: [LogRecord] = [put, .delete(namespace: [9], key: [1, 2, 3]), .flushNamespace([7]), .flushAll,
+                                    .put(LogPut(namespace: [], key: [0], version: 1, expiry: -1, flags: 0, marks: 1, encoding: 1,
+                                                rawSize: 0, extended: [], stored: []))]
+        for r in records {
+            let bytes = r.encoded(at: 99)
+            let d = bytes.withUnsafeBytes { LogRecord.decode($0, offset: 0, position: 99) }
+            XCTAssertEqual(d, .record(r, size: bytes.count))
+        }
+    }
+
+    func testChecksumIsSeededWithThePosition() {
+        let bytes = put.encoded(at: 1000)
+        guard case .damaged = bytes.withUnsafeBytes({ LogRecord.decode($0, offset: 0, position: 1001) }) else {
+            return XCTFail("a record read at another position does not verify")
+        }
+    }
+
+    func testEveryFlippedBitIsDetected() {
+        let bytes = put.encoded(at: 64)
+        for i in 0..<bytes.count {
+            for bit in 0..<8 {
+                var b = bytes
+                b[i] ^= UInt8(1 << bit)
+                let d = b.withUnsafeBytes { LogRecord.decode($0, offset: 0, position: 64) }
+                guard case .damaged = d else { return XCTFail("flip of bit \(bit) in byte \(i): \(d)") }
+            }
+        }
+    }
+
+    func testEveryPrefixIsTruncatedNotARecord() {
+        let bytes = put.encoded(at: 64)
+        for n in 0..<bytes.count {
+            let d = Array(bytes[0..<n]).withUnsafeBytes { LogRecord.decode($0, offset: 0, position: 64) }
+            XCTAssertEqual(d, .truncated, "prefix of \(n) bytes")
+        }
+    }
+
+    func testAFlippedLengthIsDamageNotATruncation() {
+        var bytes = put.encoded(at: 64)
+        bytes[0] = 0xFF // claims ~4 GiB: without the length check this would read as "cut short"
+        XCTAssertEqual(bytes.withUnsafeBytes { LogRecord.decode($0, offset: 0, position: 64) }, .damaged("the record header's check does not match"))
+    }
+}
+
+final class LogSegmentScanTests: XCTestCase {
+    func segment(start: UInt64, records: [LogRecord]) -> (bytes: [UInt8], positions: [UInt64]) {
+        var bytes = LogSegment.header(start: start)
+        var positions: [UInt64] = []
+        for r in records {
+            let p = start + UInt64(bytes.count)
+            positions.append(p)
+            r.encode(at: p, into: &bytes)
+        }
+        return (bytes, positions)
+    }
+
+    func records(_ n: Int) -> [LogRecord] {
+        (0..<n).map { i in
+            .put(LogPut(namespace: [], key: Array("key\(i)".utf8), version: UInt64(i + 1), expiry: 0, flags: 0, marks: 0,
+                        encoding: 0, rawSize: UInt32(i), extended: [], stored: [UInt8](repeating: UInt8(i), count: i)))
+        }
+    }
+
+    func scan(_ bytes: [UInt8], start: UInt64) -> ([(UInt64, LogRecord)], LogSegment.End) {
+        var seen: [(UInt64, LogRecord)] = []
+        let end = bytes.withUnsafeBytes { LogSegment.scan($0, expectedStart: start) { seen.append(($0, $1)); return true } }
+        return (seen, end)
+    }
+
+    func testHeaderLayoutAndNames() {
+        let h = LogSegment.header(start: 0x10)
+        XCTAssertEqual(h.count, 32)
+        XCTAssertEqual(Array(h[0..<24]), Array("STRATLOG".utf8) + [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10])
+        XCTAssertEqual(LogSegment.fileName(start: 4096), "00000000000000004096.seg")
+        XCTAssertEqual(LogSegment.start(fromFileName: "00000000000000004096.seg"), 4096)
+        XCTAssertNil(LogSegment.start(fromFileName: "4096.seg"))
+        XCTAssertNil(LogSegment.start(fromFileName: "00000000000000004096.seg.corrupt"))
+    }
+
+    func testCleanSegmentGivesEveryRecordWithItsPosition() {
+        let rs = records(5)
+        let (bytes, positions) = segment(start: 1 << 20, records: rs)
+        let (seen, end) = scan(bytes, start: 1 << 20)
+        XCTAssertEqual(end, .clean)
+        XCTAssertEqual(seen.map { $0.0 }, positions)
+        XCTAssertEqual(seen.map { $0.1 }, rs)
+    }
+
+    /// The acceptance test of issue 15: cut the segment at every byte of its last record;
+    /// the scan keeps every whole record, nothing else, and says where to truncate.
+    func testTornTailAtEveryOffsetOfTheLastRecordKeepsEveryWholeRecord() {
+        let rs = records(4)
+        let (bytes, positions) = segment(start: 0, records: rs)
+        let lastStart = Int(positions[3])
+        for cut in lastStart..<bytes.count {
+            let (seen, end) = scan(Array(bytes[0..<cut]), start: 0)
+            XCTAssertEqual(seen.map { $0.1 }, Array(rs.prefix(3)), "cut at \(cut)")
+            XCTAssertEqual(end, cut == lastStart ? .clean : .tornTail(offset: lastStart), "cut at \(cut)")
+        }
+        // Zeros where the last record should be (space given to a write that never landed).
+        var zeroed = bytes
+        for i in lastStart..<zeroed.count { zeroed[i] = 0 }
+        XCTAssertEqual(scan(zeroed, start: 0).1, .tornTail(offset: lastStart))
+    }
+
+    func testAFlippedByteInTheMiddleIsDamageNotATornTail() {
+        let rs = records(4)
+        let (bytes, positions) = segment(start: 0, records: rs)
+        for i in Int(positions[1])..<Int(positions[2]) {
+            var b = bytes
+            b[i] ^= 0x40
+            let (seen, end) = scan(b, start: 0)
+            XCTAssertEqual(seen.map { $0.1 }, [rs[0]], "byte \(i): nothing after the damage is trusted")
+            guard case .damaged(let offset, _) = end else { return XCTFail("byte \(i): \(end) — damage must never read as a torn tail") }
+            XCTAssertEqual(offset, Int(positions[1]))
+        }
+    }
+
+    func testABadHeaderIsReported() {
+        let (bytes, _) = segment(start: 64, records: records(1))
+        var b = bytes
+        b[3] ^= 1
+        guard case .badHeader = scan(b, start: 64).1 else { return XCTFail("magic") }
+        guard case .badHeader = scan(bytes, start: 128).1 else { return XCTFail("a segment renamed to another start") }
+        b = bytes
+        b[20] ^= 1
+        guard case .badHeader = scan(b, start: 64).1 else { return XCTFail("header checksum") }
+        XCTAssertEqual(scan([UInt8](repeating: 0, count: 10), start: 0).1, .tornTail(offset: 0), "a header never written")
+    }
+}
