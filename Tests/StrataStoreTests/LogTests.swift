@@ -167,3 +167,142 @@ final class LogSegmentScanTests: XCTestCase {
         XCTAssertEqual(scan([UInt8](repeating: 0, count: 10), start: 0).1, .tornTail(offset: 0), "a header never written")
     }
 }
+
+/// The log's files on a real file system (temp directory): append, reopen, rotate, remove,
+/// torn tails and damage.
+final class LogFilesTests: XCTestCase {
+    func put(_ i: Int, size: Int = 10) -> LogRecord {
+        .put(LogPut(namespace: [], key: Array("key\(i)".utf8), version: UInt64(i + 1), expiry: 0, flags: 0, marks: 0,
+                    encoding: 0, rawSize: UInt32(size), extended: [], stored: [UInt8](repeating: UInt8(i & 0xFF), count: size)))
+    }
+
+    func open(_ dir: String, from: UInt64 = 0, segmentBytes: Int = 1 << 20, policy: FsyncPolicy = .no) throws -> (LogFiles, [(UInt64, LogRecord)]) {
+        var seen: [(UInt64, LogRecord)] = []
+        let log = try LogFiles(directory: dir, segmentBytes: segmentBytes, policy: policy, from: from,
+                               clock: ManualClock(micros: 1_000_000)) { seen.append(($0, $1)) }
+        return (log, seen)
+    }
+
+    func segmentNames(_ dir: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: dir).sorted()
+    }
+
+    func testAppendThenReopenReplaysEveryRecordInOrderFromAPosition() throws {
+        let dir = TempDir().path + "-log"
+        var (log, seen) = try open(dir)
+        XCTAssertTrue(seen.isEmpty)
+        XCTAssertEqual(log.end, UInt64(LogSegment.headerBytes), "a fresh log starts after the first header")
+        let first = try log.append([put(0), put(1)])
+        let third = try log.append([put(2)])
+        XCTAssertEqual(first, 32)
+        XCTAssertEqual(third, 32 + UInt64(put(0).encoded(at: 0).count + put(1).encoded(at: 0).count))
+        log.close()
+        (log, seen) = try open(dir)
+        XCTAssertEqual(seen.map { $0.1 }, [put(0), put(1), put(2)])
+        XCTAssertEqual(seen.map { $0.0 }.first, first)
+        XCTAssertEqual(seen.last?.0, third)
+        log.close()
+        (log, seen) = try open(dir, from: third)
+        XCTAssertEqual(seen.map { $0.1 }, [put(2)], "records before `from` are not visited")
+        let next = try log.append([put(3)])
+        XCTAssertGreaterThan(next, third)
+        log.close()
+        XCTAssertEqual(try open(dir).1.map { $0.1 }, [put(0), put(1), put(2), put(3)])
+    }
+
+    func testSegmentsRotateAndAppliedOnesAreRemoved() throws {
+        let dir = TempDir().path + "-log"
+        var (log, _) = try open(dir, segmentBytes: 1 << 16)
+        var positions: [UInt64] = []
+        for i in 0..<40 { positions.append(try log.append([put(i, size: 4000)])) }
+        let files = try segmentNames(dir)
+        XCTAssertGreaterThanOrEqual(files.count, 3, "64 KiB segments, 160 KB written: \(files)")
+        // Every segment starts at a record boundary: its name is the first record's position minus the header.
+        for name in files { XCTAssertTrue(positions.contains(LogSegment.start(fromFileName: name)! + 32), name) }
+        log.removeSegments(before: positions[30])
+        let left = try segmentNames(dir)
+        XCTAssertLessThan(left.count, files.count)
+        log.close()
+        var seen: [(UInt64, LogRecord)]
+        (log, seen) = try open(dir, from: positions[30])
+        XCTAssertEqual(seen.map { $0.1 }, (30..<40).map { put($0, size: 4000) }, "nothing SQLite still needs was removed")
+        log.removeSegments(before: UInt64.max)
+        XCTAssertEqual(try segmentNames(dir).count, 1, "the segment being appended to stays")
+        log.close()
+    }
+
+    func testATornTailIsTruncatedAndAppendsContinueAfterIt() throws {
+        let dir = TempDir().path + "-log"
+        var (log, seen) = try open(dir)
+        try log.append([put(0)])
+        try log.append([put(1)])
+        let last = try log.append([put(2, size: 300)])
+        log.close()
+        let path = dir + "/" + (try segmentNames(dir))[0]
+        let size = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
+        XCTAssertEqual(truncate(path, off_t(size - 100)), 0) // a crash mid-write
+        (log, seen) = try open(dir)
+        XCTAssertEqual(seen.map { $0.1 }, [put(0), put(1)])
+        XCTAssertEqual(log.report.truncatedBytes, Int(UInt64(size) - 100 - last))
+        XCTAssertTrue(log.report.damage.isEmpty)
+        XCTAssertEqual(log.end, last, "the next record takes the torn one's place")
+        try log.append([put(3)])
+        log.close()
+        XCTAssertEqual(try open(dir).1.map { $0.1 }, [put(0), put(1), put(3)])
+    }
+
+    func testDamageStopsTheReplayMovesTheRestAsideAndNeverReusesAPosition() throws {
+        let dir = TempDir().path + "-log"
+        var (log, seen) = try open(dir, segmentBytes: 1 << 16)
+        var positions: [UInt64] = []
+        for i in 0..<40 { positions.append(try log.append([put(i, size: 4000)])) }
+        let endBefore = log.end
+        log.close()
+        // Flip one byte inside record 5 (in the first segment).
+        let first = dir + "/" + (try segmentNames(dir))[0]
+        let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: first))
+        let offset = positions[5] - LogSegment.start(fromFileName: (try segmentNames(dir))[0])! + 100
+        try h.seek(toOffset: offset)
+        let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
+        try h.seek(toOffset: offset)
+        h.write(Data([byte ^ 0x10]))
+        try h.close()
+        (log, seen) = try open(dir, segmentBytes: 1 << 16)
+        XCTAssertEqual(seen.map { $0.1 }, (0..<5).map { put($0, size: 4000) }, "only records before the damage")
+        XCTAssertEqual(log.report.damage.count, 1)
+        XCTAssertEqual(log.report.damage.first?.reason, "checksum mismatch")
+        let names = try segmentNames(dir)
+        XCTAssertTrue(names.contains { $0.hasPrefix((try? segmentNames(dir))?.first ?? "?") && $0.contains(".damaged-") }, "\(names)")
+        XCTAssertEqual(names.filter { !$0.contains(".damaged-") }.count, 2, "the cut segment and a new one: \(names)")
+        XCTAssertGreaterThanOrEqual(log.end, endBefore)
+        let after = try log.append([put(99)])
+        XCTAssertGreaterThanOrEqual(after, endBefore, "no position of a moved-aside record is used again")
+        log.close()
+        (log, seen) = try open(dir)
+        XCTAssertEqual(seen.map { $0.1 }, (0..<5).map { put($0, size: 4000) } + [put(99)],
+                       "the records before the damage stay; the moved-aside files are not read again")
+        XCTAssertTrue(log.report.damage.isEmpty)
+        log.close()
+    }
+
+    func testFsyncAlwaysSyncsEveryBatchAndNoNever() throws {
+        let dir = TempDir().path + "-log"
+        var (log, _) = try open(dir, policy: .always)
+        for i in 0..<5 { try log.append([put(i), put(i + 100)]) }
+        XCTAssertEqual(log.syncs.load(), 5, "one fdatasync per batch")
+        log.close()
+        (log, _) = try open(dir, policy: .no)
+        for i in 0..<5 { try log.append([put(i)]) }
+        XCTAssertEqual(log.syncs.load(), 0)
+        try log.sync()
+        XCTAssertEqual(log.syncs.load(), 1, "an explicit sync still syncs")
+        log.close()
+    }
+
+    func testFromPastTheEndStartsANewSegmentThere() throws {
+        let dir = TempDir().path + "-log"
+        let (log, _) = try open(dir, from: 1_000_000)
+        XCTAssertEqual(try log.append([put(0)]), 1_000_000 + 32)
+        log.close()
+    }
+}

@@ -1,0 +1,348 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+
+/// When the log's bytes are forced to the device (`--fsync`), side by side with Redis's
+/// `appendfsync`. Every policy survives a process crash (SIGKILL) with nothing acknowledged
+/// lost: an acknowledged record has been handed to the kernel with `write()`.
+public enum FsyncPolicy: String, Sendable, CaseIterable {
+    /// `fdatasync` before a batch is acknowledged (one per batch: group commit). Survives
+    /// power loss and kernel crashes too. Redis `appendfsync always`.
+    case always
+    /// `fdatasync` once a second on a background thread: a power loss or kernel crash may
+    /// lose up to about a second of writes. Redis `appendfsync everysec` (its default).
+    case everysec
+    /// The kernel writes the pages back when it chooses (typically within 30 s). Redis
+    /// `appendfsync no`.
+    case no
+}
+
+/// The durability log's segment files in `<data>/log/`: appends, syncs, replays at open, and
+/// removes segments that SQLite has absorbed. The one file that knows how the log reaches the
+/// file system.
+///
+/// Guarantees: `append` hands a whole batch to the kernel with one `write()` before it
+/// returns (and `fdatasync`s first with `.always`); records get consecutive positions; a batch
+/// never straddles two segments. `open` scans every segment, truncates a torn tail (a write
+/// cut short by a crash: only whole records stay), and on damage — a record or header that
+/// does not verify — stops there: the records before it stay, a copy of the damaged segment and
+/// every later segment are kept as `*.damaged-<ms>` for the operator, and the damage is
+/// reported in `OpenReport.damage`, so nothing at or after damaged bytes is ever replayed.
+///
+/// Cost: one `write()` per batch; with `.always` one `fdatasync` per batch. Thread-safe (one
+/// lock around appends, syncs and removals).
+final class LogFiles: @unchecked Sendable {
+    let directory: String
+    let segmentBytes: Int
+    let policy: FsyncPolicy
+    private let lock = Lock()
+    private var fd: Int32 = -1
+    /// Start position of the segment being appended to, and of every segment on disk, in order.
+    private var segments: [UInt64] = []
+    /// The position the next record gets.
+    private(set) var end: UInt64 = 0
+    private var dirty = false
+    private var syncStop = false
+    private let syncCond = ConditionLock()
+    private let syncStopped = Completion<Void>()
+    private var syncThread = false
+    /// `fdatasync` calls and failures (STATS).
+    let syncs = Counter(), syncErrors = Counter()
+
+    /// What `open` found.
+    struct OpenReport {
+        /// Records replayed (positions at or after the `from` position given to `open`).
+        var records = 0
+        /// Bytes cut from the end of the last segment (a torn tail).
+        var truncatedBytes = 0
+        /// Damage found (segment file, offset, reason); the files from there on were moved aside.
+        var damage: [(file: String, offset: Int, reason: String)] = []
+    }
+
+    /// Opens the log in `directory` (created when missing), calling `visit` for every record at
+    /// or after position `from`, in order. Appends continue after the last whole record.
+    init(directory: String, segmentBytes: Int = 64 << 20, policy: FsyncPolicy, from: UInt64,
+         clock: any Clock = SystemClock(), visit: (UInt64, LogRecord) throws -> Void) throws {
+        self.directory = directory
+        self.segmentBytes = max(1 << 16, segmentBytes)
+        self.policy = policy
+        if mkdir(directory, 0o755) != 0 && errno != EEXIST {
+            throw StoreError(.directory, "cannot create \(directory): \(String(cString: strerror(errno)))")
+        }
+        report = try replay(from: from, clock: clock, visit: visit)
+        // New records never take a position SQLite has already applied, nor one a damaged
+        // (moved aside) segment used.
+        if end < from { end = from; tailAppendable = false }
+        try openTail()
+        if policy == .everysec { startSyncThread() }
+    }
+
+    private(set) var report = OpenReport()
+
+    deinit { close() }
+
+    /// Stops the sync thread, syncs what was written and closes the file. Idempotent.
+    func close() {
+        if syncThread {
+            syncCond.withLock { syncStop = true; syncCond.broadcast() }
+            syncStopped.wait()
+            syncThread = false
+        }
+        lock.withLock {
+            guard fd >= 0 else { return }
+            if dirty && policy != .no { _ = fdatasync(fd) }
+            Glibc.close(fd)
+            fd = -1
+        }
+    }
+
+    // MARK: Appending
+
+    /// Writes `records` as one batch and returns the position of the first; the rest follow
+    /// back to back. With `.always` the batch is on the device when this returns.
+    @discardableResult
+    func append(_ records: [LogRecord]) throws -> UInt64 {
+        try lock.withLock {
+            guard fd >= 0 else { throw StoreError(.closed, "the log is closed") }
+            if let current = segments.last, end - current >= UInt64(segmentBytes) { try rotate() }
+            let first = end
+            var bytes: [UInt8] = []
+            for r in records { r.encode(at: end + UInt64(bytes.count), into: &bytes) }
+            try writeAll(bytes)
+            end += UInt64(bytes.count)
+            dirty = true
+            if policy == .always { try syncLocked() }
+            return first
+        }
+    }
+
+    /// Forces what was written to the device now (any policy).
+    func sync() throws { try lock.withLock { try syncLocked() } }
+
+    private func syncLocked() throws {
+        guard dirty, fd >= 0 else { return }
+        syncs.add()
+        if fdatasync(fd) != 0 {
+            syncErrors.add()
+            throw StoreError(.io, "fdatasync of the log failed: \(String(cString: strerror(errno)))")
+        }
+        dirty = false
+    }
+
+    private func writeAll(_ bytes: [UInt8]) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, bytes.count - done) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let e = errno
+                // Whatever part of the batch reached the file is cut off again, so the next batch
+                // starts at a record boundary (a later replay must not meet a half record).
+                _ = ftruncate(fd, off_t(end - (segments.last ?? 0)))
+                throw StoreError(e == ENOSPC || e == EDQUOT ? .diskFull : .io,
+                                 "writing the log failed: \(String(cString: strerror(e)))")
+            }
+            done += n
+        }
+    }
+
+    /// Starts a new segment at `end`. The old one is synced first (except with `.no`), so a
+    /// segment once closed is whole on the device.
+    private func rotate() throws {
+        if policy != .no { try syncLocked() }
+        Glibc.close(fd)
+        fd = -1
+        try createSegment(start: end)
+    }
+
+    private func createSegment(start: UInt64) throws {
+        let path = directory + "/" + LogSegment.fileName(start: start)
+        let f = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o644)
+        guard f >= 0 else { throw StoreError(errno == ENOSPC ? .diskFull : .io, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        fd = f
+        segments.append(start)
+        end = start + UInt64(LogSegment.headerBytes)
+        do { try writeAll(LogSegment.header(start: start)) } catch {
+            Glibc.close(f); fd = -1; unlink(path); segments.removeLast()
+            throw error
+        }
+        dirty = true
+        syncDirectory()
+    }
+
+    /// A new or removed file's name is durable only once its directory is synced.
+    private func syncDirectory() {
+        let d = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if d >= 0 { _ = fsync(d); Glibc.close(d) }
+    }
+
+    /// Whether the last segment in `segments` ends at `end` and may take more records.
+    private var tailAppendable = false
+
+    private func openTail() throws {
+        guard tailAppendable, let last = segments.last else { return try createSegment(start: end) }
+        let path = directory + "/" + LogSegment.fileName(start: last)
+        let f = Glibc.open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+        guard f >= 0 else { throw StoreError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }
+        fd = f
+    }
+
+    private func startSyncThread() {
+        syncThread = startThread(name: "strata-logsync") { [self] in
+            while true {
+                let stop: Bool = syncCond.withLock {
+                    if !syncStop { syncCond.wait(seconds: 1) }
+                    return syncStop
+                }
+                if stop { break }
+                try? sync()
+            }
+            syncStopped.fulfil(())
+        }
+    }
+
+    // MARK: Segments SQLite has absorbed
+
+    /// Removes every segment whose records all stand before `position` (the position SQLite
+    /// has applied, checkpointed into its database file and synced). Never the current one.
+    func removeSegments(before position: UInt64) {
+        lock.withLock {
+            var removed = false
+            while segments.count >= 2 && segments[1] <= position {
+                unlink(directory + "/" + LogSegment.fileName(start: segments[0]))
+                segments.removeFirst()
+                removed = true
+            }
+            if removed { syncDirectory() }
+        }
+    }
+
+    /// Bytes the segments hold on disk.
+    var bytesOnDisk: Int {
+        lock.withLock { segments.isEmpty ? 0 : Int(end - segments[0]) }
+    }
+
+    // MARK: Replay
+
+    private func segmentFiles() -> [UInt64] {
+        guard let dir = opendir(directory) else { return [] }
+        defer { closedir(dir) }
+        var starts: [UInt64] = []
+        while let e = readdir(dir) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if let s = LogSegment.start(fromFileName: name) { starts.append(s) }
+        }
+        return starts.sorted()
+    }
+
+    private func replay(from: UInt64, clock: any Clock, visit: (UInt64, LogRecord) throws -> Void) throws -> OpenReport {
+        var report = OpenReport()
+        let starts = segmentFiles()
+        for (i, start) in starts.enumerated() {
+            let path = directory + "/" + LogSegment.fileName(start: start)
+            let bytes = try readFile(path)
+            let isLast = i == starts.count - 1
+            // A segment wholly before `from` still has to verify its header (damage anywhere
+            // is reported), but its records are not visited.
+            var visitError: Error?
+            let endState = bytes.withUnsafeBytes { raw in
+                LogSegment.scan(raw, expectedStart: start) { position, record in
+                    guard position >= from else { return true }
+                    do { try visit(position, record); report.records += 1 } catch { visitError = error; return false }
+                    return true
+                }
+            }
+            if let e = visitError { throw e }
+            switch endState {
+            case .clean:
+                segments.append(start)
+                end = start + UInt64(bytes.count)
+                tailAppendable = true
+            case .tornTail(let offset) where isLast:
+                if offset < LogSegment.headerBytes {
+                    unlink(path) // the header itself never landed: the segment is started again
+                    end = start
+                } else {
+                    guard truncate(path, off_t(offset)) == 0 else {
+                        throw StoreError(.io, "cannot truncate the log's torn tail in \(path): \(String(cString: strerror(errno)))")
+                    }
+                    segments.append(start)
+                    end = start + UInt64(offset)
+                    tailAppendable = true
+                }
+                report.truncatedBytes += bytes.count - offset
+            case .tornTail(let offset), .damaged(let offset, _):
+                // Damage (or a record cut short with segments after it, which no crash makes):
+                // the whole records before it were replayed and stay; a copy of the segment as
+                // found is kept for the operator, the segment is cut at the damage, every later
+                // segment is moved aside, and appends start a new segment past every position
+                // those files used.
+                var reason = "a record is cut short but later segments follow"
+                if case .damaged(_, let r) = endState { reason = r }
+                report.damage.append((path, offset, reason))
+                end = max(end, highestEnd(starts))
+                keepCopy(bytes, of: path, clock: clock)
+                guard truncate(path, off_t(offset)) == 0 else {
+                    throw StoreError(.io, "cannot cut the damaged log segment \(path): \(String(cString: strerror(errno)))")
+                }
+                segments.append(start)
+                quarantine(starts[(i + 1)...], clock: clock)
+                tailAppendable = false
+                return report
+            case .badHeader(let reason):
+                report.damage.append((path, 0, reason))
+                end = max(end, highestEnd(starts))
+                quarantine(starts[i...], clock: clock)
+                tailAppendable = false
+                return report
+            }
+        }
+        return report
+    }
+
+    /// The position just past every byte of every segment file (so no position is reused).
+    private func highestEnd(_ starts: [UInt64]) -> UInt64 {
+        starts.reduce(0) { acc, s in
+            var st = stat()
+            let size = stat(directory + "/" + LogSegment.fileName(start: s), &st) == 0 ? UInt64(st.st_size) : 0
+            return max(acc, s + max(size, UInt64(LogSegment.headerBytes)))
+        }
+    }
+
+    private func keepCopy(_ bytes: [UInt8], of path: String, clock: any Clock) {
+        let copy = path + ".damaged-\(clock.nowMicros() / 1000)"
+        let f = Glibc.open(copy, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard f >= 0 else { return }
+        _ = bytes.withUnsafeBytes { Glibc.write(f, $0.baseAddress, $0.count) }
+        _ = fsync(f)
+        Glibc.close(f)
+    }
+
+    private func quarantine(_ starts: ArraySlice<UInt64>, clock: any Clock) {
+        let stamp = clock.nowMicros() / 1000
+        for s in starts {
+            let path = directory + "/" + LogSegment.fileName(start: s)
+            rename(path, path + ".damaged-\(stamp)")
+        }
+        syncDirectory()
+    }
+
+    private func readFile(_ path: String) throws -> [UInt8] {
+        let f = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard f >= 0 else { throw StoreError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(f) }
+        var st = stat()
+        guard fstat(f, &st) == 0 else { throw StoreError(.io, "cannot stat \(path)") }
+        var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(f, $0.baseAddress! + done, $0.count - done) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            done += n
+        }
+        if done < bytes.count { bytes.removeLast(bytes.count - done) }
+        return bytes
+    }
+}
