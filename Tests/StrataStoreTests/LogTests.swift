@@ -82,15 +82,17 @@ final class LogRecordTests: XCTestCase {
 }
 
 final class LogSegmentScanTests: XCTestCase {
-    func segment(start: UInt64, records: [LogRecord]) -> (bytes: [UInt8], positions: [UInt64]) {
+    /// A segment's bytes, its records' positions, and their offsets in the file.
+    func segment(start: UInt64, records: [LogRecord]) -> (bytes: [UInt8], positions: [UInt64], offsets: [Int]) {
         var bytes = LogSegment.header(start: start)
-        var positions: [UInt64] = []
+        var positions: [UInt64] = [], offsets: [Int] = []
         for r in records {
-            let p = start + UInt64(bytes.count)
+            let p = start + UInt64(bytes.count - LogSegment.headerBytes)
             positions.append(p)
+            offsets.append(bytes.count)
             r.encode(at: p, into: &bytes)
         }
-        return (bytes, positions)
+        return (bytes, positions, offsets)
     }
 
     func records(_ n: Int) -> [LogRecord] {
@@ -118,7 +120,7 @@ final class LogSegmentScanTests: XCTestCase {
 
     func testCleanSegmentGivesEveryRecordWithItsPosition() {
         let rs = records(5)
-        let (bytes, positions) = segment(start: 1 << 20, records: rs)
+        let (bytes, positions, _) = segment(start: 1 << 20, records: rs)
         let (seen, end) = scan(bytes, start: 1 << 20)
         XCTAssertEqual(end, .clean)
         XCTAssertEqual(seen.map { $0.0 }, positions)
@@ -129,8 +131,8 @@ final class LogSegmentScanTests: XCTestCase {
     /// the scan keeps every whole record, nothing else, and says where to truncate.
     func testTornTailAtEveryOffsetOfTheLastRecordKeepsEveryWholeRecord() {
         let rs = records(4)
-        let (bytes, positions) = segment(start: 0, records: rs)
-        let lastStart = Int(positions[3])
+        let (bytes, _, offsets) = segment(start: 0, records: rs)
+        let lastStart = offsets[3]
         for cut in lastStart..<bytes.count {
             let (seen, end) = scan(Array(bytes[0..<cut]), start: 0)
             XCTAssertEqual(seen.map { $0.1 }, Array(rs.prefix(3)), "cut at \(cut)")
@@ -144,19 +146,19 @@ final class LogSegmentScanTests: XCTestCase {
 
     func testAFlippedByteInTheMiddleIsDamageNotATornTail() {
         let rs = records(4)
-        let (bytes, positions) = segment(start: 0, records: rs)
-        for i in Int(positions[1])..<Int(positions[2]) {
+        let (bytes, _, offsets) = segment(start: 0, records: rs)
+        for i in offsets[1]..<offsets[2] {
             var b = bytes
             b[i] ^= 0x40
             let (seen, end) = scan(b, start: 0)
             XCTAssertEqual(seen.map { $0.1 }, [rs[0]], "byte \(i): nothing after the damage is trusted")
             guard case .damaged(let offset, _) = end else { return XCTFail("byte \(i): \(end) — damage must never read as a torn tail") }
-            XCTAssertEqual(offset, Int(positions[1]))
+            XCTAssertEqual(offset, offsets[1])
         }
     }
 
     func testABadHeaderIsReported() {
-        let (bytes, _) = segment(start: 64, records: records(1))
+        let (bytes, _, _) = segment(start: 64, records: records(1))
         var b = bytes
         b[3] ^= 1
         guard case .badHeader = scan(b, start: 64).1 else { return XCTFail("magic") }
@@ -191,11 +193,11 @@ final class LogFilesTests: XCTestCase {
         let dir = TempDir().path + "-log"
         var (log, seen) = try open(dir)
         XCTAssertTrue(seen.isEmpty)
-        XCTAssertEqual(log.end, UInt64(LogSegment.headerBytes), "a fresh log starts after the first header")
+        XCTAssertEqual(log.end, 0, "positions count record bytes only")
         let first = try log.append([put(0), put(1)])
         let third = try log.append([put(2)])
-        XCTAssertEqual(first, 32)
-        XCTAssertEqual(third, 32 + UInt64(put(0).encoded(at: 0).count + put(1).encoded(at: 0).count))
+        XCTAssertEqual(first, 0)
+        XCTAssertEqual(third, UInt64(put(0).encoded(at: 0).count + put(1).encoded(at: 0).count))
         log.close()
         (log, seen) = try open(dir)
         XCTAssertEqual(seen.map { $0.1 }, [put(0), put(1), put(2)])
@@ -217,8 +219,8 @@ final class LogFilesTests: XCTestCase {
         for i in 0..<40 { positions.append(try log.append([put(i, size: 4000)])) }
         let files = try segmentNames(dir)
         XCTAssertGreaterThanOrEqual(files.count, 3, "64 KiB segments, 160 KB written: \(files)")
-        // Every segment starts at a record boundary: its name is the first record's position minus the header.
-        for name in files { XCTAssertTrue(positions.contains(LogSegment.start(fromFileName: name)! + 32), name) }
+        // Every segment starts at a record boundary: its name is its first record's position.
+        for name in files { XCTAssertTrue(positions.contains(LogSegment.start(fromFileName: name)!), name) }
         log.removeSegments(before: positions[30])
         let left = try segmentNames(dir)
         XCTAssertLessThan(left.count, files.count)
@@ -243,7 +245,7 @@ final class LogFilesTests: XCTestCase {
         XCTAssertEqual(truncate(path, off_t(size - 100)), 0) // a crash mid-write
         (log, seen) = try open(dir)
         XCTAssertEqual(seen.map { $0.1 }, [put(0), put(1)])
-        XCTAssertEqual(log.report.truncatedBytes, Int(UInt64(size) - 100 - last))
+        XCTAssertEqual(log.report.truncatedBytes, size - 100 - (Int(last) + LogSegment.headerBytes))
         XCTAssertTrue(log.report.damage.isEmpty)
         XCTAssertEqual(log.end, last, "the next record takes the torn one's place")
         try log.append([put(3)])
@@ -261,7 +263,7 @@ final class LogFilesTests: XCTestCase {
         // Flip one byte inside record 5 (in the first segment).
         let first = dir + "/" + (try segmentNames(dir))[0]
         let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: first))
-        let offset = positions[5] - LogSegment.start(fromFileName: (try segmentNames(dir))[0])! + 100
+        let offset = positions[5] - LogSegment.start(fromFileName: (try segmentNames(dir))[0])! + 32 + 100
         try h.seek(toOffset: offset)
         let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
         try h.seek(toOffset: offset)
@@ -302,7 +304,7 @@ final class LogFilesTests: XCTestCase {
     func testFromPastTheEndStartsANewSegmentThere() throws {
         let dir = TempDir().path + "-log"
         let (log, _) = try open(dir, from: 1_000_000)
-        XCTAssertEqual(try log.append([put(0)]), 1_000_000 + 32)
+        XCTAssertEqual(try log.append([put(0)]), 1_000_000)
         log.close()
     }
 }

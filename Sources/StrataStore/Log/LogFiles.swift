@@ -104,17 +104,27 @@ final class LogFiles: @unchecked Sendable {
     @discardableResult
     func append(_ records: [LogRecord]) throws -> UInt64 {
         try lock.withLock {
-            guard fd >= 0 else { throw StoreError(.closed, "the log is closed") }
-            if let current = segments.last, end - current >= UInt64(segmentBytes) { try rotate() }
-            let first = end
             var bytes: [UInt8] = []
             for r in records { r.encode(at: end + UInt64(bytes.count), into: &bytes) }
-            try writeAll(bytes)
-            end += UInt64(bytes.count)
-            dirty = true
-            if policy == .always { try syncLocked() }
-            return first
+            try appendLocked(bytes, at: end)
+            return end - UInt64(bytes.count)
         }
+    }
+
+    /// Writes records already encoded at consecutive positions from `position`, which must be
+    /// `end` (the caller numbered them ahead of the write). One `write()`.
+    func append(encoded bytes: [UInt8], at position: UInt64) throws {
+        try lock.withLock { try appendLocked(bytes, at: position) }
+    }
+
+    private func appendLocked(_ bytes: [UInt8], at position: UInt64) throws {
+        guard fd >= 0 else { throw StoreError(.closed, "the log is closed") }
+        guard position == end else { throw StoreError(.io, "internal: log batch at \(position), the log ends at \(end)") }
+        if let current = segments.last, end - current >= UInt64(segmentBytes) { try rotate() }
+        try writeAll(bytes)
+        end += UInt64(bytes.count)
+        dirty = true
+        if policy == .always { try syncLocked() }
     }
 
     /// Forces what was written to the device now (any policy).
@@ -139,7 +149,7 @@ final class LogFiles: @unchecked Sendable {
                 let e = errno
                 // Whatever part of the batch reached the file is cut off again, so the next batch
                 // starts at a record boundary (a later replay must not meet a half record).
-                _ = ftruncate(fd, off_t(end - (segments.last ?? 0)))
+                _ = ftruncate(fd, off_t(end - (segments.last ?? 0)) + off_t(LogSegment.headerBytes))
                 throw StoreError(e == ENOSPC || e == EDQUOT ? .diskFull : .io,
                                  "writing the log failed: \(String(cString: strerror(e)))")
             }
@@ -162,7 +172,7 @@ final class LogFiles: @unchecked Sendable {
         guard f >= 0 else { throw StoreError(errno == ENOSPC ? .diskFull : .io, "cannot create \(path): \(String(cString: strerror(errno)))") }
         fd = f
         segments.append(start)
-        end = start + UInt64(LogSegment.headerBytes)
+        end = start
         do { try writeAll(LogSegment.header(start: start)) } catch {
             Glibc.close(f); fd = -1; unlink(path); segments.removeLast()
             throw error
@@ -220,7 +230,7 @@ final class LogFiles: @unchecked Sendable {
 
     /// Bytes the segments hold on disk.
     var bytesOnDisk: Int {
-        lock.withLock { segments.isEmpty ? 0 : Int(end - segments[0]) }
+        lock.withLock { segments.isEmpty ? 0 : Int(end - segments[0]) + segments.count * LogSegment.headerBytes }
     }
 
     // MARK: Replay
@@ -257,7 +267,7 @@ final class LogFiles: @unchecked Sendable {
             switch endState {
             case .clean:
                 segments.append(start)
-                end = start + UInt64(bytes.count)
+                end = start + UInt64(bytes.count - LogSegment.headerBytes)
                 tailAppendable = true
             case .tornTail(let offset) where isLast:
                 if offset < LogSegment.headerBytes {
@@ -268,7 +278,7 @@ final class LogFiles: @unchecked Sendable {
                         throw StoreError(.io, "cannot truncate the log's torn tail in \(path): \(String(cString: strerror(errno)))")
                     }
                     segments.append(start)
-                    end = start + UInt64(offset)
+                    end = start + UInt64(offset - LogSegment.headerBytes)
                     tailAppendable = true
                 }
                 report.truncatedBytes += bytes.count - offset
@@ -306,7 +316,7 @@ final class LogFiles: @unchecked Sendable {
         starts.reduce(0) { acc, s in
             var st = stat()
             let size = stat(directory + "/" + LogSegment.fileName(start: s), &st) == 0 ? UInt64(st.st_size) : 0
-            return max(acc, s + max(size, UInt64(LogSegment.headerBytes)))
+            return max(acc, s + max(size, UInt64(LogSegment.headerBytes)) - UInt64(LogSegment.headerBytes))
         }
     }
 

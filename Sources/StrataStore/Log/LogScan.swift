@@ -5,7 +5,9 @@ import StrataCore
 ///
 /// ```
 /// "STRATLOG" | u32 format (1) | u32 0 | u64 start position | u64 XXH64 of the 24 bytes before
-/// then records (LogRecord) back to back; a record at file offset o has position start + o.
+/// then records (LogRecord) back to back; a record at file offset o has position start + o − 32.
+/// Positions count record bytes only, so they run on across segments without a gap: a
+/// segment's start is the position of its first record, the end of the one before.
 /// ```
 public enum LogSegment {
     public static let headerBytes = 32
@@ -65,9 +67,10 @@ public enum LogSegment {
         guard bytes.loadBE64(16) == start else { return .badHeader("the segment says it starts at \(bytes.loadBE64(16)), its name says \(start)") }
         var offset = headerBytes
         while offset < bytes.count {
-            switch LogRecord.decode(bytes, offset: offset, position: start + UInt64(offset)) {
+            let position = start + UInt64(offset - headerBytes)
+            switch LogRecord.decode(bytes, offset: offset, position: position) {
             case .record(let r, let size):
-                if !visit(start + UInt64(offset), r) { return .clean }
+                if !visit(position, r) { return .clean }
                 offset += size
             case .truncated:
                 return .tornTail(offset: offset)
