@@ -63,7 +63,9 @@ public struct ClusterError: Error, CustomStringConvertible, Sendable {
 }
 
 /// One node's connections and health (mcrouter's TKO): dead after 3 consecutive failures,
-/// then probed with backoff (1 s doubling to 30 s); a dead node fails fast.
+/// then probed with backoff (1 s doubling to 30 s); a dead node fails fast. The backoff is
+/// measured with the injected clock (`ClusterConfiguration.clock`), so it is tested without
+/// sleeping.
 final class NodeHandle: @unchecked Sendable {
     let address: NodeAddress
     private let lock = Lock()
@@ -76,19 +78,22 @@ final class NodeHandle: @unchecked Sendable {
     let token: [UInt8]?
 
     let maxIdle: Int
+    private let clock: any Clock
 
-    init(address: NodeAddress, timeout: Double, token: [UInt8]?, maxIdle: Int = 16) {
-        self.address = address; self.timeout = timeout; self.token = token; self.maxIdle = maxIdle
+    init(address: NodeAddress, timeout: Double, token: [UInt8]?, maxIdle: Int = 16, clock: any Clock = SystemClock()) {
+        self.address = address; self.timeout = timeout; self.token = token; self.maxIdle = maxIdle; self.clock = clock
     }
 
-    var isDead: Bool { lock.withLock { failures >= 3 && monotonicSeconds() < deadUntil } }
+    private var now: Double { Double(clock.nowMicros()) / 1e6 }
+
+    var isDead: Bool { lock.withLock { failures >= 3 && now < deadUntil } }
     var knownStartVersion: UInt64 { lock.withLock { startVersion } }
 
     /// Runs `body` on a pooled connection. Connection-level failures count against health.
     func run<T>(_ body: (NodeConnection) throws -> T) throws -> T {
         let conn: NodeConnection = try lock.withLock { () throws -> NodeConnection? in
-            if failures >= 3 && monotonicSeconds() < deadUntil {
-                throw ClientError(.connection, "\(address) is marked dead after repeated failures (next probe in \(Int(deadUntil - monotonicSeconds()) + 1) s)")
+            if failures >= 3 && now < deadUntil {
+                throw ClientError(.connection, "\(address) is marked dead after repeated failures (next probe in \(Int(deadUntil - now) + 1) s)")
             }
             return idle.popLast()
         } ?? {
@@ -120,7 +125,7 @@ final class NodeHandle: @unchecked Sendable {
         lock.withLock {
             failures += 1
             if failures >= 3 {
-                deadUntil = monotonicSeconds() + backoff
+                deadUntil = now + backoff
                 backoff = min(30, backoff * 2)
                 for c in idle { c.close() }
                 idle.removeAll()
@@ -166,7 +171,7 @@ public final class ClusterClient: @unchecked Sendable {
         ring = HashRing(members: configuration.nodes.map { .init(name: $0.name) }, pointsPerWeight: configuration.pointsPerWeight)
         var h: [String: NodeHandle] = [:]
         for n in configuration.nodes { h[n.name] = NodeHandle(address: n, timeout: configuration.timeout, token: configuration.token,
-                                                        maxIdle: configuration.maxIdleConnectionsPerNode) }
+                                                        maxIdle: configuration.maxIdleConnectionsPerNode, clock: configuration.clock) }
         handles = h
         hlc = HybridLogicalClock(clock: configuration.clock)
     }

@@ -110,11 +110,12 @@ final class BenchRunTests: XCTestCase {
         try node.run()
         defer { node.terminate(); node.waitUntilExit() }
         var port: String?
-        for _ in 0..<200 where port == nil {
+        _ = eventually(20, interval: 0.02) {
             let text = (try? String(contentsOfFile: nodeOut, encoding: .utf8)) ?? ""
-            if let r = text.range(of: "listening on 127.0.0.1:") { port = String(text[r.upperBound...].prefix { $0.isNumber }) } else { usleep(20_000) }
+            if let r = text.range(of: "listening on 127.0.0.1:") { port = String(text[r.upperBound...].prefix { $0.isNumber }) }
+            return port != nil
         }
-        let p = try XCTUnwrap(port)
+        let p = try XCTUnwrap(port, "the node did not start")
         let run = Process()
         run.executableURL = URL(fileURLWithPath: bench)
         run.arguments = ["run", "--target", "strata=127.0.0.1:\(p)", "--keys", "500", "--connections", "4",

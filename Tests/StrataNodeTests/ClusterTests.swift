@@ -85,12 +85,16 @@ final class ClusterTests: XCTestCase {
             }
         }
         background.start()
-        usleep(100_000)
+        // Kill the node once the background client is under way, and let it make requests
+        // against the dead node for a while before stopping it.
+        XCTAssertTrue(eventually { worst.all.count >= 20 || background.isFinished }, "the background client got going")
         cluster.kill(1)
-        usleep(300_000)
+        let atKill = worst.all.count
+        XCTAssertTrue(eventually(30) { worst.all.count >= atKill + 50 || background.isFinished }, "requests after the kill")
         stop.add()
-        while background.isExecuting { usleep(10_000) }
-        XCTAssertLessThan(worst.all.max() ?? 0, 2 * 2 * 1 + 0.5, "a set and a get, each bounded by the timeout per node asked")
+        XCTAssertTrue(eventually(30) { background.isFinished }, "the background client stopped")
+        XCTAssertLessThan(worst.all.max() ?? 0, 2 * 2 * 1 + 2,
+                          "bound: a set and a get, each asking at most 2 nodes with a 1 s timeout each (4 s), + 2 s for a loaded machine")
         var slowest = 0.0
         for i in written {
             let t0 = monotonicSeconds()
@@ -105,7 +109,7 @@ final class ClusterTests: XCTestCase {
             }
             slowest = max(slowest, monotonicSeconds() - t0)
         }
-        XCTAssertLessThan(slowest, 2 * 1 + 0.5, "no request waits much longer than its timeout per node asked")
+        XCTAssertLessThan(slowest, 2 * 1 + 2, "bound: a request asks at most 2 nodes with a 1 s timeout each (2 s), + 2 s for a loaded machine")
     }
 
     func testRejoinedNodeNeverServesDeletedOrOverwrittenValues() throws {

@@ -12,16 +12,6 @@ final class ConformanceTests: XCTestCase {
         try XCTUnwrap(JSONSerialization.jsonObject(with: Data(try c.stats().utf8)) as? [String: Any])
     }
 
-    /// Polls `condition` until it holds or `seconds` pass (background work on the node).
-    func eventually(_ seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        repeat {
-            if try condition() { return true }
-            usleep(20_000)
-        } while Date() < deadline
-        return try condition()
-    }
-
     /// §7.13: STATS counts every operation, HELLO, STATS and QUIT included.
     func testStatsCountsHelloStatsAndQuit() throws {
         let dir = TempDir()

@@ -5,15 +5,18 @@ import StrataCore
 import StrataWire
 
 /// Issue 8 item 7 at its counts under `make soak` (smaller ones in `make test`): the connection
-/// limit, many idle connections, slowloris, and a client that never reads. Timings are
-/// reported (FIGURE lines), not asserted, except for generous sanity bounds.
+/// limit, many idle connections, slowloris, and a client that never reads. Latencies are
+/// reported (FIGURE lines), not asserted; the only timings asserted are the node's documented
+/// timeouts (idle, frame), each with slack for a loaded machine.
 final class HostileClientTests: XCTestCase {
     private func stats(_ c: NodeConnection) throws -> [String: Any] {
         try JSONSerialization.jsonObject(with: Data(try c.stats().utf8)) as! [String: Any]
     }
     private func stats(_ node: NodeProcess) throws -> [String: Any] { try stats(try node.connect()) }
 
-    private func pingP99(_ c: NodeConnection, count: Int = 300) throws -> Double {
+    /// `count` PINGs one after another: how many were answered OK (a failure or no answer
+    /// within the connection's timeout throws) and their p99, a figure to report.
+    private func pings(_ c: NodeConnection, count: Int = 300) throws -> (answered: Int, p99: Double) {
         var lat: [Double] = []
         for _ in 0..<count {
             let t0 = monotonicSeconds()
@@ -21,7 +24,7 @@ final class HostileClientTests: XCTestCase {
             lat.append(monotonicSeconds() - t0)
         }
         lat.sort()
-        return lat[Int(Double(lat.count - 1) * 0.99)]
+        return (lat.count, lat[Int(Double(lat.count - 1) * 0.99)])
     }
 
     func testOverTheConnectionLimitExactlyTheExtraConnectionsAreRefused() throws {
@@ -39,7 +42,8 @@ final class HostileClientTests: XCTestCase {
         XCTAssertEqual(refused, 76)
         for c in held { try c.ping() }
         for c in held.prefix(10) { c.close() }
-        usleep(200_000)
+        // Room for the STATS connection once the node has seen the closes.
+        XCTAssertTrue(try eventually { try stats(held[limit - 1])["connections_current"] as? Int == limit - 10 }, "the node saw the closes")
         XCTAssertEqual(try stats(node)["connections_refused"] as? Int, 76, "each refusal counted")
         reportFigure("connection limit", "limit \(limit) held and served; \(refused) of 76 extra connections refused with TOO_MANY_CONNECTIONS and counted")
     }
@@ -50,26 +54,24 @@ final class HostileClientTests: XCTestCase {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path, extra: ["--idle-timeout", String(idleTimeout), "--max-connections", String(count + 100)])
         let probe = try node.connect()
-        let baseline = try pingP99(probe)
+        let baseline = try pings(probe).p99
         var idle: [NodeConnection] = []
         idle.reserveCapacity(count)
         for _ in 0..<count { idle.append(try node.connect(timeout: 10)) }
         let opened = monotonicSeconds()
         let fresh = try node.connect()
-        let withIdle = try pingP99(fresh)
-        XCTAssertLessThan(withIdle, 0.1, "a new client's PING p99 with \(count) idle connections")
-        // Keep the probes busy so they are not idle; the idle ones must all go.
-        var closedAfter: Double?
-        while monotonicSeconds() - opened < idleTimeout + 10 {
+        let (answered, withIdle) = try pings(fresh)
+        XCTAssertEqual(answered, 300, "a new client's PINGs with \(count) idle connections are all answered")
+        // Keep the probes busy so they are not idle; the idle ones must all go. The idle
+        // timeout is real time in the node: this waits about that long.
+        let allClosed = try eventually(idleTimeout + 10, interval: 0.25) {
             try fresh.ping()
-            if let n = try stats(fresh)["connections_current"] as? Int, n <= 2 {
-                closedAfter = monotonicSeconds() - opened
-                break
-            }
-            usleep(250_000)
+            return (try stats(fresh)["connections_current"] as? Int ?? .max) <= 2
         }
-        let within = try XCTUnwrap(closedAfter, "idle connections were not all closed")
-        XCTAssertLessThan(within, idleTimeout + 3 + 1, "closed within the idle timeout + 3 s (from the last one's opening)")
+        let within = monotonicSeconds() - opened
+        XCTAssertTrue(allClosed, "idle connections were not all closed")
+        XCTAssertLessThan(within, idleTimeout + 0.1 + 3,
+                          "bound: the idle timeout (8 s) + one 0.1 s tick after the last one opened, + 3 s for a loaded machine and the polling")
         withExtendedLifetime(idle) {}
         reportFigure("idle connections", "\(count) idle: new client's PING p99 \(String(format: "%.2f", withIdle * 1000)) ms (\(String(format: "%.2f", baseline * 1000)) ms without them); all closed \(String(format: "%.1f", within)) s after the last opened (idle timeout \(Int(idleTimeout)) s)")
     }
@@ -80,21 +82,23 @@ final class HostileClientTests: XCTestCase {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path, extra: ["--frame-timeout", String(frameTimeout), "--max-connections", String(count + 100)])
         let conns = try (0..<count).map { _ in try node.connect(timeout: 10) }
+        let watcher = try node.connect()
         let header = Request.ping.frame(id: 1).encoded()
         let start = monotonicSeconds()
-        var closedAfter: Double?
-        // One byte a second on every connection, never a whole frame.
-        for second in 0..<Int(frameTimeout) + 6 {
-            for c in conns { try? c.sendRaw([header[second % header.count]]) }
-            let s = try stats(node)
-            if (s["connections_current"] as? Int ?? count) <= 1 {
-                closedAfter = monotonicSeconds() - start
-                break
+        var sent = 0
+        // One byte a second on every connection, never a whole frame, until the node has
+        // closed them all (only the watcher left). The frame timeout is real time in the node:
+        // this waits about that long.
+        let allClosed = try eventually(frameTimeout + 6, interval: 0.1) {
+            if monotonicSeconds() - start >= Double(sent) {
+                for c in conns { try? c.sendRaw([header[sent % header.count]]) }
+                sent += 1
             }
-            usleep(1_000_000)
+            return (try stats(watcher)["connections_current"] as? Int ?? .max) <= 1
         }
-        let within = try XCTUnwrap(closedAfter, "slowloris connections were not all closed")
-        XCTAssertLessThan(within, frameTimeout + 3)
+        let within = monotonicSeconds() - start
+        XCTAssertTrue(allClosed, "slowloris connections were not all closed")
+        XCTAssertLessThan(within, frameTimeout + 0.1 + 2, "bound: the frame timeout (2 s) + one 0.1 s tick, + 2 s for a loaded machine")
         XCTAssertGreaterThanOrEqual(try stats(node)["timeouts"] as? Int ?? 0, count)
         reportFigure("slowloris", "\(count) connections sending a byte a second: all closed \(String(format: "%.1f", within)) s after they started (frame timeout \(Int(frameTimeout)) s)")
     }
@@ -106,25 +110,27 @@ final class HostileClientTests: XCTestCase {
         var s = SetRequest(key: b("big"), value: [UInt8](repeating: 7, count: 512 << 10)); s.tiers = 1
         XCTAssertEqual(try other.set(s).statusCode, .ok)
         _ = try other.set(SetRequest(key: b("small"), value: b("v")))
-        func getP99() throws -> Double {
+        /// 300 GETs of "small": how many were answered with its value, and their p99 (a figure).
+        func gets() throws -> (answered: Int, p99: Double) {
             var lat: [Double] = []
+            var answered = 0
             for _ in 0..<300 {
                 let t0 = monotonicSeconds()
-                _ = try other.get(b("small"))
+                if try other.get(b("small"))?.value == b("v") { answered += 1 }
                 lat.append(monotonicSeconds() - t0)
             }
             lat.sort()
-            return lat[Int(Double(lat.count - 1) * 0.99)]
+            return (answered, lat[Int(Double(lat.count - 1) * 0.99)])
         }
-        let baseline = try getP99()
+        let baseline = try gets().p99
         let greedy = try node.connect(timeout: 5)
         var batch: [UInt8] = []
         for i in 0..<200 { batch += Request.get(GetRequest(key: b("big"))).frame(id: UInt32(i + 1)).encoded() } // 100 MiB of answers
         try? greedy.sendRaw(batch)
-        let during = try getP99()
-        usleep(300_000)
+        let (answered, during) = try gets()
+        XCTAssertTrue(try eventually { try stats(other)["output_cap_cutoffs"] as? Int ?? 0 >= 1 }, "the greedy client was cut off")
         XCTAssertGreaterThanOrEqual(try stats(node)["output_cap_cutoffs"] as? Int ?? 0, 1)
-        XCTAssertLessThan(during, max(0.05, baseline * 20), "other clients keep answering quickly")
+        XCTAssertEqual(answered, 300, "another client's GETs are all answered while the greedy one is cut off")
         reportFigure("client that never reads", "cut off at the 4 MiB output cap; another client's GET p99 \(String(format: "%.3f", during * 1000)) ms during vs \(String(format: "%.3f", baseline * 1000)) ms before (\(String(format: "%.1f", during / baseline))×)")
     }
 

@@ -72,8 +72,15 @@ final class HostileTests: XCTestCase {
         // allocator arenas come into use once), so the figure shows growth, not start-up.
         var baseline = residentBytes(node.process.processIdentifier)
         var worstPing = 0.0
+        let watcher = try node.connect()
+        // Memory is measured once the node has closed every mutated connection (only the
+        // watcher is left): a state to wait for, not a time.
+        func settled() throws -> Bool { try eventually { try nodeStats(watcher)["connections_current"] as? Int == 1 } }
         for round in 0..<connections {
-            if round == connections / 10 { usleep(200_000); baseline = residentBytes(node.process.processIdentifier) }
+            if round == connections / 10 {
+                XCTAssertTrue(try settled(), "the warm-up connections were closed")
+                baseline = residentBytes(node.process.processIdentifier)
+            }
             let c = try node.connect(timeout: 5)
             var batch: [UInt8] = []
             for _ in 0..<25 {
@@ -118,7 +125,7 @@ final class HostileTests: XCTestCase {
         }
         XCTAssertEqual(sent, connections * 25)
         XCTAssertTrue(node.process.isRunning)
-        usleep(300_000)
+        XCTAssertTrue(try settled(), "every connection was closed")
         XCTAssertGreaterThan(answered, sent / 4, "most frames reached the parser and were answered")
         let after = residentBytes(node.process.processIdentifier)
         let stored = (try JSONSerialization.jsonObject(with: Data(try node.connect().stats().utf8)) as! [String: Any])["memory_bytes"] as? Int ?? 0

@@ -30,12 +30,18 @@ final class NodeProcess: @unchecked Sendable {
         }
         try process.run()
         // First stdout line: "strata X listening on HOST:PORT, data in DIR".
+        // Waits on the pipe (poll, bounded by the deadline), never in a blocking read.
         var line = ""
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = monotonicSeconds() + 20
         let linesWanted = extra.contains("--metrics-port") ? 2 : 1
-        while line.filter({ $0 == "\n" }).count < linesWanted && Date() < deadline && process.isRunning {
-            let d = stdoutPipe.fileHandleForReading.availableData
-            if d.isEmpty { usleep(10_000); continue }
+        let out = stdoutPipe.fileHandleForReading
+        while line.filter({ $0 == "\n" }).count < linesWanted && process.isRunning {
+            let left = deadline - monotonicSeconds()
+            if left <= 0 { break }
+            var ready = pollfd(fd: out.fileDescriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, Int32(min(left, 1) * 1000) + 1) > 0 else { continue }
+            let d = out.availableData
+            if d.isEmpty { break } // end of output: it exited
             line += String(decoding: d, as: UTF8.self)
         }
         guard let r = line.range(of: "listening on 127.0.0.1:"),
@@ -62,8 +68,7 @@ final class NodeProcess: @unchecked Sendable {
     func terminate(timeout: Double = 30) -> Int32 {
         guard process.isRunning else { return process.terminationStatus }
         kill(process.processIdentifier, SIGTERM)
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
+        _ = eventually(timeout) { !process.isRunning }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         return process.terminationStatus
@@ -104,6 +109,11 @@ func peerCloses(_ c: NodeConnection, within seconds: Double) -> Bool {
         } catch { return false }
     }
     return false
+}
+
+/// A node's STATS as a JSON object.
+func nodeStats(_ c: NodeConnection) throws -> [String: Any] {
+    try XCTUnwrap(JSONSerialization.jsonObject(with: Data(try c.stats().utf8)) as? [String: Any])
 }
 
 /// A list shared by threads.

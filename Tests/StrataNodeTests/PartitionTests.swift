@@ -66,10 +66,10 @@ final class PartitionTests: XCTestCase {
             hosts[i].process = p
         }
         for h in hosts {
-            let deadline = Date().addingTimeInterval(20)
-            var up = false
-            while !up && Date() < deadline {
-                if let c = try? NodeConnection(host: h.address, port: 7400, timeout: 1) { try? c.ping(); c.close(); up = true } else { usleep(50_000) }
+            let up = eventually(20, interval: 0.05) {
+                guard let c = try? NodeConnection(host: h.address, port: 7400, timeout: 1) else { return false }
+                try? c.ping(); c.close()
+                return true
             }
             XCTAssertTrue(up, "node at \(h.address) did not start")
         }
@@ -136,16 +136,12 @@ final class PartitionTests: XCTestCase {
         var diverged = keys
         let convergeStart = monotonicSeconds()
         // Right after the link comes back the neighbour entry may still be failed: retry.
-        let direct = try hosts.map { h -> NodeConnection in
-            let deadline = monotonicSeconds() + 15
-            while true {
-                do { return try NodeConnection(host: h.address, port: 7400, timeout: 2) } catch {
-                    if monotonicSeconds() > deadline { throw error }
-                    usleep(200_000)
-                }
-            }
+        let direct = try hosts.map { h in
+            try retrying(for: 15, interval: 0.2) { try NodeConnection(host: h.address, port: 7400, timeout: 2) }
         }
-        while diverged > 0 && monotonicSeconds() - convergeStart < 60 {
+        // Real time between passes: the client probes the healed node again only after its
+        // backoff (1 s doubling), which it measures on the monotonic clock.
+        _ = eventually(60, interval: 0.5) {
             diverged = 0
             for k in 0..<keys {
                 _ = try? client.get(b("key-\(k)"))
@@ -153,7 +149,7 @@ final class PartitionTests: XCTestCase {
                 let allowed = Set([acked[k]].compactMap { $0 }).union(maybe[k] ?? [])
                 if Set(values).count != 1 || !(values[0].map(allowed.contains) ?? false) { diverged += 1 }
             }
-            if diverged > 0 { usleep(500_000) }
+            return diverged == 0
         }
         var lost = 0
         for k in 0..<keys {

@@ -10,7 +10,11 @@ final class CrashTests: XCTestCase {
     func testNoAcknowledgedWriteIsLostWhenTheProcessIsKilled() throws {
         let writer = try XCTUnwrap(builtExecutable("strata-crash-writer"), "strata-crash-writer is not built")
         let dir = TempDir()
-        var rng = SplitMix(seed: UInt64(Date().timeIntervalSince1970))
+        // The kill moments differ from run to run; the seed is printed so a failing run can be
+        // replayed with STRATA_TEST_SEED (the child's own scheduling still varies).
+        let seed = ProcessInfo.processInfo.environment["STRATA_TEST_SEED"].flatMap { UInt64($0) } ?? UInt64(Date().timeIntervalSince1970)
+        print("CrashTests seed \(seed) (replay: STRATA_TEST_SEED=\(seed))")
+        var rng = SplitMix(seed: seed)
         var totalChecked = 0
         for round in 0..<20 {
             let child = Process()
@@ -20,12 +24,16 @@ final class CrashTests: XCTestCase {
             child.standardOutput = out
             child.standardError = FileHandle.nullDevice
             try child.run()
-            // Let it write for a random while (it needs a moment to open the store first).
-            usleep(UInt32(50_000 + rng.next() % 250_000))
+            // It opens the store first: wait (bounded) for its first reported write.
+            var ready = pollfd(fd: out.fileHandleForReading.fileDescriptor, events: Int16(POLLIN), revents: 0)
+            XCTAssertEqual(poll(&ready, 1, 30_000), 1, "round \(round) (seed \(seed)): the child reported no write within 30 s")
+            let first = out.fileHandleForReading.availableData
+            // The scenario: it keeps writing for a random while (real time), then is killed mid-write.
+            usleep(UInt32(rng.next() % 250_000))
             kill(child.processIdentifier, SIGKILL)
             child.waitUntilExit()
             XCTAssertEqual(child.terminationReason, .uncaughtSignal)
-            let data = out.fileHandleForReading.readDataToEndOfFile()
+            let data = first + out.fileHandleForReading.readDataToEndOfFile()
             // A line cut by the kill has no newline: it was not fully reported, so skip it.
             let text = String(decoding: data, as: UTF8.self)
             var lines = text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
@@ -57,7 +65,7 @@ final class CrashTests: XCTestCase {
             XCTAssertGreaterThan(v, newest, "round \(round): a version went backwards after the crash")
             store.close()
         }
-        XCTAssertGreaterThan(totalChecked, 100, "the child wrote too little to prove anything")
+        XCTAssertGreaterThan(totalChecked, 100, "the child wrote too little to prove anything (seed \(seed))")
     }
 
     /// A clean close writes the exact counters (rows, newest version) and marks them exact, so

@@ -41,16 +41,6 @@ final class StoreFixture {
     deinit { store?.close() }
 }
 
-/// Polls `condition` for up to `seconds` (background work such as sweeps is asynchronous).
-func eventually(_ seconds: Double = 5, _ condition: () throws -> Bool) rethrows -> Bool {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end {
-        if try condition() { return true }
-        usleep(5_000)
-    }
-    return try condition()
-}
-
 /// A raw connection to a store's database file, for tests that damage or inspect it.
 func openDatabase(_ dir: TempDir) throws -> SQLiteConnection {
     try SQLiteConnection(path: dir.path + "/" + DiskTier.fileName)

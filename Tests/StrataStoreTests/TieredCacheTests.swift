@@ -303,8 +303,8 @@ final class TieredCacheTests: XCTestCase {
         XCTAssertEqual(try f.store.metadata(bytes("text"))?.encoding, .zstd)
         XCTAssertEqual(try f.store.get(bytes("text"), tiers: .disk)?.value, filler)
         // Incompressible bytes stay raw (no 10 % saving).
-        var rng = SystemRandomNumberGenerator()
-        let noise = (0..<2000).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        var rng = SplitMix(seed: 306)
+        let noise = rng.bytes(2000)
         _ = try f.store.set(bytes("noise"), noise)
         XCTAssertEqual(try f.store.metadata(bytes("noise"))?.encoding, .raw)
         let st = f.store.stats()

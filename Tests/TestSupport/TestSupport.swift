@@ -34,3 +34,28 @@ public func runProcess(_ executable: String, _ arguments: [String], in directory
     p.waitUntilExit()
     return (p.terminationStatus, text)
 }
+
+/// Polls `condition` every `interval` seconds until it holds or `seconds` pass, then checks it
+/// once more. The one way tests wait for something that happens asynchronously (a process to
+/// start or stop, a background job, a node to notice a closed connection): on the condition
+/// itself, bounded, never a fixed pause. Measured on the monotonic clock.
+public func eventually(_ seconds: Double = 10, interval: Double = 0.01, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = ProcessInfo.processInfo.systemUptime + seconds
+    while ProcessInfo.processInfo.systemUptime < deadline {
+        if try condition() { return true }
+        usleep(UInt32(interval * 1_000_000))
+    }
+    return try condition()
+}
+
+/// Calls `body` until it stops throwing, for up to `seconds` (every `interval`); after that
+/// rethrows its last error. For connecting to something that is still coming up.
+public func retrying<T>(for seconds: Double, interval: Double = 0.05, _ body: () throws -> T) throws -> T {
+    var result: T?
+    var lastError: Error?
+    _ = eventually(seconds, interval: interval) {
+        do { result = try body(); return true } catch { lastError = error; return false }
+    }
+    if let result { return result }
+    throw lastError!
+}
