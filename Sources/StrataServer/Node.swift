@@ -57,7 +57,8 @@ public final class Node: @unchecked Sendable {
         sc.diskByteLimit = config.diskLimit
         sc.maxItemBytes = config.maxItem
         sc.defaultTTL = config.defaultTTL
-        sc.groupCommitWindow = config.groupCommitWindow
+        sc.fsync = config.fsync
+        sc.logLimit = config.logLimit
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.
@@ -238,6 +239,10 @@ public final class Node: @unchecked Sendable {
             ("disk_wal_copies", String(s.walCopies)), ("disk_writer_checkpoints", String(s.writerCheckpoints)),
             ("corrupt_items", String(s.corruptItems)), ("quarantines", String(s.quarantines)),
             ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
+            ("log_bytes", String(s.logBytes)), ("log_backlog_records", String(s.logBacklogRecords)),
+            ("log_backlog_bytes", String(s.logBacklogBytes)), ("log_syncs", String(s.logSyncs)),
+            ("log_backpressure_waits", String(s.logBackpressureWaits)), ("log_write_errors", String(s.logWriteErrors)),
+            ("log_apply_errors", String(s.logApplyErrors)), ("log_applied_records", String(s.logAppliedRecords)),
             ("compression_raw_bytes", String(s.rawBytesWritten)), ("compression_stored_bytes", String(s.storedBytesWritten)),
             ("variants_computed", String(stats.variantsComputed.load())), ("variant_hits", String(stats.variantHits.load())),
             ("variants_dropped", String(stats.variantsDropped.load())),

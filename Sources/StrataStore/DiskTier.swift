@@ -24,14 +24,12 @@ enum ExistingNeed {
 /// One unit of work for the writer thread.
 final class DiskJob: @unchecked Sendable {
     enum Kind {
-        /// Reads the current row, asks `decide` what to do, applies it.
-        case write(namespace: [UInt8], key: [UInt8], needs: ExistingNeed, preEncoded: (ValueEncoding, [UInt8])?,
-                   decide: (ItemState?) -> (WriteResult, WriteEffect))
-        case flushNamespace([UInt8])
-        case flushAll
         case trim(count: Int, bytes: Int)
         case removeIfChecksum(nsID: Int64, key: [UInt8], checksum: Int64)
         case quarantine(reason: String)
+        /// Writes from the durability log, committed in one transaction together with `end`
+        /// as the applied log position (a flush alone in its batch).
+        case applyLog([LoggedWrite], end: UInt64?)
         /// Completes once everything queued before it has committed.
         case barrier
     }
@@ -83,7 +81,10 @@ final class DiskCounters: Sendable {
 final class DiskTier: @unchecked Sendable {
     /// 1: first schema. 2: the `tombstone` column holds `ItemMarks` bits (stale and negative
     /// entries); a build that knows only 1 would read those as tombstones, so it must refuse.
-    static let schemaVersion: Int64 = 2
+    /// 3: writes are acknowledged at the durability log (`log/`), and the counters row
+    /// `log_applied` says how far SQLite holds it; a build without the log would ignore the
+    /// writes still in it, so it must refuse.
+    static let schemaVersion: Int64 = 3
     static let fileName = "strata.db"
 
     let directory: String
@@ -110,6 +111,14 @@ final class DiskTier: @unchecked Sendable {
     private var needsRecount = false
     /// Whether the file held any row when it was opened (a cheap probe, exact after a crash).
     private(set) var openedWithRows = false
+    /// The log position SQLite held every record before, when the file was opened.
+    private(set) var logApplied: UInt64 = 0
+    /// The applied log position of the last commit (writer thread).
+    private var appliedCommitted: UInt64 = 0
+    /// Called on the writer thread after a checkpoint copied the whole WAL into the database
+    /// file and SQLite synced it: every log record before the position is now in the file
+    /// itself, so the log segments before it may go.
+    var onCheckpointed: ((UInt64) -> Void)?
     /// Bytes on disk when last measured, plus an upper bound of what commits added since, so
     /// a byte limit far away costs no measurement per commit.
     private var bytesEstimate = 0
@@ -253,6 +262,8 @@ final class DiskTier: @unchecked Sendable {
             INSERT OR IGNORE INTO counters(name, value) VALUES('rows_exact', 1);
             """)
         maxVersion = UInt64(bitPattern: try db.scalarInt("SELECT value FROM counters WHERE name='max_version'") ?? 0)
+        logApplied = UInt64(bitPattern: try db.scalarInt("SELECT value FROM counters WHERE name='log_applied'") ?? 0)
+        appliedCommitted = logApplied
         needsRecount = try db.scalarInt("SELECT value FROM counters WHERE name='rows_exact'") == 0
         // Not from the row count: after a crash it may still say 0 (it is recounted later).
         openedWithRows = try db.scalarInt("SELECT EXISTS(SELECT 1 FROM items)") == 1
@@ -265,7 +276,7 @@ final class DiskTier: @unchecked Sendable {
 
     private func migrate(_ db: SQLiteConnection, from version: Int64) throws {
         // Version 0 is an empty file: create everything. 1 → 2 changes no tables (the marks
-        // column gains bits), so the same idempotent script serves both.
+        // column gains bits) and 2 → 3 adds a counters row, so one idempotent script serves all.
         try db.execute("""
             BEGIN;
             CREATE TABLE IF NOT EXISTS namespaces(id INTEGER PRIMARY KEY, name BLOB NOT NULL UNIQUE, generation INTEGER NOT NULL DEFAULT 0);
@@ -280,7 +291,8 @@ final class DiskTier: @unchecked Sendable {
             CREATE INDEX IF NOT EXISTS items_access ON items(access);
             CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
             INSERT OR IGNORE INTO counters(name, value) VALUES('rows', 0);
-            PRAGMA user_version=2;
+            INSERT OR IGNORE INTO counters(name, value) VALUES('log_applied', 0);
+            PRAGMA user_version=3;
             COMMIT;
             """)
     }
@@ -416,7 +428,7 @@ final class DiskTier: @unchecked Sendable {
             } catch {
                 w.rollback()
             }
-            try? w.checkpoint(truncate: true)
+            if let r = try? w.checkpoint(truncate: true) { checkpointed(r) }
         }
         writer = nil
         let notifierRunning = notifyQueue.withLock {
@@ -472,7 +484,6 @@ final class DiskTier: @unchecked Sendable {
         var rowDelta = 0
         /// Rows inserted or updated (for the bytes-on-disk estimate).
         var rows = 0
-        var raw = 0
         var stored = 0
         var evicted = 0
         var maxVersion: UInt64 = 0
@@ -485,7 +496,10 @@ final class DiskTier: @unchecked Sendable {
         var writes: [DiskJob] = []
         for job in batch {
             switch job.kind {
-            case .write, .removeIfChecksum, .trim: writes.append(job)
+            case .removeIfChecksum, .trim: writes.append(job)
+            case let .applyLog(items, end):
+                if !writes.isEmpty { commitGroup(writes); writes.removeAll() }
+                commitLog(items, end: end, job: job)
             default:
                 if !writes.isEmpty { commitGroup(writes); writes.removeAll() }
                 runControl(job)
@@ -500,16 +514,6 @@ final class DiskTier: @unchecked Sendable {
         guard let db = writer else {
             for j in jobs { finish(j, .failure(StoreError(.io, "disk tier is not open"))) }
             return
-        }
-        // Namespaces are created in their own transaction first, so a rolled-back batch never
-        // leaves the registry pointing at an id that does not exist.
-        for j in jobs {
-            if case let .write(ns, _, _, _, _) = j.kind, registry.lookup(ns)?.diskID == nil {
-                do { try createNamespace(db, ns) } catch {
-                    handle(error, jobs: jobs)
-                    return
-                }
-            }
         }
         var staged = Staged()
         var newCounters = persisted
@@ -529,17 +533,113 @@ final class DiskTier: @unchecked Sendable {
             }
             return
         }
+        adopt(staged, newCounters)
+        deliver(staged.completions)
+        for action in staged.inlineCompletions { action() }
+    }
+
+    /// Commits writes from the durability log and the applied position `end` in one
+    /// transaction (all or nothing: on failure nothing is applied and the applier retries). A
+    /// flush comes alone and changes the namespace's generation, in log order.
+    private func commitLog(_ items: [LoggedWrite], end: UInt64?, job: DiskJob) {
+        guard let db = writer else { return finish(job, .failure(StoreError(.io, "disk tier is not open"))) }
+        do {
+            for w in items {
+                if let id = w.item, registry.lookup(id.namespace)?.diskID == nil { try createNamespace(db, id.namespace) }
+            }
+            if items.count == 1, let flush = items.first, flush.item == nil {
+                try db.beginImmediate()
+                switch flush.kind {
+                case .flushNamespace(let name):
+                    let u = try db.statement("UPDATE namespaces SET generation=generation+1 WHERE name=?")
+                    u.bind(1, name)
+                    try u.run()
+                default:
+                    try db.execute("UPDATE namespaces SET generation=generation+1")
+                }
+                if let end { try setLogApplied(db, end) }
+                try db.commit()
+                if let end { appliedCommitted = end }
+                switch flush.kind {
+                case .flushNamespace(let name):
+                    let e = registry.lookup(name)
+                    registry.bump(name, generation: e?.diskID != nil ? e!.generation + 1 : nil)
+                default:
+                    for name in registry.allNames() {
+                        let g = registry.lookup(name).map { $0.diskID != nil ? $0.generation + 1 : $0.generation }
+                        registry.bump(name, generation: g)
+                    }
+                }
+                return finish(job, .success(nil))
+            }
+            var staged = Staged()
+            let now = clock.nowMicros()
+            try db.beginImmediate()
+            for w in items {
+                switch w.kind {
+                case let .put(id, state, encoding, stored):
+                    guard let ns = registry.lookup(id.namespace), let nsID = ns.diskID else {
+                        throw StoreError(.io, "namespace could not be created")
+                    }
+                    // The LRU time is when the item was written or last read, not when it is applied.
+                    let at = w.entry?.accessed.load(ordering: .relaxed) ?? now
+                    if try writeRow(db, nsID: nsID, gen: ns.generation, key: id.key, state: state, encoded: (encoding, stored),
+                                    now: at, mayExist: true) {
+                        staged.rowDelta += 1
+                    }
+                    staged.maxVersion = max(staged.maxVersion, state.version)
+                    staged.stored += stored.count
+                    staged.rows += 1
+                case .delete(let id):
+                    guard let nsID = registry.lookup(id.namespace)?.diskID else { continue }
+                    try deleteRow(db, nsID: nsID, key: id.key)
+                    staged.rowDelta -= db.changes
+                default:
+                    throw StoreError(.io, "internal: a flush in a batch of writes")
+                }
+                counters.writes.add(1, ordering: .relaxed)
+            }
+            try enforceLimits(db, &staged)
+            let newCounters = try writeCounters(db, rows: rowCount + staged.rowDelta, version: max(maxVersion, staged.maxVersion), exact: false)
+            if let end { try setLogApplied(db, end) }
+            try db.commit()
+            if let end { appliedCommitted = end }
+            adopt(staged, newCounters)
+            finish(job, .success(nil))
+        } catch {
+            db.rollback()
+            let e = (error as? SQLiteError).map { mapError($0, doing: "applying the log") } ?? (error as? StoreError) ?? StoreError(.io, "\(error)")
+            counters.writeErrors.add(1, ordering: .relaxed)
+            finish(job, .failure(e))
+            if let s = error as? SQLiteError, s.isCorruption {
+                quarantineAndReopen(reason: "SQLite reported corruption while applying the log: \(s.message)")
+            }
+        }
+    }
+
+    private func setLogApplied(_ db: SQLiteConnection, _ end: UInt64) throws {
+        let s = try db.statement("UPDATE counters SET value=? WHERE name='log_applied'")
+        s.bind(1, Int64(bitPattern: end))
+        try s.run()
+    }
+
+    /// Commits `items` with the applied position `end` (see `commitLog`) and waits for it.
+    func applyLog(_ items: [LoggedWrite], end: UInt64?) -> StoreError? {
+        let done = Completion<Result<(WriteResult, WriteEffect)?, StoreError>>()
+        enqueue(DiskJob(.applyLog(items, end: end), inline: true) { done.fulfil($0) })
+        if case .failure(let e) = done.wait() { return e }
+        return nil
+    }
+
+    /// After a commit: the writer's counts take what the transaction did.
+    private func adopt(_ staged: Staged, _ newCounters: PersistedCounters) {
         rowCount += staged.rowDelta
         maxVersion = max(maxVersion, staged.maxVersion)
         persisted = newCounters
         bytesEstimate += staged.bytesBound(pageSize: pageSize)
         counters.rows.store(rowCount, ordering: .relaxed)
         counters.commits.add(1, ordering: .relaxed)
-        counters.rawBytesWritten.add(staged.raw, ordering: .relaxed)
-        counters.storedBytesWritten.add(staged.stored, ordering: .relaxed)
         counters.evictions.add(staged.evicted, ordering: .relaxed)
-        deliver(staged.completions)
-        for action in staged.inlineCompletions { action() }
     }
 
     private func handle(_ error: Error, jobs: [DiskJob]) {
@@ -627,39 +727,6 @@ final class DiskTier: @unchecked Sendable {
 
     private func apply(_ job: DiskJob, _ db: SQLiteConnection, _ staged: inout Staged) throws {
         switch job.kind {
-        case let .write(nsName, key, needs, preEncoded, decide):
-            guard let ns = registry.lookup(nsName), let nsID = ns.diskID else {
-                throw StoreError(.io, "namespace could not be created")
-            }
-            let now = clock.nowMicros()
-            // An unconditional set skips reading the row: one statement instead of two.
-            let found = needs == .nothing ? nil : try readRow(db, nsID: nsID, key: key, withValue: needs == .value)
-            let existing = found.flatMap { $0.gen == ns.generation ? $0.row.state : nil }
-            let (result, effect) = decide(existing)
-            switch effect {
-            case .none: break
-            case .delete:
-                if needs == .nothing || found != nil {
-                    try deleteRow(db, nsID: nsID, key: key)
-                    staged.rowDelta -= db.changes
-                }
-            case .store(let state):
-                let encoded: (ValueEncoding, [UInt8])
-                // Only a stored set writes the caller's value as is; it was encoded on the caller's thread.
-                if let pre = preEncoded, !state.tombstone, case .set(.stored) = result { encoded = pre } else {
-                    encoded = codec.encode(state.value)
-                }
-                let inserted = try writeRow(db, nsID: nsID, gen: ns.generation, key: key, state: state, encoded: encoded,
-                                            now: now, mayExist: needs == .nothing || found != nil)
-                if inserted { staged.rowDelta += 1 }
-                staged.maxVersion = max(staged.maxVersion, state.version)
-                staged.raw += state.value.count
-                staged.stored += encoded.1.count
-                staged.rows += 1
-            }
-            counters.writes.add(1, ordering: .relaxed)
-            staged.complete(job, .success((result, effect)))
-
         case let .removeIfChecksum(nsID, key, checksum):
             let s = try db.statement("DELETE FROM items WHERE ns=? AND key=? AND checksum=?")
             s.bind(1, nsID); s.bind(2, key); s.bind(3, checksum)
@@ -677,18 +744,6 @@ final class DiskTier: @unchecked Sendable {
     }
 
     struct FoundRow { var row: DiskRow; var gen: Int64; var checksum: Int64; var access: Int64 = 0 }
-
-    private func readRow(_ db: SQLiteConnection, nsID: Int64, key: [UInt8], withValue: Bool) throws -> FoundRow? {
-        let sql = withValue
-            ? "SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value) FROM items WHERE ns=? AND key=?"
-            : "SELECT gen, NULL, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value) FROM items WHERE ns=? AND key=?"
-        let s = try db.statement(sql)
-        s.bind(1, nsID)
-        s.bind(2, key)
-        defer { s.reset() }
-        guard try s.step() else { return nil }
-        return decodeRow(s, key: key, withValue: withValue)
-    }
 
     /// Turns a row into item state, verifying the checksum and decoding the value when asked.
     /// Columns: gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length.
@@ -834,38 +889,9 @@ final class DiskTier: @unchecked Sendable {
     // MARK: Control jobs
 
     private func runControl(_ job: DiskJob) {
-        guard let db = writer else { finish(job, .failure(StoreError(.io, "disk tier is not open"))); return }
-        do {
-            switch job.kind {
-            case .flushNamespace(let name):
-                if let e = registry.lookup(name), e.diskID != nil {
-                    let s = try db.statement("UPDATE namespaces SET generation=generation+1 WHERE name=?")
-                    s.bind(1, name)
-                    try s.run()
-                    registry.bump(name, generation: e.generation + 1)
-                } else {
-                    registry.bump(name, generation: nil)
-                }
-            case .flushAll:
-                try db.execute("UPDATE namespaces SET generation=generation+1")
-                for name in registry.allNames() {
-                    let g = registry.lookup(name).map { $0.diskID != nil ? $0.generation + 1 : $0.generation }
-                    registry.bump(name, generation: g)
-                }
-            case .quarantine(let reason):
-                quarantineAndReopen(reason: reason)
-            case .barrier:
-                break
-            default:
-                break
-            }
-            finish(job, .success(nil))
-        } catch let e as SQLiteError {
-            finish(job, .failure(mapError(e, doing: "flushing")))
-            if e.isCorruption { quarantineAndReopen(reason: e.message) }
-        } catch {
-            finish(job, .failure(StoreError(.io, "\(error)")))
-        }
+        guard writer != nil else { finish(job, .failure(StoreError(.io, "disk tier is not open"))); return }
+        if case .quarantine(let reason) = job.kind { quarantineAndReopen(reason: reason) }
+        finish(job, .success(nil))
     }
 
     /// Replaces a corrupt database with a fresh one while the store keeps running.
@@ -899,20 +925,28 @@ final class DiskTier: @unchecked Sendable {
                 copyState.store(1, ordering: .releasing)
                 copyQueue.withLock { copyRequested = true; copyQueue.signal() }
             } else {
-                _ = try? db.checkpoint(truncate: false)
+                if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
                 counters.writerCheckpoints.add(1, ordering: .relaxed)
             }
         case 1 where frames >= 4 * limit:
-            _ = try? db.checkpoint(truncate: false) // the copier fell far behind (a slow disk)
+            // The copier fell far behind (a slow disk).
+            if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
             counters.writerCheckpoints.add(1, ordering: .relaxed)
         case 2:
             // Copies what was appended while the copier ran; the next transaction then finds
-            // the whole WAL in the database file and starts it over.
-            if frames >= limit { _ = try? db.checkpoint(truncate: false) }
+            // the whole WAL in the database file and starts it over. (Always, even when little
+            // was appended: a complete checkpoint is what lets the log's segments go.)
+            if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
             copyState.store(0, ordering: .releasing)
         default:
             break
         }
+    }
+
+    /// After a checkpoint by the writer: when it copied every frame, SQLite synced the database
+    /// file, so every commit so far (and the log position it recorded) is in the file itself.
+    private func checkpointed(_ r: (frames: Int, copied: Int)) {
+        if r.frames >= 0 && r.copied == r.frames { onCheckpointed?(appliedCommitted) }
     }
 
     private func copierLoop() {
@@ -1049,6 +1083,13 @@ final class DiskTier: @unchecked Sendable {
         } catch {
             db.rollback()
         }
+    }
+
+    /// A read of an item still in the log's backlog: its row's access time moves too, in case
+    /// the applier wrote the row just before the read (the entry's time covers the other case).
+    func noteAccess(namespace: [UInt8], key: [UInt8], now: Int64) {
+        guard let nsID = registry.lookup(namespace)?.diskID else { return }
+        recordAccess(nsID: nsID, key: key, now: now)
     }
 
     private func recordAccess(nsID: Int64, key: [UInt8], now: Int64) {

@@ -63,6 +63,21 @@ public struct StoreConfiguration: Sendable {
     /// durable sets 10.2k → 12.9k/s, 90/10 mix p99 10.1 → 4.2 ms; the price is a longer stall
     /// at each checkpoint (durable-set p99 17 → 38 ms) and up to 16 MiB more on disk.
     public var walLimit: Int = 16 << 20
+    // The durability log (`<directory>/log/`): a disk write is acknowledged once its record is
+    // in the log file; SQLite is filled behind it.
+    /// When the log is forced to the device (see `FsyncPolicy`): `.everysec` by default, as
+    /// Redis's `appendfsync`.
+    public var fsync: FsyncPolicy = .everysec
+    /// Most bytes of log records decided but not yet in SQLite (the backlog). Past it, writers
+    /// wait for the applier (back-pressure). Sized so a full backlog replays at open in well
+    /// under a second.
+    public var logLimit: Int = 64 << 20
+    /// A log segment file is closed and a new one started past this size; segments SQLite has
+    /// absorbed (applied and checkpointed) are deleted.
+    public var logSegmentBytes: Int = 16 << 20
+    /// Most log records the applier commits to SQLite in one transaction.
+    public var maxApplyBatch: Int = 4096
+
     /// Rows looked at per background sweep step (expiry, flushed namespaces, age).
     public var sweepBatch: Int = 1000
     /// Seconds between background maintenance steps when idle.

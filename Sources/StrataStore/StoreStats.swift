@@ -39,6 +39,18 @@ public struct StoreStats: Sendable {
     public var walCopies = 0
     public var writerCheckpoints = 0
     public var namespaces: [[UInt8]: Namespace] = [:]
+    /// The durability log: bytes of its segment files; the backlog (writes decided but not yet
+    /// in SQLite: records, and their bytes in the log); `fdatasync` calls; writers that waited
+    /// for room (the backlog at `logLimit`); records whose batch could not be written (their
+    /// writers got the error); applies SQLite refused (retried); records applied to SQLite.
+    public var logBytes = 0
+    public var logBacklogRecords = 0
+    public var logBacklogBytes = 0
+    public var logSyncs = 0
+    public var logBackpressureWaits = 0
+    public var logWriteErrors = 0
+    public var logApplyErrors = 0
+    public var logAppliedRecords = 0
 
     /// Bytes saved by compression, as a ratio raw / stored (1 when nothing was written).
     public var compressionRatio: Double {
@@ -61,7 +73,9 @@ extension TieredCache {
             }
         }
         let c = disk.counters
-        s.disk.items = c.rows.load(ordering: .relaxed)
+        // Rows in SQLite plus writes still in the log that will be rows (an overwrite of an
+        // existing row counts twice until the applier has it).
+        s.disk.items = c.rows.load(ordering: .relaxed) + log.index.rows
         s.disk.bytes = c.bytesOnDisk.load(ordering: .relaxed)
         s.disk.hits = c.hits.load(ordering: .relaxed)
         s.disk.misses = c.misses.load(ordering: .relaxed)
@@ -79,6 +93,14 @@ extension TieredCache {
         s.writerCheckpoints = c.writerCheckpoints.load(ordering: .relaxed)
         s.queuedDiskJobs = disk.queuedJobs
         (s.writeBehindPending, s.writeBehindTotal) = writeBehindCounts
+        s.logBytes = log.files.bytesOnDisk
+        (s.logBacklogRecords, s.logBacklogBytes) = log.backlog
+        s.logSyncs = log.files.syncs.load()
+        s.logBackpressureWaits = log.backpressureWaits.load()
+        s.logWriteErrors = log.writeErrors.load()
+        s.logApplyErrors = log.applyErrors.load()
+        s.logAppliedRecords = log.appliedRecords.load()
+        if includeNamespaceUsage { try? log.waitApplied(log.end) } // usage is counted in SQLite
         let usage = includeNamespaceUsage ? (try? disk.namespaceUsage()) ?? [:] : [:]
         for (name, e) in registry.snapshot() {
             var n = StoreStats.Namespace()

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Dispatch
 import StrataCore
 import Synchronization
@@ -24,6 +27,7 @@ public final class TieredCache: @unchecked Sendable {
     let registry = NamespaceRegistry()
     let memory: MemoryTier
     let disk: DiskTier
+    let log: DurabilityLog
 
     private let writeBehindPending = Counter()
     private let writeBehindWrites = Counter()
@@ -42,11 +46,44 @@ public final class TieredCache: @unchecked Sendable {
         self.clock = clock
         self.hlc = HybridLogicalClock(clock: clock)
         self.memory = MemoryTier(config: configuration)
-        self.disk = try DiskTier(config: configuration, clock: clock, registry: registry)
-        try disk.start()
+        let disk = try DiskTier(config: configuration, clock: clock, registry: registry)
+        self.disk = disk
+        let sink: @Sendable (String) -> Void = configuration.log ?? { line in
+            var l = line + "\n"
+            l.withUTF8 { _ = Glibc.write(2, $0.baseAddress, $0.count) }
+        }
+        do {
+            log = try DurabilityLog(directory: configuration.directory + "/log", policy: configuration.fsync, applied: disk.logApplied,
+                                    limitBytes: configuration.logLimit, segmentBytes: configuration.logSegmentBytes,
+                                    maxApplyBatch: configuration.maxApplyBatch, clock: clock, log: sink,
+                                    decode: { encoding, stored, size in stored.withUnsafeBytes { disk.codec.decode(encoding, $0, size: size) } })
+        } catch {
+            disk.close()
+            throw error
+        }
+        let log = self.log
+        log.apply = { writes, end in disk.applyLog(writes, end: end) }
+        let memory = self.memory, registry = self.registry
+        log.undo = { w in
+            guard let id = w.item, let ns = registry.lookup(id.namespace) else { return }
+            let loc = memory.locate(tag: ns.tag, key: id.key)
+            memory.with(loc, id.key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
+        }
+        disk.onCheckpointed = { position in log.files.removeSegments(before: position) }
+        // Reads look items up by namespace: every namespace with a replayed write is known.
+        for name in log.replayedNamespaces { _ = registry.entry(name) }
+        do {
+            try disk.start()
+            try log.start()
+        } catch {
+            log.close()
+            disk.close()
+            throw error
+        }
         hlc.observe(disk.maxVersion)
+        hlc.observe(log.replayedMaxVersion)
         openedVersion = hlc.next()
-        openedWithData = disk.openedWithRows
+        openedWithData = disk.openedWithRows || log.replayedRecords > 0
         startThread(name: "strata-sweeper") { [self] in sweepLoop() }
     }
 
@@ -64,6 +101,7 @@ public final class TieredCache: @unchecked Sendable {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         sweeper.withLock { sweeperStop = true; sweeper.broadcast() }
         sweeperDone.wait()
+        log.close() // writes what is buffered and applies the backlog to SQLite (what it cannot stays in the log)
         disk.close()
     }
 
@@ -215,7 +253,10 @@ public final class TieredCache: @unchecked Sendable {
         return a.version >= b.version ? a : b
     }
 
-    /// Applies one write to the requested tiers through `WriteRules`.
+    /// Applies one write to the requested tiers through `WriteRules`. A write that includes the
+    /// disk tier is decided against the newest state (memory, the log's pending writes, then
+    /// SQLite), appended to the durability log, and returns once its record is in the log file
+    /// (at once with `writeBehind`).
     private func write(_ op: WriteOp, key: [UInt8], namespace: [UInt8], tiers: Tiers, writeBehind: Bool,
                        callerVersion: UInt64?, preEncoded: (ValueEncoding, [UInt8])?) throws -> WriteResult {
         let ns = registry.entry(namespace)
@@ -229,12 +270,11 @@ public final class TieredCache: @unchecked Sendable {
         case .set(_, .set, _, _, _, nil, _): needs = .nothing
         case .set, .remove: needs = .metadata
         }
-        let needValue = needs == .value
-        let hlc = self.hlc
-        let clock = self.clock
 
         if !tiers.contains(.disk) {
+            let needValue = needs == .value
             let now = clock.nowMicros()
+            let hlc = self.hlc
             return memory.with(loc, key) { shard, k in
                 let existing = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
                 let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next())
@@ -247,124 +287,103 @@ public final class TieredCache: @unchecked Sendable {
             }
         }
 
-        // Write-behind is bounded: past `maxWriteBehindPending` queued writes, a write-behind
-        // write waits for its commit like any other (backpressure instead of unbounded memory).
-        if writeBehind && tiers.contains(.memory) && writeBehindPending.load() < configuration.maxWriteBehindPending {
-            // Decided against memory and a disk read; the disk write follows with the decided
-            // version, so disk applies it only if nothing newer got there first.
-            // An unconditional set with a node version stores whatever is there: no disk read,
-            // so a plain write-behind set never blocks.
-            let diskState = needs == .nothing ? nil
-                : try disk.read(namespace: namespace, key: key, withValue: needValue, countStats: false)?.state
-            let now = clock.nowMicros()
-            let (result, effect) = memory.with(loc, key) { shard, k -> (WriteResult, WriteEffect) in
-                let mem = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
-                let decided = WriteRules.decide(op, existing: Self.newest(mem, diskState), now: now,
-                                                newVersion: callerVersion ?? hlc.next())
-                switch decided.1 {
-                case .none: break
-                case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
-                case .store(let s):
-                    if s.tombstone { shard.delete(tag: ns.tag, key: k, hash: loc.hash) } else {
-                        shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
-                    }
-                }
-                return decided
-            }
-            let diskOp: WriteOp
-            switch effect {
-            case .none: return result
-            case .delete: diskOp = .remove(callerVersion: nil, tombstoneExpiry: 0)
-            case .store(let s):
-                diskOp = s.tombstone ? .remove(callerVersion: s.version, tombstoneExpiry: s.expiry)
-                    : .set(value: s.value, mode: .set, flags: s.flags, extended: s.extended, expiry: s.expiry, callerVersion: s.version,
-                           marks: s.marks)
-            }
+        let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
+                                             callerVersion: callerVersion, preEncoded: preEncoded)
+        guard let end else { return result }
+        // Write-behind is bounded: past `maxWriteBehindPending` writes not yet in the log file,
+        // a write-behind write waits like any other (backpressure instead of unbounded memory).
+        if writeBehind && writeBehindPending.load() < configuration.maxWriteBehindPending {
             writeBehindPending.add(1)
             writeBehindWrites.add(1)
             let pending = writeBehindPending
-            disk.enqueue(DiskJob(.write(namespace: namespace, key: key, needs: .metadata, preEncoded: nil, decide: { existing in
-                WriteRules.decide(diskOp, existing: existing, now: clock.nowMicros(), newVersion: hlc.next())
-            }), inline: true) { _ in pending.add(-1) })
+            log.onDurable(end) { _ in pending.add(-1) }
             return result
         }
-
-        let done = Completion<Result<WriteResult, StoreError>>()
-        enqueueDiskWrite(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
-                         callerVersion: callerVersion, preEncoded: preEncoded) { done.fulfil($0) }
-        return try done.wait().get()
+        try log.waitDurable(end)
+        return result
     }
 
-    /// Queues a write that includes the disk tier; `completion` runs once the transaction
-    /// committed and memory follows disk: on the store's notifier thread, or with
-    /// `quickCompletion` on its writer thread.
-    private func enqueueDiskWrite(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
-                                  loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
-                                  preEncoded: (ValueEncoding, [UInt8])?, quickCompletion: Bool = false,
-                                  completion: @escaping (Result<WriteResult, StoreError>) -> Void) {
+    /// Per-item write locks (by the item's memory hash): decisions about one item, and the
+    /// order its records enter the log, are serialized; other items go on in parallel.
+    private let writeLocks: [Lock] = (0..<256).map { _ in Lock() }
+
+    /// Decides a disk write and appends its record to the log; returns the result and the log
+    /// position the write is durable at (nil when nothing changed). Memory follows the
+    /// decision at once. May read SQLite (a write that depends on the stored item, when neither
+    /// memory nor the log's pending writes hold it).
+    private func decideAndLog(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
+                              loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
+                              preEncoded: (ValueEncoding, [UInt8])?) throws -> (WriteResult, UInt64?) {
+        log.waitForRoom()
+        let id = ItemKey(namespace: namespace, key: key)
+        let lock = writeLocks[Int(loc.hash & 255)]
+        lock.lock()
+        defer { lock.unlock() }
         let memoryToo = tiers.contains(.memory)
         let needValue = needs == .value
-        let memory = self.memory
-        let clock = self.clock
-        let hlc = self.hlc
-        let job = DiskJob(.write(namespace: namespace, key: key, needs: needs, preEncoded: preEncoded, decide: { diskState in
-            // Runs on the writer thread, so disk writes are decided (and versioned) in commit order.
+        var existing: ItemState? = nil
+        if needs != .nothing {
             let now = clock.nowMicros()
             let mem: ItemState? = memoryToo
                 ? memory.with(loc, key) { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: needValue)?.state }
                 : nil
-            return WriteRules.decide(op, existing: Self.newest(mem, diskState), now: now, newVersion: callerVersion ?? hlc.next())
-        }), inline: quickCompletion) { result in
-            // After the commit, before the caller hears of it: memory follows disk.
-            switch result {
-            case .success(let decided?):
-                let now = clock.nowMicros()
-                memory.with(loc, key) { shard, k in
-                    switch decided.1 {
-                    case .none: break
-                    case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
-                    case .store(let s):
-                        if memoryToo && !s.tombstone {
-                            shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
-                        } else {
-                            // Disk-only writes (replicas) and tombstones invalidate an older memory copy.
-                            shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now)
-                        }
-                    }
-                }
-                completion(.success(decided.0))
-            case .success(nil):
-                completion(.failure(StoreError(.io, "internal: write produced no result")))
-            case .failure(let e):
-                completion(.failure(e))
+            let onDisk: ItemState?
+            if let p = log.index.lookup(id) { onDisk = p.state } else {
+                onDisk = try disk.read(namespace: namespace, key: key, withValue: needValue, countStats: false)?.state
             }
+            existing = Self.newest(mem, onDisk)
         }
-        disk.enqueue(job)
+        let now = clock.nowMicros()
+        let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next())
+        switch effect {
+        case .none:
+            return (result, nil)
+        case .delete:
+            memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
+            return (result, log.append(.delete(id), at: now))
+        case .store(let s):
+            if !s.value.isEmpty, let full = log.refusal {
+                // SQLite cannot take the backlog (a full disk): no new value is accepted until
+                // it can; removals still are (they free space).
+                throw StoreError(.diskFull, "disk full: the disk tier cannot store more until space is freed (\(full.message)); nothing was stored")
+            }
+            memory.with(loc, key) { shard, k in
+                if memoryToo && !s.tombstone {
+                    shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                } else {
+                    // Disk-only writes (replicas) and tombstones invalidate an older memory copy.
+                    shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now)
+                }
+            }
+            // Only a stored set writes the caller's value as is; it was encoded on the caller's thread.
+            let encoded: (ValueEncoding, [UInt8])
+            if let pre = preEncoded, !s.tombstone, case .set(.stored) = result { encoded = pre } else { encoded = disk.codec.encode(s.value) }
+            disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
+            disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)
+            return (result, log.append(.put(id, s, encoded.0, encoded.1), at: now))
+        }
     }
 
-    /// Whether `submitSet` with these options completes without blocking the caller: writes
-    /// that include the disk tier, and plain write-behind sets (no mode, no caller version).
+    /// Whether `submitSet` with these options completes without blocking the caller: writes to
+    /// memory only, and unconditional sets with a node-assigned version (they need no read of
+    /// the stored item). The wait for room in the log (back-pressure) may still block.
     public static func submitsWithoutBlocking(_ options: SetOptions) -> Bool {
         guard options.tiers.contains(.disk) else { return true }
-        if !options.writeBehind { return true }
         return options.mode == .set && options.version == nil
     }
 
-    /// A set that does not block: for callers that must not wait, such as the node's event
-    /// loop. Validation errors are thrown at once; the outcome goes to `completion`, called on
-    /// the store's notifier thread after the commit — or, with `quickCompletion` (a completion
-    /// that only hands the outcome to another thread: it must not block, nor take long), on
-    /// the writer thread itself, which saves a thread hand-off per commit. Writes to the memory
-    /// tier only, and write-behind writes, complete before this returns.
+    /// A set that does not wait for the log: for callers that must not block, such as the
+    /// node's event loop. Validation errors are thrown at once; the outcome goes to
+    /// `completion` once the record is in the log file — on the log's flusher thread, so the
+    /// completion must only hand the outcome on (it must not block, nor take long). Sets that
+    /// do not `submitsWithoutBlocking`, writes to the memory tier only and write-behind writes
+    /// complete before this returns. (`quickCompletion` is kept for callers; every completion
+    /// is quick now.)
     public func submitSet(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions(),
                           quickCompletion: Bool = false,
                           completion: @escaping @Sendable (Result<SetOutcome, StoreError>) -> Void) throws {
         try check(key: key, namespace: namespace, value: value, options: options)
-        var options = options
-        if options.writeBehind && writeBehindPending.load() >= configuration.maxWriteBehindPending {
-            options.writeBehind = false // backpressure: this one completes after its commit
-        }
-        guard options.tiers.contains(.disk), !options.writeBehind else {
+        guard options.tiers.contains(.disk), !options.writeBehind, Self.submitsWithoutBlocking(options) else {
             completion(Result { try set(key, value, namespace: namespace, options: options) }.mapError {
                 $0 as? StoreError ?? StoreError(.io, "\($0)")
             })
@@ -374,15 +393,11 @@ public final class TieredCache: @unchecked Sendable {
         let ns = registry.entry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
         let loc = memory.locate(tag: ns.tag, key: key)
-        let needs: ExistingNeed = options.mode == .set && options.version == nil ? .nothing : .metadata
-        enqueueDiskWrite(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: options.tiers, needs: needs,
-                         callerVersion: options.version, preEncoded: disk.codec.encode(value),
-                         quickCompletion: quickCompletion) { result in
-            completion(result.flatMap {
-                guard case .set(let o) = $0 else { return .failure(StoreError(.io, "internal: unexpected result kind")) }
-                return .success(o)
-            })
-        }
+        let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: options.tiers, needs: .nothing,
+                                             callerVersion: nil, preEncoded: disk.codec.encode(value))
+        guard case .set(let outcome) = result else { return completion(.failure(StoreError(.io, "internal: unexpected result kind"))) }
+        guard let end else { return completion(.success(outcome)) }
+        log.onDurable(end) { error in completion(error.map { .failure($0) } ?? .success(outcome)) }
     }
 
     // MARK: Reads
@@ -424,8 +439,18 @@ public final class TieredCache: @unchecked Sendable {
         }
         if found == nil && tiers.contains(.disk) {
             let epoch = memory.deleteEpoch(loc)
-            if let row = try disk.read(namespace: namespace, key: key, withValue: true, countStats: true) {
-                let s = row.state
+            // The log's pending writes are newer than anything in SQLite.
+            let pending = log.index.lookup(ItemKey(namespace: namespace, key: key), accessedAt: now)
+            let state: ItemState?
+            if let p = pending {
+                state = p.state.flatMap { $0.guards(now: now) ? $0 : nil } // as SQLite reads: unexpired rows, tombstones too
+                if state != nil { disk.noteAccess(namespace: namespace, key: key, now: now) }
+                disk.counters.hits.add(state.map { $0.tombstone ? 0 : 1 } ?? 0, ordering: .relaxed)
+                disk.counters.misses.add(state.map { $0.tombstone ? 1 : 0 } ?? 1, ordering: .relaxed)
+            } else {
+                state = try disk.read(namespace: namespace, key: key, withValue: true, countStats: true)?.state
+            }
+            if let s = state {
                 if s.tombstone {
                     tombstone = max(tombstone ?? 0, s.version)
                 } else {
@@ -473,12 +498,20 @@ public final class TieredCache: @unchecked Sendable {
         guard let ns = registry.lookup(namespace) else { return nil }
         let now = clock.nowMicros()
         var meta: ItemMetadata?
-        if tiers.contains(.disk),
-           let row = try disk.read(namespace: namespace, key: key, withValue: false, countStats: false),
-           row.state.isLive(now: now) {
-            meta = ItemMetadata(size: row.size, storedSize: row.storedSize, encoding: row.encoding, tiers: .disk,
-                                expiresAt: row.state.expiry == 0 ? nil : row.state.expiry, version: row.state.version,
-                                flags: row.state.flags, extendedSize: row.state.extended.count)
+        if tiers.contains(.disk) {
+            if let p = log.index.lookup(ItemKey(namespace: namespace, key: key)) {
+                // Not yet in SQLite: the pending write says how the disk tier will hold it.
+                if let st = p.state, st.isLive(now: now) {
+                    meta = ItemMetadata(size: st.value.count, storedSize: p.storedSize, encoding: p.encoding, tiers: .disk,
+                                        expiresAt: st.expiry == 0 ? nil : st.expiry, version: st.version,
+                                        flags: st.flags, extendedSize: st.extended.count)
+                }
+            } else if let row = try disk.read(namespace: namespace, key: key, withValue: false, countStats: false),
+                      row.state.isLive(now: now) {
+                meta = ItemMetadata(size: row.size, storedSize: row.storedSize, encoding: row.encoding, tiers: .disk,
+                                    expiresAt: row.state.expiry == 0 ? nil : row.state.expiry, version: row.state.version,
+                                    flags: row.state.flags, extendedSize: row.state.extended.count)
+            }
         }
         if tiers.contains(.memory) {
             let loc = memory.locate(tag: ns.tag, key: key)
@@ -507,17 +540,32 @@ public final class TieredCache: @unchecked Sendable {
         try check(tiers: tiers)
         guard limit > 0 else { throw StoreError(.invalidArgument, "limit must be positive") }
         guard let ns = registry.lookup(namespace) else { return ([], nil) }
-        var merged: [[UInt8]] = tiers.contains(.disk) ? try disk.keys(namespace: namespace, after: cursor, limit: limit + 1) : []
-        if tiers.contains(.memory) {
-            var mem = memory.keys(tag: ns.tag, now: clock.nowMicros())
-            if let c = cursor { mem.removeAll { !c.lexicographicallyPrecedes($0) } }
-            merged = Array(Set(merged).union(mem)).sorted { $0.lexicographicallyPrecedes($1) }
+        let now = clock.nowMicros()
+        func afterCursor(_ k: [UInt8]) -> Bool { cursor.map { $0.lexicographicallyPrecedes(k) } ?? true }
+        var keys: Set<[UInt8]> = []
+        // SQLite's page is complete up to its limit-th key (`boundary`) when it has more;
+        // keys from memory and the log past the boundary wait for a later page.
+        var boundary: [UInt8]? = nil
+        if tiers.contains(.disk) {
+            let diskKeys = try disk.keys(namespace: namespace, after: cursor, limit: limit + 1)
+            if diskKeys.count > limit { boundary = diskKeys[limit - 1] }
+            keys.formUnion(diskKeys)
+            // The log's pending writes are newer than SQLite's rows: a pending remove hides one.
+            for (k, live) in log.index.keys(namespace: namespace, now: now) where afterCursor(k) {
+                if live { keys.insert(k) } else { keys.remove(k) }
+            }
         }
-        if merged.count > limit {
-            let page = Array(merged.prefix(limit))
+        if tiers.contains(.memory) {
+            for k in memory.keys(tag: ns.tag, now: now) where afterCursor(k) { keys.insert(k) }
+        }
+        var sorted = keys.sorted { $0.lexicographicallyPrecedes($1) }
+        if let b = boundary { sorted.removeAll { b.lexicographicallyPrecedes($0) } }
+        if sorted.count > limit {
+            let page = Array(sorted.prefix(limit))
             return (page, page.last)
         }
-        return (merged, nil)
+        // A short page still has a cursor while SQLite has more (its boundary).
+        return (sorted, boundary)
     }
 
     // MARK: Flush and trim
@@ -534,12 +582,25 @@ public final class TieredCache: @unchecked Sendable {
         if namespace.count > ItemLimits.maxNamespaceBytes {
             throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
         }
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
         _ = registry.entry(namespace)
-        try control(.flushNamespace(namespace))
+        try logAndApply(.flushNamespace(namespace))
     }
 
     /// Empties every namespace (O(namespaces)).
-    public func flushAll() throws { try control(.flushAll) }
+    public func flushAll() throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        try logAndApply(.flushAll)
+    }
+
+    /// A flush goes through the log like any write (so a replay repeats it in order) and
+    /// returns once SQLite has applied it: from then on no older item is visible anywhere.
+    private func logAndApply(_ kind: LoggedWrite.Kind) throws {
+        log.waitForRoom()
+        let end = log.append(kind, at: clock.nowMicros())
+        try log.waitDurable(end)
+        try log.waitApplied(end)
+    }
 
     /// The names of every namespace this store knows (on disk or written since open).
     public func namespaceNames() -> [[UInt8]] { registry.allNames() }
@@ -554,11 +615,21 @@ public final class TieredCache: @unchecked Sendable {
                 s.lock.withLock { s.trim(toCount: count == Int.max ? .max : count / n, toBytes: bytes == Int.max ? .max : bytes / n) }
             }
         }
-        if tiers.contains(.disk) { try control(.trim(count: count, bytes: bytes)) }
+        if tiers.contains(.disk) {
+            try log.waitApplied(log.end) // the backlog first, so the trim sees every item
+            try control(.trim(count: count, bytes: bytes))
+        }
     }
 
-    /// Returns once every disk write queued before the call has committed.
-    public func sync() throws { try control(.barrier) }
+    /// Returns once every disk write made before the call is in SQLite (the log's backlog
+    /// before this point applied) and every queued disk job has run.
+    public func sync() throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        let end = log.end
+        try log.waitDurable(end)
+        try log.waitApplied(end)
+        try control(.barrier)
+    }
 
     // MARK: Background
 

@@ -8,6 +8,7 @@ final class IntegrityTests: XCTestCase {
         let f = try StoreFixture()
         _ = try f.store.set(bytes("good"), bytes("fine value"), options: SetOptions(tiers: .disk))
         _ = try f.store.set(bytes("bad"), bytes("this value will be damaged"), options: SetOptions(tiers: .disk))
+        try f.store.sync() // SQLite is filled behind the log
         let db = try openDatabase(f.dir)
         let s = try db.statement("UPDATE items SET value=? WHERE key=?")
         s.bind(1, bytes("this value wall be damaged"))
@@ -24,6 +25,7 @@ final class IntegrityTests: XCTestCase {
     func testDamagedMetadataIsCaughtByChecksumToo() throws {
         let f = try StoreFixture()
         _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(flags: 1, tiers: .disk))
+        try f.store.sync() // SQLite is filled behind the log
         let db = try openDatabase(f.dir)
         try db.execute("UPDATE items SET flags=2")
         XCTAssertNil(try f.store.get(bytes("k")))
@@ -33,6 +35,7 @@ final class IntegrityTests: XCTestCase {
         let f = try StoreFixture()
         let text = bytes(String(repeating: "abcdefgh", count: 500))
         _ = try f.store.set(bytes("z"), text, options: SetOptions(tiers: .disk))
+        try f.store.sync() // SQLite is filled behind the log
         let db = try openDatabase(f.dir)
         // Claim a smaller size and fix up nothing else: checksum and size bound both refuse it.
         try db.execute("UPDATE items SET size=10")
@@ -92,6 +95,7 @@ final class IntegrityTests: XCTestCase {
 
     func testOpenRecordsSchemaVersion() throws {
         let f = try StoreFixture()
+        try f.store.sync() // SQLite is filled behind the log
         let db = try openDatabase(f.dir)
         XCTAssertEqual(try db.scalarInt("PRAGMA user_version"), DiskTier.schemaVersion)
         XCTAssertEqual(try db.textRows("PRAGMA journal_mode"), ["wal"])
