@@ -1207,7 +1207,19 @@ public struct DiskCheckReport: Sendable {
     public var namespaces = 0
     /// `PRAGMA integrity_check` output ("ok" when clean).
     public var integrity: [String] = []
-    public var isClean: Bool { badRows == 0 && integrity == ["ok"] }
+    /// The file's schema version, and what is wrong with it (nil when this build reads it).
+    public var schemaVersion: Int64 = 0
+    public var schemaProblem: String?
+    /// The durability log: segment files, whole records in them, records SQLite has not
+    /// applied yet (replayed at the next open), and bytes of a write cut short by a crash at
+    /// the end (repaired at the next open: not a problem).
+    public var logSegments = 0
+    public var logRecords = 0
+    public var logUnapplied = 0
+    public var logTornBytes = 0
+    /// Damage in the log (file, offset, reason): records there and after it are lost.
+    public var logDamage: [String] = []
+    public var isClean: Bool { badRows == 0 && integrity == ["ok"] && schemaProblem == nil && logDamage.isEmpty }
 }
 
 extension DiskTier {
@@ -1225,8 +1237,14 @@ extension DiskTier {
             }
         }
         var report = DiskCheckReport()
+        var applied: UInt64 = 0
         do {
             let db = try SQLiteConnection(path: dbPath, readOnly: true)
+            report.schemaVersion = try db.scalarInt("PRAGMA user_version") ?? 0
+            if report.schemaVersion < 1 || report.schemaVersion > schemaVersion {
+                report.schemaProblem = "schema version \(report.schemaVersion) is not one this build reads (1…\(schemaVersion)): the header is damaged or the file is from a newer strata"
+            }
+            applied = UInt64(bitPattern: (try? db.scalarInt("SELECT value FROM counters WHERE name='log_applied'")) ?? 0)
             report.integrity = try db.textRows("PRAGMA integrity_check")
             report.namespaces = Int(try db.scalarInt("SELECT count(*) FROM namespaces") ?? 0)
             let s = try db.statement("SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, key FROM items")
@@ -1249,6 +1267,12 @@ extension DiskTier {
         } catch let e as SQLiteError {
             report.integrity.append("sqlite: \(e.message)")
         }
+        let log = LogFiles.verify(directory: directory + "/log", applied: applied)
+        report.logSegments = log.segments
+        report.logRecords = log.records
+        report.logUnapplied = log.unapplied
+        report.logTornBytes = log.tornBytes
+        report.logDamage = log.damage
         return report
     }
 }

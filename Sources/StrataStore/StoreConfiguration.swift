@@ -77,6 +77,9 @@ public struct StoreConfiguration: Sendable {
     public var logSegmentBytes: Int = 16 << 20
     /// Most log records the applier commits to SQLite in one transaction.
     public var maxApplyBatch: Int = 4096
+    /// For tests: the applier waits this long (seconds) before each batch, so a backlog builds
+    /// up (a slow disk) and crash tests find unapplied records in the log. 0 in production.
+    public var applierDelayForTests: Double = 0
 
     /// Rows looked at per background sweep step (expiry, flushed namespaces, age).
     public var sweepBatch: Int = 1000

@@ -63,6 +63,7 @@ public final class TieredCache: @unchecked Sendable {
         }
         let log = self.log
         log.apply = { writes, end in disk.applyLog(writes, end: end) }
+        log.applierDelay = configuration.applierDelayForTests
         let memory = self.memory, registry = self.registry
         log.undo = { w in
             guard let id = w.item, let ns = registry.lookup(id.namespace) else { return }

@@ -109,9 +109,11 @@ func checkCommand(_ args: [String]) throws -> Int32 {
         printOut("""
         usage: strata check --data DIR
 
-        Verifies a stopped node's data directory: SQLite's integrity check, then every item's
-        checksum and encoding. Exit 0 when clean, 3 when anything is wrong (or the directory is
-        in use by a running node, or holds no database).
+        Verifies a stopped node's data directory: SQLite's integrity check and schema version,
+        every item's checksum and encoding, and every record of the durability log (log/). A
+        write cut short by a crash at the log's end is reported but is not a problem (the next
+        open cuts it). Exit 0 when clean, 3 when anything is wrong (or the directory is in use by
+        a running node, or holds no database).
         """)
         return 0
     }
@@ -127,6 +129,10 @@ func checkCommand(_ args: [String]) throws -> Int32 {
     printOut("namespaces    \(r.namespaces)")
     printOut("bad rows      \(r.badRows)")
     printOut("integrity     \(r.integrity.prefix(5).joined(separator: "; "))")
+    printOut("schema        \(r.schemaVersion)\(r.schemaProblem.map { " — " + $0 } ?? "")")
+    printOut("log           \(r.logSegments) segments, \(r.logRecords) records, \(r.logUnapplied) not yet in SQLite (replayed at the next open)"
+             + (r.logTornBytes > 0 ? ", \(r.logTornBytes) bytes of a write cut short by a crash at the end (cut at the next open)" : ""))
+    for d in r.logDamage.prefix(10) { printOut("log damage    \(d)") }
     if r.isClean { printOut("clean"); return 0 }
     printErr("strata check: problems found in \(dir)")
     return 3

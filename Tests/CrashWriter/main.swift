@@ -1,8 +1,15 @@
 // strata-crash-writer DIR [THREADS]
 //
+// Environment: STRATA_FSYNC (always|everysec|no, default everysec), STRATA_APPLY_DELAY
+// (seconds the log's applier waits before each batch, so unapplied records pile up),
+// STRATA_KEYS (each thread cycles over this many keys, overwriting them; default: every write
+// a new key). Each line printed is "key#n": the key and the write's number, and the value
+// written is valueFor(that line), so the checker knows the newest acknowledged value.
+//
 // Writes items to a store in DIR from several threads and prints "key\n" on stdout after each
 // write returns. The crash test SIGKILLs this process at a random moment and then checks that
 // every printed key is readable: an acknowledged write must survive a crash.
+import Foundation
 import Glibc
 import StrataCore
 import StrataStore
@@ -14,10 +21,14 @@ guard args.count >= 2 else {
     exit(2)
 }
 let threads = args.count > 2 ? Int(args[2]) ?? 4 : 4
+let keysPerThread = ProcessInfo.processInfo.environment["STRATA_KEYS"].flatMap { Int($0) } ?? Int.max
 let store: TieredCache
 do {
     var config = StoreConfiguration(directory: args[1])
     config.quickCheckOnOpen = false
+    let env = ProcessInfo.processInfo.environment
+    if let f = env["STRATA_FSYNC"].flatMap(FsyncPolicy.init(rawValue:)) { config.fsync = f }
+    if let d = env["STRATA_APPLY_DELAY"].flatMap(Double.init) { config.applierDelayForTests = d }
     store = try TieredCache(configuration: config)
 } catch {
     let msg = "open failed: \(error)\n"
@@ -34,10 +45,11 @@ for t in 0..<threads {
     startThread(name: "writer") {
         var i = 0
         while true {
-            let key = "p\(pid)-t\(t)-\(i)"
+            let key = "p\(pid)-t\(t)-\(i % keysPerThread)"
+            let token = key + "#\(i)"
             do {
-                _ = try store.set(Array(key.utf8), valueFor(key), options: SetOptions(tiers: i % 2 == 0 ? .all : .disk))
-                let line = key + "\n"
+                _ = try store.set(Array(key.utf8), valueFor(token), options: SetOptions(tiers: i % 2 == 0 ? .all : .disk))
+                let line = token + "\n"
                 _ = line.withCString { write(1, $0, strlen($0)) }
             } catch {
                 let line = "error \(error)\n"

@@ -7,8 +7,49 @@ import StrataCore
 /// every reported write must be readable after reopening, the reopened store's row count must
 /// match the file, and its versions must keep increasing. Repeated 20 times on one directory.
 final class CrashTests: XCTestCase {
-    func testNoAcknowledgedWriteIsLostWhenTheProcessIsKilled() throws {
+    /// Runs the crash writer on `dir` until it has reported writes for a while, SIGKILLs it, and
+    /// returns the newest acknowledged token ("key#n") of every key it reported.
+    func runAndKill(_ dir: TempDir, env: [String: String], wait: UInt32, round: Int, seed: UInt64) throws -> [String: (n: Int, token: String)] {
         let writer = try XCTUnwrap(builtExecutable("strata-crash-writer"), "strata-crash-writer is not built")
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: writer)
+        child.arguments = [dir.path, "4"]
+        var environment = ProcessInfo.processInfo.environment
+        for (k, v) in env { environment[k] = v }
+        child.environment = environment
+        let out = Pipe()
+        child.standardOutput = out
+        child.standardError = FileHandle.nullDevice
+        try child.run()
+        // It opens the store first: wait (bounded) for its first reported write.
+        var ready = pollfd(fd: out.fileHandleForReading.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        XCTAssertEqual(poll(&ready, 1, 30_000), 1, "round \(round) (seed \(seed)): the child reported no write within 30 s")
+        let first = out.fileHandleForReading.availableData
+        // The scenario: it keeps writing for a random while (real time), then is killed mid-write.
+        usleep(wait)
+        kill(child.processIdentifier, SIGKILL)
+        child.waitUntilExit()
+        XCTAssertEqual(child.terminationReason, .uncaughtSignal)
+        let data = first + out.fileHandleForReading.readDataToEndOfFile()
+        // A line cut by the kill has no newline: it was not fully reported, so skip it.
+        let text = String(decoding: data, as: UTF8.self)
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
+        if !text.hasSuffix("\n"), !lines.isEmpty { lines.removeLast() }
+        var newest: [String: (n: Int, token: String)] = [:]
+        for token in lines {
+            guard let hash = token.lastIndex(of: "#"), let n = Int(token[token.index(after: hash)...]) else { continue }
+            let key = String(token[..<hash])
+            if n >= newest[key]?.n ?? -1 { newest[key] = (n, token) }
+        }
+        return newest
+    }
+
+    func expected(_ token: String) -> [UInt8] { Array(String(repeating: token + ";", count: 20).utf8) }
+
+    /// Every acknowledged write survives a SIGKILL, in each fsync mode, with and without a
+    /// backlog of records the applier had not put in SQLite yet (a slow disk), repeated on one
+    /// directory; the reopened store's row count matches the file and versions keep increasing.
+    func testNoAcknowledgedWriteIsLostWhenTheProcessIsKilled() throws {
         let dir = TempDir()
         // The kill moments differ from run to run; the seed is printed so a failing run can be
         // replayed with STRATA_TEST_SEED (the child's own scheduling still varies).
@@ -16,28 +57,13 @@ final class CrashTests: XCTestCase {
         print("CrashTests seed \(seed) (replay: STRATA_TEST_SEED=\(seed))")
         var rng = SplitMix(seed: seed)
         var totalChecked = 0
-        for round in 0..<20 {
-            let child = Process()
-            child.executableURL = URL(fileURLWithPath: writer)
-            child.arguments = [dir.path, "4"]
-            let out = Pipe()
-            child.standardOutput = out
-            child.standardError = FileHandle.nullDevice
-            try child.run()
-            // It opens the store first: wait (bounded) for its first reported write.
-            var ready = pollfd(fd: out.fileHandleForReading.fileDescriptor, events: Int16(POLLIN), revents: 0)
-            XCTAssertEqual(poll(&ready, 1, 30_000), 1, "round \(round) (seed \(seed)): the child reported no write within 30 s")
-            let first = out.fileHandleForReading.availableData
-            // The scenario: it keeps writing for a random while (real time), then is killed mid-write.
-            usleep(UInt32(rng.next() % 250_000))
-            kill(child.processIdentifier, SIGKILL)
-            child.waitUntilExit()
-            XCTAssertEqual(child.terminationReason, .uncaughtSignal)
-            let data = first + out.fileHandleForReading.readDataToEndOfFile()
-            // A line cut by the kill has no newline: it was not fully reported, so skip it.
-            let text = String(decoding: data, as: UTF8.self)
-            var lines = text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
-            if !text.hasSuffix("\n"), !lines.isEmpty { lines.removeLast() }
+        let modes: [FsyncPolicy] = [.always, .everysec, .no]
+        for round in 0..<18 {
+            let mode = modes[round % 3]
+            let slowApplier = round % 2 == 1
+            let env = ["STRATA_FSYNC": mode.rawValue, "STRATA_APPLY_DELAY": slowApplier ? "0.05" : "0"]
+            let newest = try runAndKill(dir, env: env, wait: UInt32(rng.next() % 250_000), round: round, seed: seed)
+            let what = "round \(round) (fsync \(mode.rawValue), \(slowApplier ? "slow" : "normal") applier, seed \(seed))"
 
             var config = StoreConfiguration(directory: dir.path)
             config.quickCheckOnOpen = false
@@ -45,27 +71,110 @@ final class CrashTests: XCTestCase {
             // A cluster client trusts a restarted node's old items only after checking its peers,
             // and knows it restarted with data from this flag: it must not depend on the row
             // count, which a crash can leave stale.
-            if !lines.isEmpty { XCTAssertTrue(store.openedWithData, "round \(round)") }
-            var newest: UInt64 = 0
-            for key in lines {
+            if !newest.isEmpty { XCTAssertTrue(store.openedWithData, what) }
+            var newestVersion: UInt64 = 0
+            for (key, w) in newest {
                 let got = try store.get(Array(key.utf8), tiers: .disk)
-                XCTAssertEqual(got?.value, Array(String(repeating: key + ";", count: 20).utf8), "round \(round): lost \(key)")
-                newest = max(newest, got?.version ?? 0)
+                XCTAssertEqual(got?.value, expected(w.token), "\(what): lost \(w.token)")
+                newestVersion = max(newestVersion, got?.version ?? 0)
             }
-            totalChecked += lines.count
+            totalChecked += newest.count
             // The row count is written at most once a second, so after a kill the store counts
-            // again before its first write (the barrier waits for that); it must match the file.
+            // again before its first write; once the replayed backlog is applied it matches the file.
             try store.sync()
             let inFile = try openDatabase(dir).scalarInt("SELECT count(*) FROM items")
-            XCTAssertEqual(Int64(store.stats().disk.items), inFile, "round \(round): row count after the crash")
+            XCTAssertEqual(Int64(store.stats().disk.items), inFile, "\(what): row count after the crash")
             // max_version is written ahead of use, so versions keep increasing across the crash.
             guard case .stored(let v) = try store.set(Array("after-\(round)".utf8), [1], options: SetOptions(tiers: .disk)) else {
-                return XCTFail("round \(round): set after reopening failed")
+                return XCTFail("\(what): set after reopening failed")
             }
-            XCTAssertGreaterThan(v, newest, "round \(round): a version went backwards after the crash")
+            XCTAssertGreaterThan(v, newestVersion, "\(what): a version went backwards after the crash")
             store.close()
         }
         XCTAssertGreaterThan(totalChecked, 100, "the child wrote too little to prove anything (seed \(seed))")
+    }
+
+    /// Issue 15's acceptance: after a SIGKILL, a byte flipped in SQLite's WAL made SQLite drop
+    /// the committed transactions from there on — the node then served older values in place
+    /// of acknowledged ones. Now the log replays whatever SQLite lost: every key reads back with
+    /// its newest acknowledged value, and `strata check`'s report stays truthful.
+    func testAFlippedByteInTheSQLiteWALNeverServesOlderValues() throws {
+        let seed = ProcessInfo.processInfo.environment["STRATA_TEST_SEED"].flatMap { UInt64($0) } ?? UInt64(Date().timeIntervalSince1970)
+        var rng = SplitMix(seed: seed)
+        var flipsThatMattered = 0
+        for round in 0..<6 {
+            let dir = TempDir()
+            // 4 threads × 20 keys, each overwritten again and again.
+            let newest = try runAndKill(dir, env: ["STRATA_KEYS": "20"], wait: 300_000 + UInt32(rng.next() % 200_000), round: round, seed: seed)
+            XCTAssertFalse(newest.isEmpty)
+            let wal = dir.path + "/" + DiskTier.fileName + "-wal"
+            let size = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0
+            if size > 4096 {
+                let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: wal))
+                let offset = UInt64(32 + Int(rng.next() % UInt64(size - 64)))
+                try h.seek(toOffset: offset)
+                let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
+                try h.seek(toOffset: offset)
+                h.write(Data([byte ^ 0x5A]))
+                try h.close()
+                flipsThatMattered += 1
+            }
+            var config = StoreConfiguration(directory: dir.path)
+            config.quickCheckOnOpen = false
+            let store = try TieredCache(configuration: config)
+            for (key, w) in newest {
+                // The value names the write that stored it ("key#n;" repeated). A write after the
+                // last reported one may have completed unreported (killed before its line was
+                // out), so the check is: never older than the newest reported write.
+                let got = try store.get(Array(key.utf8)).map { String(decoding: $0.value, as: UTF8.self) } ?? ""
+                let token = String(got.prefix { $0 != ";" })
+                let n = token.split(separator: "#").last.flatMap { Int($0) } ?? -1
+                XCTAssertEqual(got, String(repeating: token + ";", count: 20), "round \(round) (seed \(seed)): \(key) reads a whole value")
+                XCTAssertTrue(token.hasPrefix(key + "#") && n >= w.n,
+                              "round \(round) (seed \(seed)): \(key) reads \(token), older than its acknowledged write \(w.token)")
+            }
+            store.close()
+        }
+        XCTAssertGreaterThan(flipsThatMattered, 0, "the WAL was never big enough to damage (seed \(seed))")
+    }
+
+    /// Records only in the log (the applier had put none in SQLite) and a flipped byte in the
+    /// middle of the segment: `check` reports the damage, the reopened store reports it, keeps
+    /// every record before it, and never returns a value from the damage on.
+    func testDamageInTheLogLosesOnlyWhatFollowsItAndIsReported() throws {
+        let dir = TempDir()
+        let newest = try runAndKill(dir, env: ["STRATA_APPLY_DELAY": "30"], wait: 200_000, round: 0, seed: 0)
+        XCTAssertGreaterThan(newest.count, 20)
+        let logDir = dir.path + "/log"
+        let segment = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: logDir).filter { $0.hasSuffix(".seg") }.sorted().last)
+        let path = logDir + "/" + segment
+        let size = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
+        let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: path))
+        try h.seek(toOffset: UInt64(size / 2))
+        let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
+        try h.seek(toOffset: UInt64(size / 2))
+        h.write(Data([byte ^ 0x01]))
+        try h.close()
+        let report = try TieredCache.check(directory: dir.path)
+        XCTAssertFalse(report.isClean)
+        XCTAssertEqual(report.logDamage.count, 1, "\(report.logDamage)")
+        let lines = LogSink()
+        var config = StoreConfiguration(directory: dir.path)
+        config.quickCheckOnOpen = false
+        config.log = { lines.append($0) }
+        let store = try TieredCache(configuration: config)
+        XCTAssertTrue(lines.all.contains { $0.contains("event=log_damaged") }, "\(lines.all)")
+        var kept = 0, gone = 0
+        for (key, w) in newest {
+            if let v = try store.get(Array(key.utf8)) {
+                XCTAssertEqual(v.value, expected(w.token), "\(key): a value is either its own or absent")
+                kept += 1
+            } else { gone += 1 }
+        }
+        XCTAssertGreaterThan(kept, 0, "records before the damage are kept")
+        XCTAssertGreaterThan(gone, 0, "records from the damage on are not replayed")
+        store.close()
+        XCTAssertTrue(try TieredCache.check(directory: dir.path).logDamage.isEmpty, "the damaged part was moved aside at open")
     }
 
     /// A clean close writes the exact counters (rows, newest version) and marks them exact, so

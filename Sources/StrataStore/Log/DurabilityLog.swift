@@ -53,6 +53,8 @@ final class DurabilityLog: @unchecked Sendable {
     let index: PendingIndex
     let limitBytes: Int
     let maxApplyBatch: Int
+    /// See `StoreConfiguration.applierDelayForTests`.
+    var applierDelay: Double = 0
     private let clock: any Clock
     private let logLine: @Sendable (String) -> Void
 
@@ -348,6 +350,7 @@ final class DurabilityLog: @unchecked Sendable {
                 if isFlush { break }
             }
             let stop = stopping
+            if applierDelay > 0 && !stop { cond.wait(seconds: applierDelay) }
             cond.unlock()
 
             let end = batch.last!.end
