@@ -298,9 +298,9 @@ final class Dispatcher: @unchecked Sendable {
                 if s.mode == .lease { leases.release(id, token: s.casVersion) }
                 setDone(s, out)
                 return Self.setResponse(out, f)
-            case let .delete(ns, key, tiers, version, _):
+            case let .delete(ns, key, tiers, version, writeBehind):
                 defer { leases.revoke(ItemKey(namespace: ns, key: key)) }
-                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
+                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version, writeBehind: writeBehind) {
                 case .removed:
                     originalChanged(ItemKey(namespace: ns, key: key))
                     return ok()

@@ -184,11 +184,13 @@ public final class TieredCache: @unchecked Sendable {
 
     /// Removes `key`. With a `version`, leaves a tombstone (kept `tombstoneTTL`) so an older
     /// write arriving later is ignored; a version not newer than the stored one is ignored.
-    public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> RemoveOutcome {
+    /// With `writeBehind`, returns before the removal's record is in the log (see `SetOptions`).
+    public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil,
+                       writeBehind: Bool = false) throws -> RemoveOutcome {
         try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
         let tombstoneExpiry = clock.nowMicros() + Int64(configuration.tombstoneTTL * 1_000_000)
         guard case .remove(let o) = try write(.remove(callerVersion: version, tombstoneExpiry: max(1, tombstoneExpiry)),
-                                              key: key, namespace: namespace, tiers: tiers, writeBehind: false,
+                                              key: key, namespace: namespace, tiers: tiers, writeBehind: writeBehind,
                                               callerVersion: nil, preEncoded: nil)
         else { throw StoreError(.io, "internal: unexpected result kind") }
         return o
@@ -343,10 +345,10 @@ public final class TieredCache: @unchecked Sendable {
             memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
             return (result, log.append(.delete(id), at: now))
         case .store(let s):
-            if !s.value.isEmpty, let full = log.refusal {
+            if !s.value.isEmpty, log.refusal != nil {
                 // SQLite cannot take the backlog (a full disk): no new value is accepted until
                 // it can; removals still are (they free space).
-                throw StoreError(.diskFull, "disk full: the disk tier cannot store more until space is freed (\(full.message)); nothing was stored")
+                throw StoreError(.diskFull, "disk full while writing (\(configuration.directory)); nothing was stored")
             }
             memory.with(loc, key) { shard, k in
                 if memoryToo && !s.tombstone {

@@ -107,7 +107,7 @@ final class VectorTests: XCTestCase {
              { Responses.error(to: $0, .busy, "the node is at its buffered-bytes limit; retry later") }),
             ("error_disk_full", .set(setBlob),
              { Responses.error(to: $0, .diskFull, "disk full while writing (./strata-data); nothing was stored") }),
-            ("error_server_error", .set(setBlob), { Responses.error(to: $0, .serverError, "disk tier is not open") }),
+            ("error_server_error", .set(setBlob), { Responses.error(to: $0, .serverError, "writing the log failed: Input/output error") }),
             ("error_shutting_down", .get(GetRequest(key: foo)), { Responses.error(to: $0, .shuttingDown, "the node is shutting down") }),
             ("ping", .ping, { Responses.status(to: $0, .ok) }),
             ("quit", .quit, { Responses.status(to: $0, .ok) }),

@@ -251,9 +251,9 @@ case("error_disk_full", "SET to a node whose file system is full (data directory
      frame(REQ, OPS["SET"], 97, extras=set_extras(), key=b"blob", value=b"data"),
      frame(RESP, OPS["SET"], 97, status=DISK_FULL, value=b"disk full while writing (./strata-data); nothing was stored"),
      "the message, which names the data directory (and body length)")
-case("error_server_error", "SET when the disk tier could not be reopened: SERVER_ERROR",
+case("error_server_error", "SET when the node could not write its durability log (an I/O error): SERVER_ERROR",
      frame(REQ, OPS["SET"], 98, extras=set_extras(), key=b"blob", value=b"data"),
-     frame(RESP, OPS["SET"], 98, status=SERVER_ERROR, value=b"disk tier is not open"),
+     frame(RESP, OPS["SET"], 98, status=SERVER_ERROR, value=b"writing the log failed: Input/output error"),
      "the message, which is the failure's (and body length)")
 case("error_shutting_down", "GET foo arriving while the node drains: SHUTTING_DOWN",
      frame(REQ, OPS["GET"], 99, key=b"foo"),

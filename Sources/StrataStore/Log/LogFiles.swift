@@ -150,8 +150,10 @@ final class LogFiles: @unchecked Sendable {
                 // Whatever part of the batch reached the file is cut off again, so the next batch
                 // starts at a record boundary (a later replay must not meet a half record).
                 _ = ftruncate(fd, off_t(end - (segments.last ?? 0)) + off_t(LogSegment.headerBytes))
-                throw StoreError(e == ENOSPC || e == EDQUOT ? .diskFull : .io,
-                                 "writing the log failed: \(String(cString: strerror(e)))")
+                if e == ENOSPC || e == EDQUOT {
+                    throw StoreError(.diskFull, "disk full while writing (\(dataDirectory)); nothing was stored")
+                }
+                throw StoreError(.io, "writing the log failed: \(String(cString: strerror(e)))")
             }
             done += n
         }
@@ -226,6 +228,11 @@ final class LogFiles: @unchecked Sendable {
             }
             if removed { syncDirectory() }
         }
+    }
+
+    /// The data directory the log lives in (for messages).
+    private var dataDirectory: String {
+        directory.hasSuffix("/log") ? String(directory.dropLast(4)) : directory
     }
 
     /// Bytes the segments hold on disk.
