@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CLinux
+import Synchronization
 import StrataCore
 
 // The one place that knows epoll and eventfd.
@@ -27,6 +28,12 @@ public final class EventLoop: @unchecked Sendable {
     private var stopping = false
     private var endOfIteration: [() -> Void] = []
     public let index: Int
+    /// The thread running `run` (set when it starts).
+    private let runner = Atomic<UInt>(0)
+
+    /// Whether the calling thread is this loop's (a completion produced on the loop itself can
+    /// then run at once instead of being queued with `execute`).
+    public var isCurrentThread: Bool { runner.load(ordering: .relaxed) == UInt(pthread_self()) }
 
     public init(index: Int) throws(SystemError) {
         self.index = index
@@ -109,6 +116,7 @@ public final class EventLoop: @unchecked Sendable {
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: maxEvents)
         defer { events.deallocate() }
         var lastTick = monotonicSeconds()
+        runner.store(UInt(pthread_self()), ordering: .relaxed)
         while true {
             let n = epoll_wait(epfd, events, Int32(maxEvents), Int32(tickInterval * 1000))
             if n < 0 && errno != EINTR { break }

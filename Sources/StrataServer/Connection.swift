@@ -285,9 +285,10 @@ final class Connection: EventHandler, @unchecked Sendable {
         let dispatcher = node.dispatcher
         let stats = node.stats
         let loop = self.loop
-        // A durable set needs no worker thread: the store's writer commits it and hands the
-        // outcome straight back to this loop (`execute` only queues it, so the writer may run
-        // it). A plain write-behind set completes at once.
+        // An unconditional durable set needs no worker thread: it is decided here and its log
+        // record joins this iteration's batch, which the loop writes with one `write()` at the
+        // end of the iteration (`Node.scheduleLogFlush`); the outcome comes back on this loop
+        // then (or on whichever thread wrote the batch, which hands it back with `execute`).
         let imageCheck: Bool = {
             switch request {
             case .set(let s): return node.dispatcher.needsImageValidation(s)
@@ -298,7 +299,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         if case .set(let s) = request, !imageCheck, s.mode != .lease, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s),
-                                         quickCompletion: true) { [self] result in
+                                         quickCompletion: true, flushLater: true) { [self] result in
                     let resp: Frame?
                     switch result {
                     case .success(let out):
@@ -307,8 +308,9 @@ final class Connection: EventHandler, @unchecked Sendable {
                     case .failure(let e): resp = Responses.error(to: f, status(for: e), e.message)
                     }
                     stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
-                    loop.execute { [self] in completed(resp, scope) }
+                    if loop.isCurrentThread { completed(resp, scope) } else { loop.execute { [self] in completed(resp, scope) } }
                 }
+                node.scheduleLogFlush(on: loop)
             } catch let e as StoreError {
                 release(scope)
                 send(Responses.error(to: f, status(for: e), e.message))

@@ -97,6 +97,7 @@ public final class Node: @unchecked Sendable {
         var n = config.threads
         if n <= 0 { n = processorCount }
         connections = (0..<n).map { _ in LoopConnections() }
+        logFlushDue = (0..<n).map { _ in FlushDue() }
         for i in 0..<n {
             let loop = try EventLoop(index: i)
             loops.append(loop)
@@ -125,6 +126,25 @@ public final class Node: @unchecked Sendable {
     }
 
     func scratch(for loop: EventLoop) -> UnsafeMutableRawBufferPointer { scratchBuffers[loop.index] }
+
+    /// Whether a log flush is already due at the end of each loop's current iteration (each
+    /// entry touched only by its loop's thread).
+    private final class FlushDue { var value = false }
+    private var logFlushDue: [FlushDue] = []
+
+    /// Writes the log records this loop's requests appended, all in one `write()`, at the end
+    /// of the loop's iteration — before any of their answers can leave (Redis's AOF does the
+    /// same in `beforeSleep`). Loop thread only.
+    func scheduleLogFlush(on loop: EventLoop) {
+        let due = logFlushDue[loop.index]
+        guard !due.value else { return }
+        due.value = true
+        let store = self.store
+        loop.atEndOfIteration {
+            due.value = false
+            store.flushLog()
+        }
+    }
 
     var draining: Bool { drainFlag.load(ordering: .relaxed) }
 

@@ -290,12 +290,15 @@ public final class TieredCache: @unchecked Sendable {
             }
         }
 
-        let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
-                                             callerVersion: callerVersion, preEncoded: preEncoded)
-        guard let end else { return result }
         // Write-behind is bounded: past `maxWriteBehindPending` writes not yet in the log file,
         // a write-behind write waits like any other (backpressure instead of unbounded memory).
-        if writeBehind && writeBehindPending.load() < configuration.maxWriteBehindPending {
+        let behind = writeBehind && writeBehindPending.load() < configuration.maxWriteBehindPending
+        // A writer that waits flushes the batch itself (with everyone else's records); a
+        // write-behind writer leaves its record to the log's flusher.
+        let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
+                                             callerVersion: callerVersion, preEncoded: preEncoded, flushedByCaller: !behind)
+        guard let end else { return result }
+        if behind {
             writeBehindPending.add(1)
             writeBehindWrites.add(1)
             let pending = writeBehindPending
@@ -316,7 +319,7 @@ public final class TieredCache: @unchecked Sendable {
     /// memory nor the log's pending writes hold it).
     private func decideAndLog(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
                               loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
-                              preEncoded: (ValueEncoding, [UInt8])?) throws -> (WriteResult, UInt64?) {
+                              preEncoded: (ValueEncoding, [UInt8])?, flushedByCaller: Bool) throws -> (WriteResult, UInt64?) {
         log.waitForRoom()
         let id = ItemKey(namespace: namespace, key: key)
         let lock = writeLocks[Int(loc.hash & 255)]
@@ -343,7 +346,7 @@ public final class TieredCache: @unchecked Sendable {
             return (result, nil)
         case .delete:
             memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
-            return (result, log.append(.delete(id), at: now))
+            return (result, log.append(.delete(id), at: now, flushedByCaller: flushedByCaller))
         case .store(let s):
             if !s.value.isEmpty, log.refusal != nil {
                 // SQLite cannot take the backlog (a full disk): no new value is accepted until
@@ -363,9 +366,13 @@ public final class TieredCache: @unchecked Sendable {
             if let pre = preEncoded, !s.tombstone, case .set(.stored) = result { encoded = pre } else { encoded = disk.codec.encode(s.value) }
             disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
             disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)
-            return (result, log.append(.put(id, s, encoded.0, encoded.1), at: now))
+            return (result, log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller))
         }
     }
+
+    /// Writes every record appended to the log so far (with one `write()`, unless another
+    /// thread is writing them) and runs the completions they answer, on this thread.
+    public func flushLog() { log.flush() }
 
     /// Whether `submitSet` with these options completes without blocking the caller: writes to
     /// memory only, and unconditional sets with a node-assigned version (they need no read of
@@ -377,13 +384,16 @@ public final class TieredCache: @unchecked Sendable {
 
     /// A set that does not wait for the log: for callers that must not block, such as the
     /// node's event loop. Validation errors are thrown at once; the outcome goes to
-    /// `completion` once the record is in the log file — on the log's flusher thread, so the
-    /// completion must only hand the outcome on (it must not block, nor take long). Sets that
-    /// do not `submitsWithoutBlocking`, writes to the memory tier only and write-behind writes
-    /// complete before this returns. (`quickCompletion` is kept for callers; every completion
-    /// is quick now.)
+    /// `completion` once the record is in the log file — on whichever thread wrote it (the
+    /// caller's own `flushLog()`, another writer's flush, or the log's flusher), so the
+    /// completion must only hand the outcome on (it must not block, nor take long). With
+    /// `flushLater` the caller promises to call `flushLog()` soon (the node does at the end of
+    /// its event-loop iteration, so all the records of one iteration go out in one `write()`);
+    /// otherwise the log's flusher writes it. Sets that do not `submitsWithoutBlocking`,
+    /// writes to the memory tier only and write-behind writes complete before this returns.
+    /// (`quickCompletion` is kept for callers; every completion is quick now.)
     public func submitSet(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions(),
-                          quickCompletion: Bool = false,
+                          quickCompletion: Bool = false, flushLater: Bool = false,
                           completion: @escaping @Sendable (Result<SetOutcome, StoreError>) -> Void) throws {
         try check(key: key, namespace: namespace, value: value, options: options)
         guard options.tiers.contains(.disk), !options.writeBehind, Self.submitsWithoutBlocking(options) else {
@@ -397,7 +407,7 @@ public final class TieredCache: @unchecked Sendable {
         ns.counters.writes.add(1, ordering: .relaxed)
         let loc = memory.locate(tag: ns.tag, key: key)
         let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: options.tiers, needs: .nothing,
-                                             callerVersion: nil, preEncoded: disk.codec.encode(value))
+                                             callerVersion: nil, preEncoded: disk.codec.encode(value), flushedByCaller: flushLater)
         guard case .set(let outcome) = result else { return completion(.failure(StoreError(.io, "internal: unexpected result kind"))) }
         guard let end else { return completion(.success(outcome)) }
         log.onDurable(end) { error in completion(error.map { .failure($0) } ?? .success(outcome)) }

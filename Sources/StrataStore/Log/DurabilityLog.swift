@@ -55,6 +55,8 @@ final class DurabilityLog: @unchecked Sendable {
     let maxApplyBatch: Int
     /// See `StoreConfiguration.applierDelayForTests`.
     var applierDelay: Double = 0
+    /// How often the applier looks for written records while it has work (seconds).
+    var applyGather: Double = 0.005
     private let clock: any Clock
     private let logLine: @Sendable (String) -> Void
 
@@ -71,6 +73,14 @@ final class DurabilityLog: @unchecked Sendable {
     private var appliedWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
     private var stopping = false
     private var flushing = false
+    // The fallback flusher's own condition (so writes by others never wake it).
+    private let flusherCond = ConditionLock()
+    private var flusherSignalled = false
+    private var flusherStop = false
+    // The applier's own condition: it polls every `applyGather` while records wait, and is
+    // woken only by those who wait for it (FLUSH, sync, back-pressure) and by `close`.
+    private let applierCond = ConditionLock()
+    private var applierSignalled = false
     private var applierGaveUp = false
     /// Why the applier cannot go on (a full disk), until a batch applies again.
     private var stuck: StoreError?
@@ -171,6 +181,9 @@ final class DurabilityLog: @unchecked Sendable {
     /// open. Idempotent.
     func close() {
         cond.withLock { stopping = true; cond.broadcast() }
+        flusherCond.withLock { flusherStop = true }
+        flusherCond.signal()
+        wakeApplier()
         if threads >= 1 { flusherStopped.wait() }
         if threads >= 2 { applierStopped.wait() }
         threads = 0
@@ -189,6 +202,10 @@ final class DurabilityLog: @unchecked Sendable {
         var counted = false
         while next - applied > UInt64(limitBytes) && !stopping && !applierGaveUp {
             if !counted { backpressureWaits.add(); counted = true }
+            cond.unlock()
+            wakeApplier()
+            cond.lock()
+            if next - applied <= UInt64(limitBytes) { break }
             cond.wait(seconds: 0.1)
         }
         cond.unlock()
@@ -196,8 +213,10 @@ final class DurabilityLog: @unchecked Sendable {
 
     /// Appends a record for a decided write (the caller holds the item's write lock, so records
     /// of one item enter the log in decision order) and records it in the index. Returns the
-    /// position after the record: the write is durable once `written` passes it.
-    func append(_ kind: LoggedWrite.Kind, at now: Int64) -> UInt64 {
+    /// position after the record: the write is durable once `written` passes it. With
+    /// `flushedByCaller` the caller will call `flush()` soon (an event loop at the end of its
+    /// iteration, a writer about to wait): nobody else is woken for it.
+    func append(_ kind: LoggedWrite.Kind, at now: Int64, flushedByCaller: Bool = true) -> UInt64 {
         let record: LogRecord
         switch kind {
         case let .put(id, s, encoding, stored):
@@ -225,16 +244,17 @@ final class DurabilityLog: @unchecked Sendable {
         default: break
         }
         buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry))
-        let wake = buffered.count == 1 && !flushing
         cond.unlock()
-        if wake { cond.broadcast() }
+        if !flushedByCaller { wakeFlusherThread() }
         return end
     }
 
-    /// Blocks until the record ending at `end` is in the file; throws if its batch failed.
+    /// Blocks until the record ending at `end` is in the file (flushing it, with whatever else
+    /// is buffered, unless another thread is); throws if its batch failed.
     func waitDurable(_ end: UInt64) throws {
         let c = Completion<StoreError?>()
         onDurable(end) { c.fulfil($0) }
+        flush()
         if let e = c.wait() { throw e }
     }
 
@@ -255,7 +275,14 @@ final class DurabilityLog: @unchecked Sendable {
         if applierGaveUp { cond.unlock(); throw StoreError(.io, "the disk tier stopped applying the log") }
         appliedWaiters.append((end, { c.fulfil($0) }))
         cond.unlock()
+        flush()
+        wakeApplier()
         if let e = c.wait() { throw e }
+    }
+
+    private func wakeApplier() {
+        applierCond.withLock { applierSignalled = true }
+        applierCond.signal()
     }
 
     /// The position the next record gets.
@@ -266,60 +293,100 @@ final class DurabilityLog: @unchecked Sendable {
         cond.withLock { (buffered.count + toApply.count - toApplyHead, Int(next - applied)) }
     }
 
-    // MARK: Flusher
+    // MARK: Flushing
 
-    private func flusherLoop() {
-        while true {
-            cond.lock()
-            while buffered.isEmpty && !stopping { cond.wait() }
-            if buffered.isEmpty {
-                cond.unlock()
-                break
-            }
-            let bytes = buffer, batch = buffered
+    /// Writes every buffered record — and what others append meanwhile — unless another thread
+    /// is writing, in which case it waits for that write and then goes on with what is left
+    /// (group commit: whoever flushes writes everyone's records with one `write()`). Returns
+    /// once everything appended before the call is in the file or has failed. Completions of
+    /// `onDurable` run on the calling thread.
+    func flush() {
+        cond.lock()
+        let target = next
+        while written < target {
+            if flushing { cond.wait(); continue }
+            if buffered.isEmpty { break } // (a failed batch took the rest with it)
+            writeBatchLocked()
+        }
+        cond.unlock()
+    }
+
+    /// Takes the buffered batch, writes it (the lock is released meanwhile) and answers its
+    /// waiters. Called with `cond` held; returns with it held.
+    private func writeBatchLocked() {
+        let bytes = buffer, batch = buffered
+        buffer = []
+        buffer.reserveCapacity(bytes.count)
+        buffered = []
+        flushing = true
+        cond.unlock()
+
+        var failure: StoreError?
+        do { try files.append(encoded: bytes, at: batch[0].position) } catch {
+            failure = error as? StoreError ?? StoreError(.io, "\(error)")
+        }
+
+        cond.lock()
+        flushing = false
+        var ready: [(StoreError?) -> Void] = []
+        if let e = failure {
+            // This batch and everything appended after it fail: undo them, newest first.
+            let failed = batch + buffered
             buffer = []
-            buffer.reserveCapacity(bytes.count)
             buffered = []
-            flushing = true
-            cond.unlock()
-
-            var failure: StoreError?
-            do { try files.append(encoded: bytes, at: batch[0].position) } catch {
-                failure = error as? StoreError ?? StoreError(.io, "\(error)")
-            }
-
-            cond.lock()
-            flushing = false
-            var ready: [(StoreError?) -> Void] = []
-            if let e = failure {
-                // This batch and everything appended after it fail: undo them, newest first.
-                let failed = batch + buffered
-                buffer = []
-                buffered = []
-                next = batch[0].position
-                for w in failed.reversed() { if let id = w.item { index.rollBack(id, position: w.position) } }
-                durableWaiters.removeAll { w in ready.append(w.done); return true }
-                writeErrors.add(failed.count)
-                cond.unlock()
-                for w in failed.reversed() { undo(w) }
-                logLine("level=error event=log_write_failed records=\(failed.count) error=\"\(e.message)\"")
-                for d in ready { d(e) }
-                cond.broadcast()
-                continue
-            }
-            written = batch.last!.end
-            for w in batch { if let id = w.item { index.settle(id, position: w.position) } }
-            toApply.append(contentsOf: batch)
-            durableWaiters.removeAll { w in
-                guard w.end <= written else { return false }
-                ready.append(w.done)
-                return true
-            }
+            next = batch[0].position
+            for w in failed.reversed() { if let id = w.item { index.rollBack(id, position: w.position) } }
+            durableWaiters.removeAll { w in ready.append(w.done); return true }
+            writeErrors.add(failed.count)
             cond.unlock()
             cond.broadcast()
-            for d in ready { d(nil) }
+            for w in failed.reversed() { undo(w) }
+            logLine("level=error event=log_write_failed records=\(failed.count) error=\"\(e.message)\"")
+            for d in ready { d(e) }
+            cond.lock()
+            return
+        }
+        written = batch.last!.end
+        for w in batch { if let id = w.item { index.settle(id, position: w.position) } }
+        toApply.append(contentsOf: batch)
+        durableWaiters.removeAll { w in
+            guard w.end <= written else { return false }
+            ready.append(w.done)
+            return true
+        }
+        cond.unlock()
+        cond.broadcast()
+        for d in ready { d(nil) }
+        cond.lock()
+    }
+
+    /// The fallback flusher: writes batches whose writers did not promise to flush (see
+    /// `append`'s `flushedByCaller`) at once, and anything a promised flush left buffered for
+    /// 2 ms. It sleeps on a condition of its own, so batches flushed by their writers wake it
+    /// not at all.
+    private func flusherLoop() {
+        var lastFirst: UInt64? = nil
+        while true {
+            flusherCond.lock()
+            if !flusherSignalled && !flusherStop { flusherCond.wait(seconds: lastFirst == nil ? 1 : 0.002) }
+            let signalled = flusherSignalled, stop = flusherStop
+            flusherSignalled = false
+            flusherCond.unlock()
+            cond.lock()
+            if !buffered.isEmpty && !flushing && (signalled || stop || buffered[0].position == lastFirst) {
+                writeBatchLocked()
+            }
+            lastFirst = buffered.first?.position
+            let done = stop && buffered.isEmpty && !flushing
+            cond.unlock()
+            if done { break }
         }
         flusherStopped.fulfil(())
+    }
+
+    private func wakeFlusherThread() {
+        flusherCond.withLock { flusherSignalled = true }
+        flusherCond.signal()
     }
 
     // MARK: Applier
@@ -329,13 +396,25 @@ final class DurabilityLog: @unchecked Sendable {
         // After a full disk, records go one at a time (each that fits is applied, instead of a
         // whole batch failing for the last one), growing back once they apply.
         var batchLimit = maxApplyBatch
+        var idle = false, more = false
         while true {
+            // Larger transactions cost SQLite less per row (the pages a commit rewrites are
+            // shared), and nobody waits on the applier (writers were answered at the log): it
+            // looks every `applyGather` seconds (every 50 ms when there was nothing), unless
+            // someone waiting for it wakes it.
+            applierCond.lock()
+            if !applierSignalled && !more { applierCond.wait(seconds: idle ? 0.05 : applyGather) }
+            applierSignalled = false
+            applierCond.unlock()
             cond.lock()
-            while toApplyHead == toApply.count && !(stopping && buffered.isEmpty && !flushing) { cond.wait() }
             if toApplyHead == toApply.count {
+                let done = stopping && buffered.isEmpty && !flushing
                 cond.unlock()
-                break
+                if done { break }
+                idle = true
+                continue
             }
+            idle = false
             // A flush goes alone (the namespace's generation changes between batches); other
             // records go in batches of up to `maxApplyBatch`.
             var batch: [LoggedWrite] = []
@@ -397,6 +476,7 @@ final class DurabilityLog: @unchecked Sendable {
                 toApplyHead = 0
             }
             applied = end
+            more = toApplyHead < toApply.count
             appliedWaiters.removeAll { w in
                 guard w.end <= end else { return false }
                 ready.append(w.done)
