@@ -67,7 +67,7 @@ enum ItemChecksum {
         header[0] = UInt64(flags) | UInt64(encoding.rawValue) << 32 | UInt64(marks) << 40
         header[1] = UInt64(bitPattern: expiry)
         header[2] = version
-        header[3] = UInt64(size)
+        header[3] = UInt64(bitPattern: Int64(size)) // a damaged row's size may be negative: it must fail the checksum, not trap
         header[4] = UInt64(extended.count)
         header[5] = UInt64(key.count)
         var h = header.withUnsafeBytes { XXH64.hash($0) }

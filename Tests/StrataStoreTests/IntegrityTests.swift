@@ -22,6 +22,18 @@ final class IntegrityTests: XCTestCase {
         XCTAssertTrue(f.log.all.contains { $0.contains("corrupt_item") })
     }
 
+    /// A damaged size column (negative) fails the checksum like any other damage; it used to
+    /// trap converting the size (found by the flipped-bytes battery).
+    func testANegativeSizeInARowIsDamageNotACrash() throws {
+        let f = try StoreFixture()
+        _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(tiers: .disk))
+        try f.store.sync() // SQLite is filled behind the log
+        let db = try openDatabase(f.dir)
+        try db.execute("UPDATE items SET size=-5")
+        XCTAssertNil(try f.store.get(bytes("k"), tiers: .disk))
+        XCTAssertEqual(f.store.stats().corruptItems, 1)
+    }
+
     func testDamagedMetadataIsCaughtByChecksumToo() throws {
         let f = try StoreFixture()
         _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(flags: 1, tiers: .disk))

@@ -236,6 +236,36 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertNotNil(try f.store.get(bytes("young"), tiers: .disk))
     }
 
+    /// Past `exactEvictionRows` the disk tier evicts from a random sample of rows (there is no
+    /// index on access times): the oldest of the sample go. Recently read and recently written
+    /// items survive; what goes is old.
+    func testSampledEvictionOfALargeTableKeepsRecentItems() throws {
+        let f = try StoreFixture { $0.diskCountLimit = 3000; $0.accessResolution = 1 }
+        XCTAssertGreaterThan(3000, DiskTier.exactEvictionRows)
+        for i in 0..<3000 {
+            _ = try f.store.set(bytes("old\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
+            if i % 100 == 99 { f.clock.advance(seconds: 1) }
+        }
+        try f.store.sync()
+        f.clock.advance(seconds: 10)
+        for i in 0..<100 { XCTAssertNotNil(try f.store.get(bytes("old\(i)"), tiers: .disk)) } // the oldest, now read
+        f.clock.advance(seconds: 1)
+        try f.store.sync() // (the reads' access times are written by the next maintenance step)
+        XCTAssertTrue(try eventually { try f.store.sync(); return try self.accessOf(f, "old0") > self.accessOf(f, "old2999") })
+        for i in 0..<1000 {
+            _ = try f.store.set(bytes("new\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
+            if i % 100 == 99 { f.clock.advance(seconds: 1) }
+        }
+        try f.store.sync()
+        XCTAssertEqual(f.store.stats().disk.items, 3000, "the count limit holds")
+        let readKept = try (0..<100).filter { try f.store.get(bytes("old\($0)"), tiers: .disk) != nil }.count
+        let newKept = try (0..<1000).filter { try f.store.get(bytes("new\($0)"), tiers: .disk) != nil }.count
+        let olderKept = try (100..<1100).filter { try f.store.get(bytes("old\($0)"), tiers: .disk) != nil }.count
+        XCTAssertGreaterThanOrEqual(readKept, 95, "recently read items survive")
+        XCTAssertGreaterThanOrEqual(newKept, 990, "recently written items survive")
+        XCTAssertLessThanOrEqual(olderKept, 100, "the items evicted are the old, unread ones")
+    }
+
     func testFreeSpaceFloorTrimsDisk() throws {
         let free = Counter()
         let f = try StoreFixture { c in

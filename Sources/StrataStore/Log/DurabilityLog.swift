@@ -429,8 +429,14 @@ final class DurabilityLog: @unchecked Sendable {
                 if isFlush { break }
             }
             let stop = stopping
-            if applierDelay > 0 && !stop { cond.wait(seconds: applierDelay) }
             cond.unlock()
+            if applierDelay > 0 && !stop {
+                // (tests) a slow disk: the batch waits, unless the store closes meanwhile
+                let until = monotonicSeconds() + applierDelay
+                applierCond.withLock {
+                    while monotonicSeconds() < until && !cond.withLock({ stopping }) { applierCond.wait(seconds: min(0.05, until - monotonicSeconds())) }
+                }
+            }
 
             let end = batch.last!.end
             if let e = apply(Self.coalesced(batch), end) {
