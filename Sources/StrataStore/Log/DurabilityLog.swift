@@ -57,33 +57,33 @@ final class DurabilityLog: @unchecked Sendable {
     var applierDelay: Double = 0
     /// How often the applier looks for written records while it has work (seconds).
     var applyGather: Double = 0.005
-    private let clock: any Clock
-    private let logLine: @Sendable (String) -> Void
+    let clock: any Clock
+    let logLine: @Sendable (String) -> Void
 
-    private let cond = ConditionLock()
+    let cond = ConditionLock()
     // Guarded by `cond`.
-    private var buffer: [UInt8] = []
-    private var buffered: [LoggedWrite] = []
-    private var next: UInt64
-    private var written: UInt64
-    private var applied: UInt64
-    private var toApply: [LoggedWrite] = []
-    private var toApplyHead = 0
-    private var durableWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
-    private var appliedWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
-    private var stopping = false
-    private var flushing = false
+    var buffer: [UInt8] = []
+    var buffered: [LoggedWrite] = []
+    var next: UInt64
+    var written: UInt64
+    var applied: UInt64
+    var toApply: [LoggedWrite] = []
+    var toApplyHead = 0
+    var durableWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
+    var appliedWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
+    var stopping = false
+    var flushing = false
     // The fallback flusher's own condition (so writes by others never wake it).
-    private let flusherCond = ConditionLock()
-    private var flusherSignalled = false
-    private var flusherStop = false
+    let flusherCond = ConditionLock()
+    var flusherSignalled = false
+    var flusherStop = false
     // The applier's own condition: it polls every `applyGather` while records wait, and is
     // woken only by those who wait for it (FLUSH, sync, back-pressure) and by `close`.
-    private let applierCond = ConditionLock()
-    private var applierSignalled = false
-    private var applierGaveUp = false
+    let applierCond = ConditionLock()
+    var applierSignalled = false
+    var applierGaveUp = false
     /// Why the applier cannot go on (a full disk), until a batch applies again.
-    private var stuck: StoreError?
+    var stuck: StoreError?
 
     /// Commits writes to SQLite and records `end` as the applied position in the same
     /// transaction (no position when nil: writes applied ahead of their turn); nil on success.
@@ -92,9 +92,9 @@ final class DurabilityLog: @unchecked Sendable {
     /// Undoes a write that never reached the file (the memory tier drops the item).
     var undo: (LoggedWrite) -> Void = { _ in }
 
-    private let flusherStopped = Completion<Void>()
-    private let applierStopped = Completion<Void>()
-    private var threads = 0
+    let flusherStopped = Completion<Void>()
+    let applierStopped = Completion<Void>()
+    var threads = 0
 
     let backpressureWaits = Counter(), writeErrors = Counter(), applyErrors = Counter()
     let appliedRecords = Counter(), applyBatches = Counter()
@@ -280,7 +280,7 @@ final class DurabilityLog: @unchecked Sendable {
         if let e = c.wait() { throw e }
     }
 
-    private func wakeApplier() {
+    func wakeApplier() {
         applierCond.withLock { applierSignalled = true }
         applierCond.signal()
     }
@@ -291,237 +291,6 @@ final class DurabilityLog: @unchecked Sendable {
     /// The backlog: records decided but not yet in SQLite, and their bytes in the log.
     var backlog: (records: Int, bytes: Int) {
         cond.withLock { (buffered.count + toApply.count - toApplyHead, Int(next - applied)) }
-    }
-
-    // MARK: Flushing
-
-    /// Writes every buffered record — and what others append meanwhile — unless another thread
-    /// is writing, in which case it waits for that write and then goes on with what is left
-    /// (group commit: whoever flushes writes everyone's records with one `write()`). Returns
-    /// once everything appended before the call is in the file or has failed. Completions of
-    /// `onDurable` run on the calling thread.
-    func flush() {
-        cond.lock()
-        let target = next
-        while written < target {
-            if flushing { cond.wait(); continue }
-            if buffered.isEmpty { break } // (a failed batch took the rest with it)
-            writeBatchLocked()
-        }
-        cond.unlock()
-    }
-
-    /// Takes the buffered batch, writes it (the lock is released meanwhile) and answers its
-    /// waiters. Called with `cond` held; returns with it held.
-    private func writeBatchLocked() {
-        let bytes = buffer, batch = buffered
-        buffer = []
-        buffer.reserveCapacity(bytes.count)
-        buffered = []
-        flushing = true
-        cond.unlock()
-
-        var failure: StoreError?
-        do { try files.append(encoded: bytes, at: batch[0].position) } catch {
-            failure = error as? StoreError ?? StoreError(.io, "\(error)")
-        }
-
-        cond.lock()
-        flushing = false
-        var ready: [(StoreError?) -> Void] = []
-        if let e = failure {
-            // This batch and everything appended after it fail: undo them, newest first.
-            let failed = batch + buffered
-            buffer = []
-            buffered = []
-            next = batch[0].position
-            for w in failed.reversed() { if let id = w.item { index.rollBack(id, position: w.position) } }
-            durableWaiters.removeAll { w in ready.append(w.done); return true }
-            writeErrors.add(failed.count)
-            cond.unlock()
-            cond.broadcast()
-            for w in failed.reversed() { undo(w) }
-            logLine("level=error event=log_write_failed records=\(failed.count) error=\"\(e.message)\"")
-            for d in ready { d(e) }
-            cond.lock()
-            return
-        }
-        written = batch.last!.end
-        for w in batch { if let id = w.item { index.settle(id, position: w.position) } }
-        toApply.append(contentsOf: batch)
-        durableWaiters.removeAll { w in
-            guard w.end <= written else { return false }
-            ready.append(w.done)
-            return true
-        }
-        cond.unlock()
-        cond.broadcast()
-        for d in ready { d(nil) }
-        cond.lock()
-    }
-
-    /// The fallback flusher: writes batches whose writers did not promise to flush (see
-    /// `append`'s `flushedByCaller`) at once, and anything a promised flush left buffered for
-    /// 2 ms. It sleeps on a condition of its own, so batches flushed by their writers wake it
-    /// not at all.
-    private func flusherLoop() {
-        var lastFirst: UInt64? = nil
-        while true {
-            flusherCond.lock()
-            if !flusherSignalled && !flusherStop { flusherCond.wait(seconds: lastFirst == nil ? 1 : 0.002) }
-            let signalled = flusherSignalled, stop = flusherStop
-            flusherSignalled = false
-            flusherCond.unlock()
-            cond.lock()
-            if !buffered.isEmpty && !flushing && (signalled || stop || buffered[0].position == lastFirst) {
-                writeBatchLocked()
-            }
-            lastFirst = buffered.first?.position
-            let done = stop && buffered.isEmpty && !flushing
-            cond.unlock()
-            if done { break }
-        }
-        flusherStopped.fulfil(())
-    }
-
-    private func wakeFlusherThread() {
-        flusherCond.withLock { flusherSignalled = true }
-        flusherCond.signal()
-    }
-
-    // MARK: Applier
-
-    private func applierLoop() {
-        var failures = 0
-        // After a full disk, records go one at a time (each that fits is applied, instead of a
-        // whole batch failing for the last one), growing back once they apply.
-        var batchLimit = maxApplyBatch
-        var idle = false, more = false
-        while true {
-            // Larger transactions cost SQLite less per row (the pages a commit rewrites are
-            // shared), and nobody waits on the applier (writers were answered at the log): it
-            // looks every `applyGather` seconds (every 50 ms when there was nothing), unless
-            // someone waiting for it wakes it.
-            applierCond.lock()
-            if !applierSignalled && !more { applierCond.wait(seconds: idle ? 0.05 : applyGather) }
-            applierSignalled = false
-            applierCond.unlock()
-            cond.lock()
-            if toApplyHead == toApply.count {
-                let done = stopping && buffered.isEmpty && !flushing
-                cond.unlock()
-                if done { break }
-                idle = true
-                continue
-            }
-            idle = false
-            // A flush goes alone (the namespace's generation changes between batches); other
-            // records go in batches of up to `maxApplyBatch`.
-            var batch: [LoggedWrite] = []
-            var i = toApplyHead
-            while i < toApply.count && batch.count < batchLimit {
-                let w = toApply[i]
-                let isFlush: Bool
-                switch w.kind { case .flushNamespace, .flushAll: isFlush = true; default: isFlush = false }
-                if isFlush && !batch.isEmpty { break }
-                batch.append(w)
-                i += 1
-                if isFlush { break }
-            }
-            let stop = stopping
-            cond.unlock()
-            if applierDelay > 0 && !stop {
-                // (tests) a slow disk: the batch waits, unless the store closes meanwhile
-                let until = monotonicSeconds() + applierDelay
-                applierCond.withLock {
-                    while monotonicSeconds() < until && !cond.withLock({ stopping }) { applierCond.wait(seconds: min(0.05, until - monotonicSeconds())) }
-                }
-            }
-
-            let end = batch.last!.end
-            if let e = apply(Self.coalesced(batch), end) {
-                applyErrors.add()
-                failures += 1
-                if failures == 1 || failures % 100 == 0 {
-                    logLine("level=error event=log_apply_failed records=\(batch.count) attempt=\(failures) error=\"\(e.message)\"")
-                }
-                if e.code == .diskFull {
-                    cond.withLock { stuck = e }
-                    batchLimit = 1
-                    applyRemovalsAhead()
-                }
-                if stop && failures >= 3 {
-                    // Closing and SQLite keeps refusing: the records stay in the log and are
-                    // replayed at the next open.
-                    cond.lock()
-                    applierGaveUp = true
-                    let waiters = appliedWaiters
-                    appliedWaiters.removeAll()
-                    cond.unlock()
-                    cond.broadcast()
-                    for w in waiters { w.done(e) }
-                    break
-                }
-                cond.withLock { if !stopping { cond.wait(seconds: min(2, 0.05 * Double(1 << min(failures, 6)))) } }
-                continue
-            }
-            failures = 0
-            batchLimit = min(maxApplyBatch, batchLimit * 2)
-            if cond.withLock({ stuck }) != nil {
-                cond.withLock { stuck = nil }
-                logLine("level=info event=log_apply_resumed")
-            }
-            for w in batch { if let id = w.item { index.removeApplied(id, upTo: end) } }
-            appliedRecords.add(batch.count)
-            applyBatches.add()
-            var ready: [(StoreError?) -> Void] = []
-            cond.lock()
-            toApplyHead += batch.count
-            if toApplyHead > 4096 && toApplyHead * 2 > toApply.count {
-                toApply.removeFirst(toApplyHead)
-                toApplyHead = 0
-            }
-            applied = end
-            more = toApplyHead < toApply.count
-            appliedWaiters.removeAll { w in
-                guard w.end <= end else { return false }
-                ready.append(w.done)
-                return true
-            }
-            cond.unlock()
-            cond.broadcast()
-            for d in ready { d(nil) }
-        }
-        applierStopped.fulfil(())
-    }
-
-    /// While SQLite is full, the removals waiting in the backlog are what can free space: each
-    /// item whose last write in the backlog removes it is removed now, ahead of its turn (the
-    /// in-order pass later repeats it, which changes nothing; reads already see the removal
-    /// through the index).
-    private func applyRemovalsAhead() {
-        let removals: [LoggedWrite] = cond.withLock {
-            var last: [ItemKey: LoggedWrite] = [:]
-            for w in toApply[toApplyHead...] { if let id = w.item { last[id] = w } }
-            return last.values.filter { if case .delete = $0.kind { return true } else { return false } }
-        }
-        guard !removals.isEmpty else { return }
-        if apply(removals, nil) == nil {
-            logLine("level=info event=log_removals_applied_ahead count=\(removals.count)")
-        }
-    }
-
-    /// The batch with only the last write of each item kept (SQLite needs only the final
-    /// state; the log keeps every step). Order among different items is kept.
-    static func coalesced(_ batch: [LoggedWrite]) -> [LoggedWrite] {
-        guard batch.count > 1 else { return batch }
-        var last: [ItemKey: Int] = [:]
-        for (i, w) in batch.enumerated() { if let id = w.item { last[id] = i } }
-        if last.count == batch.count { return batch }
-        return batch.enumerated().compactMap { i, w in
-            guard let id = w.item else { return w }
-            return last[id] == i ? w : nil
-        }
     }
 }
 

@@ -1,0 +1,117 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+import StrataCore
+import Synchronization
+
+// Control jobs (quarantine) and WAL checkpoints (the copier thread and the writer's part).
+extension DiskTier {
+    // MARK: Control jobs
+
+    func runControl(_ job: DiskJob) {
+        guard writer != nil else { finish(job, .failure(StoreError(.io, "disk tier is not open"))); return }
+        if case .quarantine(let reason) = job.kind { quarantineAndReopen(reason: reason) }
+        finish(job, .success(nil))
+    }
+
+    /// Replaces a corrupt database with a fresh one while the store keeps running.
+    func quarantineAndReopen(reason: String) {
+        writer = nil
+        readerLock.withLock {
+            idleReaders.removeAll()
+            readerEpoch += 1
+        }
+        quarantineFiles(reason: reason)
+        registry.forgetDisk()
+        rowCount = 0
+        do {
+            writer = try openDatabase()
+        } catch {
+            log("level=error event=disk_reopen_failed path=\(dbPath) error=\"\(error)\"")
+        }
+    }
+
+    // MARK: Checkpoints
+
+    /// After a batch: starts the copier when the WAL reached `walLimit`, finishes its work
+    /// once it is done, and copies everything itself when the copier cannot keep up.
+    func checkpointIfDue() {
+        guard let db = writer else { return }
+        let limit = max(16, config.walLimit / pageSize)
+        let frames = db.walFrames
+        switch copyState.load(ordering: .acquiring) {
+        case 0 where frames >= limit:
+            if copierStarted {
+                copyState.store(1, ordering: .releasing)
+                copyQueue.withLock { copyRequested = true; copyQueue.signal() }
+            } else {
+                if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
+                counters.writerCheckpoints.add(1, ordering: .relaxed)
+            }
+        case 1 where frames >= 4 * limit:
+            // The copier fell far behind (a slow disk).
+            if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
+            counters.writerCheckpoints.add(1, ordering: .relaxed)
+        case 2:
+            // Copies what was appended while the copier ran; the next transaction then finds
+            // the whole WAL in the database file and starts it over. (Always, even when little
+            // was appended: a complete checkpoint is what lets the log's segments go.)
+            if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
+            copyState.store(0, ordering: .releasing)
+        default:
+            break
+        }
+    }
+
+    /// After a checkpoint by the writer: when it copied every frame, SQLite synced the database
+    /// file, so every commit so far (and the log position it recorded) is in the file itself.
+    func checkpointed(_ r: (frames: Int, copied: Int)) {
+        if r.frames >= 0 && r.copied == r.frames { onCheckpointed?(appliedCommitted) }
+    }
+
+    func copierLoop() {
+        while true {
+            copyQueue.lock()
+            while !copyRequested && !copyStop { copyQueue.wait() }
+            if copyStop {
+                copyQueue.unlock()
+                break
+            }
+            copyRequested = false
+            copyQueue.unlock()
+            copyWAL()
+            counters.walCopies.add(1, ordering: .relaxed)
+            copyState.store(2, ordering: .releasing)
+        }
+        copierStopped.fulfil(())
+    }
+
+    /// Passive checkpoints on a connection of its own (opened per run: cheap next to the copy,
+    /// and always on the current file), each followed by a flush of the database file, until
+    /// a pass finds little new. SQLite syncs the database file only when a checkpoint reaches
+    /// the end of the WAL — here, the writer's short one — which would otherwise flush all of
+    /// this copy while the writer waits. Measured (1 KiB durable sets, 50 connections, one
+    /// 16 MiB checkpoint every ~115 ms): the writer's part 2–2.5 ms instead of ~30 ms.
+    func copyWAL() {
+        // mustExist: during a quarantine the file is briefly gone; the copier must not create it.
+        guard let db = try? SQLiteConnection(path: dbPath, mustExist: true) else { return }
+        try? db.execute("PRAGMA synchronous=NORMAL")
+        var before = 0
+        for _ in 0..<6 {
+            guard let (_, copied) = try? db.checkpoint(truncate: false) else { break }
+            syncDatabaseFile()
+            // Each pass copies what arrived during the one before; stop once that is little.
+            if copied - before <= 256 { break }
+            before = copied
+        }
+    }
+
+    func syncDatabaseFile() {
+        let fd = open(dbPath, O_RDONLY | O_CLOEXEC)
+        if fd >= 0 {
+            _ = fdatasync(fd)
+            Glibc.close(fd)
+        }
+    }
+}

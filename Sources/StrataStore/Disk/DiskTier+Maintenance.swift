@@ -1,0 +1,113 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+import StrataCore
+import Synchronization
+
+// Background maintenance on the writer thread: sweeps, free pages, buffered access times.
+extension DiskTier {
+    // MARK: Maintenance
+
+    func maintenance(force: Bool) {
+        let now = monotonicSeconds()
+        guard force || now - lastMaintenance >= config.maintenanceInterval else { return }
+        lastMaintenance = now
+        guard let db = writer else { return }
+        flushAccessTimes()
+        do {
+            try sweepStep(db)
+            let freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
+            if freePages > 64 { try db.execute("PRAGMA incremental_vacuum(\(max(64, freePages / 4)))") }
+            bytesEstimate = try bytesOnDisk(db)
+            counters.bytesOnDisk.store(bytesEstimate, ordering: .relaxed)
+        } catch let e as SQLiteError {
+            if e.isCorruption { quarantineAndReopen(reason: "during maintenance: \(e.message)") }
+        } catch {}
+    }
+
+    /// Looks at the next `sweepBatch` rows: drops expired items, expired tombstones, rows of
+    /// flushed generations and (with an age limit) rows not accessed for too long.
+    func sweepStep(_ db: SQLiteConnection) throws {
+        let now = clock.nowMicros()
+        let ageCutoff = config.diskAgeLimit > 0 ? now / 1_000_000 - Int64(config.diskAgeLimit) : Int64.min
+        let s = try db.statement("SELECT id, ns, gen, expiry, tombstone, access FROM items WHERE id > ? ORDER BY id LIMIT ?")
+        s.bind(1, sweepCursor)
+        s.bind(2, config.sweepBatch)
+        var doomed: [Int64] = []
+        var expired = 0, aged = 0, collected = 0
+        var last: Int64 = sweepCursor
+        var seen = 0
+        while try s.step() {
+            seen += 1
+            let id = s.int(0)
+            last = id
+            let expiry = s.int(3)
+            if expiry != 0 && expiry <= now {
+                doomed.append(id); if s.int(4) & 1 == 0 { expired += 1 }
+            } else if registry.generation(ofDiskID: s.int(1)) != s.int(2) {
+                doomed.append(id); collected += 1
+            } else if s.int(5) < ageCutoff {
+                doomed.append(id); aged += 1
+            }
+        }
+        s.reset()
+        sweepCursor = seen < config.sweepBatch ? 0 : last
+        guard !doomed.isEmpty else { return }
+        try db.beginImmediate()
+        do {
+            let del = try db.statement("DELETE FROM items WHERE id=?")
+            var removed = 0
+            for id in doomed {
+                del.bind(1, id)
+                try del.run()
+                removed += db.changes
+            }
+            let p = try writeCounters(db, rows: rowCount - removed, version: maxVersion, exact: false)
+            try db.commit()
+            persisted = p
+            rowCount -= removed
+            counters.rows.store(rowCount, ordering: .relaxed)
+            counters.expirations.add(expired, ordering: .relaxed)
+            counters.evictions.add(aged, ordering: .relaxed)
+            counters.flushedRowsCollected.add(collected, ordering: .relaxed)
+        } catch {
+            db.rollback()
+            throw error
+        }
+    }
+
+    /// Writes buffered access times in one transaction (a read never costs a write).
+    func flushAccessTimes() {
+        let batch: [AccessKey: Int64] = accessLock.withLock {
+            let b = accessBuffer
+            accessBuffer.removeAll(keepingCapacity: true)
+            return b
+        }
+        guard !batch.isEmpty, let db = writer else { return }
+        do {
+            try db.beginImmediate()
+            let s = try db.statement("UPDATE items SET access=? WHERE ns=? AND key=? AND access<?")
+            for (k, t) in batch {
+                s.bind(1, t); s.bind(2, k.ns); s.bind(3, k.key); s.bind(4, t)
+                try s.run()
+            }
+            try db.commit()
+        } catch {
+            db.rollback()
+        }
+    }
+
+    /// A read of an item still in the log's backlog: its row's access time moves too, in case
+    /// the applier wrote the row just before the read (the entry's time covers the other case).
+    func noteAccess(namespace: [UInt8], key: [UInt8], now: Int64) {
+        guard let nsID = registry.lookup(namespace)?.diskID else { return }
+        recordAccess(nsID: nsID, key: key, now: now)
+    }
+
+    func recordAccess(nsID: Int64, key: [UInt8], now: Int64) {
+        accessLock.withLock {
+            if accessBuffer.count < 100_000 { accessBuffer[AccessKey(ns: nsID, key: key)] = now / 1_000_000 }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+import StrataCore
+import Synchronization
+
+// Reads on any thread, through pooled reader connections.
+extension DiskTier {
+    // MARK: Reads (any thread)
+
+    func withReader<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        let (conn, epoch): (SQLiteConnection?, Int) = readerLock.withLock { (idleReaders.popLast(), readerEpoch) }
+        let db: SQLiteConnection
+        if let c = conn { db = c } else {
+            do {
+                db = try SQLiteConnection(path: dbPath, readOnly: false)
+                try db.execute("PRAGMA query_only=1")
+                try db.execute("PRAGMA cache_size=-\(config.readerCacheKiB)")
+                try db.execute("PRAGMA mmap_size=\(config.mmapBytes)")
+            } catch let e as SQLiteError { throw mapError(e, doing: "opening a reader") }
+        }
+        defer {
+            readerLock.withLock {
+                if epoch == readerEpoch && idleReaders.count < config.diskReaders { idleReaders.append(db) }
+            }
+        }
+        do {
+            return try body(db)
+        } catch let e as SQLiteError {
+            if e.isCorruption {
+                enqueue(DiskJob(.quarantine(reason: "SQLite reported corruption while reading: \(e.message)"), inline: true) { _ in })
+            }
+            throw mapError(e, doing: "reading")
+        }
+    }
+
+    /// The row for a key (tombstones included, expired rows excluded), or nil. A row whose
+    /// checksum fails is reported, scheduled for removal, and read as nil.
+    func read(namespace: [UInt8], key: [UInt8], withValue: Bool, countStats: Bool) throws -> DiskRow? {
+        guard let ns = registry.lookup(namespace), let nsID = ns.diskID else {
+            if countStats { counters.misses.add(1, ordering: .relaxed) }
+            return nil
+        }
+        let now = clock.nowMicros()
+        let found: FoundRow? = try withReader { db in
+            let s = try db.statement(
+                "SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value), access FROM items WHERE ns=? AND key=?")
+            s.bind(1, nsID)
+            s.bind(2, key)
+            defer { s.reset() }
+            guard try s.step() else { return nil }
+            if s.int(0) != ns.generation { return nil }
+            if var row = decodeRow(s, key: key, withValue: withValue) {
+                row.access = s.int(11)
+                return row
+            }
+            // Checksum or decode failure: a damaged item is a miss, removed and counted.
+            let checksum = s.int(9)
+            counters.corruptItems.add(1, ordering: .relaxed)
+            log("level=warn event=corrupt_item ns_id=\(nsID) key_bytes=\(key.count) action=removed")
+            enqueue(DiskJob(.removeIfChecksum(nsID: nsID, key: key, checksum: checksum), inline: true) { _ in })
+            return nil
+        }
+        guard let f = found, f.row.state.expiry == 0 || f.row.state.expiry > now else {
+            if countStats { counters.misses.add(1, ordering: .relaxed) }
+            return nil
+        }
+        if countStats {
+            if f.row.state.tombstone { counters.misses.add(1, ordering: .relaxed) } else { counters.hits.add(1, ordering: .relaxed) }
+            // An item's access time moves at most once per `accessResolution`: a read must not
+            // turn into a write every time (memcached bumps an item at most once a minute).
+            if Double(now / 1_000_000 - f.access) >= config.accessResolution { recordAccess(nsID: nsID, key: key, now: now) }
+        }
+        return f.row
+    }
+
+    /// Keys of a namespace after `cursor` in byte order, live items only.
+    func keys(namespace: [UInt8], after cursor: [UInt8]?, limit: Int) throws -> [[UInt8]] {
+        guard let ns = registry.lookup(namespace), let nsID = ns.diskID else { return [] }
+        let now = clock.nowMicros()
+        return try withReader { db in
+            let s = try db.statement(
+                "SELECT key FROM items WHERE ns=? AND key>? AND gen=? AND tombstone&1=0 AND (expiry=0 OR expiry>?) ORDER BY key LIMIT ?")
+            s.bind(1, nsID); s.bind(2, cursor ?? []); s.bind(3, ns.generation); s.bind(4, now); s.bind(5, limit)
+            defer { s.reset() }
+            var out: [[UInt8]] = []
+            while try s.step() { out.append(s.bytes(0)) }
+            return out
+        }
+    }
+
+    /// Live rows and their value bytes per namespace name (an O(n) scan; for stats).
+    func namespaceUsage() throws -> [[UInt8]: (items: Int, bytes: Int)] {
+        let now = clock.nowMicros()
+        return try withReader { db in
+            let s = try db.statement("""
+                SELECT n.name, count(*), sum(i.size) FROM items i JOIN namespaces n ON i.ns = n.id
+                WHERE i.gen = n.generation AND i.tombstone & 1 = 0 AND (i.expiry = 0 OR i.expiry > ?) GROUP BY n.name
+                """)
+            s.bind(1, now)
+            defer { s.reset() }
+            var out: [[UInt8]: (Int, Int)] = [:]
+            while try s.step() { out[s.bytes(0)] = (Int(s.int(1)), Int(s.int(2))) }
+            return out
+        }
+    }
+}

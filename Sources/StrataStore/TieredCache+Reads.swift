@@ -1,0 +1,262 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import StrataCore
+import Synchronization
+
+// TieredCache's reads (memory, the log's pending writes, SQLite), flush, trim, sync and
+// the memory sweeper.
+extension TieredCache {
+    // MARK: Reads
+
+    /// The item under `key`, or nil. Looks in memory, then disk (as `tiers` allows), and
+    /// promotes a disk hit into memory when `tiers` includes memory. With `touch`, also gives
+    /// the item a new expiry.
+    public func get(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, touch: Expiry? = nil) throws -> CacheItem? {
+        if case .hit(let item) = try read(key, namespace: namespace, tiers: tiers, touch: touch) { return item }
+        return nil
+    }
+
+    /// What a read found: an item, the tombstone of a versioned remove (its version lets a
+    /// cluster client see that a delete is newer than another node's copy), or nothing.
+    public enum ReadResult: Sendable, Equatable {
+        case hit(CacheItem)
+        case tombstone(version: UInt64)
+        case miss
+    }
+
+    /// Like `get`, but tells a tombstone apart from a miss.
+    public func read(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, touch: Expiry? = nil) throws -> ReadResult {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        guard let ns = registry.lookup(namespace) else { return .miss }
+        let now = clock.nowMicros()
+        var found: CacheItem?
+        var tombstone: UInt64?
+        let loc = memory.locate(tag: ns.tag, key: key)
+        if tiers.contains(.memory) {
+            if let s = memory.with(loc, key, { $0.get(tag: ns.tag, key: $1, hash: loc.hash, now: now) }) {
+                found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
+                                  expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .memory,
+                                  stale: s.stale, negative: s.negative)
+            } else if let t = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
+                      t.state.tombstone {
+                tombstone = t.state.version
+            }
+        }
+        if found == nil && tiers.contains(.disk) {
+            let epoch = memory.deleteEpoch(loc)
+            // The log's pending writes are newer than anything in SQLite.
+            let pending = log.index.lookup(ItemKey(namespace: namespace, key: key), accessedAt: now)
+            let state: ItemState?
+            if let p = pending {
+                state = p.state.flatMap { $0.guards(now: now) ? $0 : nil } // as SQLite reads: unexpired rows, tombstones too
+                if state != nil { disk.noteAccess(namespace: namespace, key: key, now: now) }
+                disk.counters.hits.add(state.map { $0.tombstone ? 0 : 1 } ?? 0, ordering: .relaxed)
+                disk.counters.misses.add(state.map { $0.tombstone ? 1 : 0 } ?? 1, ordering: .relaxed)
+            } else {
+                state = try disk.read(namespace: namespace, key: key, withValue: true, countStats: true)?.state
+            }
+            if let s = state {
+                if s.tombstone {
+                    tombstone = max(tombstone ?? 0, s.version)
+                } else {
+                    if tiers.contains(.memory) {
+                        memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now)
+                    }
+                    found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
+                                      expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .disk,
+                                      stale: s.stale, negative: s.negative)
+                }
+            }
+        }
+        guard var item = found else {
+            ns.counters.misses.add(1, ordering: .relaxed)
+            return tombstone.map { .tombstone(version: $0) } ?? .miss
+        }
+        ns.counters.hits.add(1, ordering: .relaxed)
+        if let t = touch {
+            // Resolved once: the expiry answered is exactly the one stored (a relative TTL
+            // resolved twice would answer a few µs earlier than the stored time).
+            let e = t.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
+            guard let v = try touchVersioned(key, namespace: namespace, expiry: e == 0 ? .never : .at(unixMicros: e), tiers: tiers)
+            else { return .miss }
+            item.expiresAt = e == 0 ? nil : e
+            item.version = v
+        }
+        return .hit(item)
+    }
+
+    /// One result per key, in order (nil for a miss).
+    public func getMany(_ keys: [[UInt8]], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> [CacheItem?] {
+        try keys.map { try get($0, namespace: namespace, tiers: tiers) }
+    }
+
+    /// Whether a live item is under `key` in any of `tiers`. Never touches LRU order or stats.
+    public func contains(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> Bool {
+        try metadata(key, namespace: namespace, tiers: tiers) != nil
+    }
+
+    /// Metadata of the item under `key`: sizes, encoding, the tiers holding it, expiry,
+    /// version, flags. Nil when absent (or expired, or a tombstone).
+    public func metadata(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> ItemMetadata? {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        guard let ns = registry.lookup(namespace) else { return nil }
+        let now = clock.nowMicros()
+        var meta: ItemMetadata?
+        if tiers.contains(.disk) {
+            if let p = log.index.lookup(ItemKey(namespace: namespace, key: key)) {
+                // Not yet in SQLite: the pending write says how the disk tier will hold it.
+                if let st = p.state, st.isLive(now: now) {
+                    meta = ItemMetadata(size: st.value.count, storedSize: p.storedSize, encoding: p.encoding, tiers: .disk,
+                                        expiresAt: st.expiry == 0 ? nil : st.expiry, version: st.version,
+                                        flags: st.flags, extendedSize: st.extended.count)
+                }
+            } else if let row = try disk.read(namespace: namespace, key: key, withValue: false, countStats: false),
+                      row.state.isLive(now: now) {
+                meta = ItemMetadata(size: row.size, storedSize: row.storedSize, encoding: row.encoding, tiers: .disk,
+                                    expiresAt: row.state.expiry == 0 ? nil : row.state.expiry, version: row.state.version,
+                                    flags: row.state.flags, extendedSize: row.state.extended.count)
+            }
+        }
+        if tiers.contains(.memory) {
+            let loc = memory.locate(tag: ns.tag, key: key)
+            if let m = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
+               m.state.isLive(now: now) {
+                if var existing = meta, existing.version == m.state.version {
+                    existing.tiers.insert(.memory)
+                    meta = existing
+                } else if meta == nil || m.state.version > meta!.version {
+                    meta = ItemMetadata(size: m.valueLen, storedSize: nil, encoding: nil, tiers: .memory,
+                                        expiresAt: m.state.expiry == 0 ? nil : m.state.expiry, version: m.state.version,
+                                        flags: m.state.flags, extendedSize: m.state.extended.count)
+                }
+            }
+        }
+        return meta
+    }
+
+    /// Up to `limit` keys of `namespace` after `cursor` in bytewise order, and the cursor for
+    /// the next page (nil at the end). Memory keys come from a scan of the memory tier.
+    public func keys(namespace: [UInt8] = [], after cursor: [UInt8]? = nil, limit: Int = 1000,
+                     tiers: Tiers = .all) throws -> (keys: [[UInt8]], next: [UInt8]?) {
+        if namespace.count > ItemLimits.maxNamespaceBytes {
+            throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
+        }
+        try check(tiers: tiers)
+        guard limit > 0 else { throw StoreError(.invalidArgument, "limit must be positive") }
+        guard let ns = registry.lookup(namespace) else { return ([], nil) }
+        let now = clock.nowMicros()
+        func afterCursor(_ k: [UInt8]) -> Bool { cursor.map { $0.lexicographicallyPrecedes(k) } ?? true }
+        var keys: Set<[UInt8]> = []
+        // SQLite's page is complete up to its limit-th key (`boundary`) when it has more;
+        // keys from memory and the log past the boundary wait for a later page.
+        var boundary: [UInt8]? = nil
+        if tiers.contains(.disk) {
+            let diskKeys = try disk.keys(namespace: namespace, after: cursor, limit: limit + 1)
+            if diskKeys.count > limit { boundary = diskKeys[limit - 1] }
+            keys.formUnion(diskKeys)
+            // The log's pending writes are newer than SQLite's rows: a pending remove hides one.
+            for (k, live) in log.index.keys(namespace: namespace, now: now) where afterCursor(k) {
+                if live { keys.insert(k) } else { keys.remove(k) }
+            }
+        }
+        if tiers.contains(.memory) {
+            for k in memory.keys(tag: ns.tag, now: now) where afterCursor(k) { keys.insert(k) }
+        }
+        var sorted = keys.sorted { $0.lexicographicallyPrecedes($1) }
+        if let b = boundary { sorted.removeAll { b.lexicographicallyPrecedes($0) } }
+        if sorted.count > limit {
+            let page = Array(sorted.prefix(limit))
+            return (page, page.last)
+        }
+        // A short page still has a cursor while SQLite has more (its boundary).
+        return (sorted, boundary)
+    }
+
+    // MARK: Flush and trim
+
+    func control(_ kind: DiskJob.Kind) throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        let done = Completion<Result<(WriteResult, WriteEffect)?, StoreError>>()
+        disk.enqueue(DiskJob(kind) { done.fulfil($0) })
+        if case .failure(let e) = done.wait() { throw e }
+    }
+
+    /// Empties one namespace in O(1): its generation changes; old items are collected later.
+    public func flush(namespace: [UInt8]) throws {
+        if namespace.count > ItemLimits.maxNamespaceBytes {
+            throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
+        }
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        _ = registry.entry(namespace)
+        try logAndApply(.flushNamespace(namespace))
+    }
+
+    /// Empties every namespace (O(namespaces)).
+    public func flushAll() throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        try logAndApply(.flushAll)
+    }
+
+    /// A flush goes through the log like any write (so a replay repeats it in order) and
+    /// returns once SQLite has applied it: from then on no older item is visible anywhere.
+    func logAndApply(_ kind: LoggedWrite.Kind) throws {
+        log.waitForRoom()
+        let end = log.append(kind, at: clock.nowMicros())
+        try log.waitDurable(end)
+        try log.waitApplied(end)
+    }
+
+    /// The names of every namespace this store knows (on disk or written since open).
+    public func namespaceNames() -> [[UInt8]] { registry.allNames() }
+
+    /// Evicts least recently used items until each tier in `tiers` holds at most `count` items
+    /// and `bytes` bytes (memory: accounted bytes; disk: pages in use plus WAL).
+    public func trim(toCount count: Int = Int.max, toBytes bytes: Int = Int.max, tiers: Tiers = .all) throws {
+        try check(tiers: tiers)
+        if tiers.contains(.memory) {
+            let n = memory.shards.count
+            for s in memory.shards {
+                s.lock.withLock { s.trim(toCount: count == Int.max ? .max : count / n, toBytes: bytes == Int.max ? .max : bytes / n) }
+            }
+        }
+        if tiers.contains(.disk) {
+            try log.waitApplied(log.end) // the backlog first, so the trim sees every item
+            try control(.trim(count: count, bytes: bytes))
+        }
+    }
+
+    /// Returns once every disk write made before the call is in SQLite (the log's backlog
+    /// before this point applied) and every queued disk job has run.
+    public func sync() throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        let end = log.end
+        try log.waitDurable(end)
+        try log.waitApplied(end)
+        try control(.barrier)
+    }
+
+    // MARK: Background
+
+    func sweepLoop() {
+        var cursors = Array(repeating: 0, count: memory.shards.count)
+        while true {
+            sweeper.lock()
+            if !sweeperStop { sweeper.wait(seconds: 1) }
+            let stop = sweeperStop
+            sweeper.unlock()
+            if stop { break }
+            let live = registry.liveTagSet()
+            let now = clock.nowMicros()
+            for (i, s) in memory.shards.enumerated() {
+                s.lock.withLock {
+                    cursors[i] = s.sweep(from: cursors[i], budget: 4096, now: now, isLiveTag: { live.contains($0) })
+                }
+            }
+        }
+        sweeperDone.fulfil(())
+    }
+}

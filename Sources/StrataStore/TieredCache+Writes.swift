@@ -1,0 +1,250 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import StrataCore
+import Synchronization
+
+// TieredCache's writes: validation, the decision under the item's lock, the log append.
+extension TieredCache {
+    // MARK: Writes
+
+    /// Stores `value` under `key` (see `SetOptions` for modes, expiry, tiers and versions).
+    public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions()) throws -> SetOutcome {
+        try check(key: key, namespace: namespace, value: value, options: options)
+        let op = try setOp(value, options)
+        let pre = options.tiers.contains(.disk) && !options.writeBehind ? disk.codec.encode(value) : nil
+        guard case .set(let outcome) = try write(op, key: key, namespace: namespace, tiers: options.tiers,
+                                                 writeBehind: options.writeBehind, callerVersion: options.version, preEncoded: pre)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return outcome
+    }
+
+    /// Removes `key`. With a `version`, leaves a tombstone (kept `tombstoneTTL`) so an older
+    /// write arriving later is ignored; a version not newer than the stored one is ignored.
+    /// With `writeBehind`, returns before the removal's record is in the log (see `SetOptions`).
+    public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil,
+                       writeBehind: Bool = false) throws -> RemoveOutcome {
+        try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
+        let tombstoneExpiry = clock.nowMicros() + Int64(configuration.tombstoneTTL * 1_000_000)
+        guard case .remove(let o) = try write(.remove(callerVersion: version, tombstoneExpiry: max(1, tombstoneExpiry)),
+                                              key: key, namespace: namespace, tiers: tiers, writeBehind: writeBehind,
+                                              callerVersion: nil, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return o
+    }
+
+    /// Marks the live item under `key` stale: it keeps being served (flagged stale) until a
+    /// new write replaces it. Gets a new version, or `version` when given (a replica's copy of
+    /// an invalidate: ignored when not newer than what is stored). A negative entry is removed.
+    public func invalidate(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> InvalidateOutcome {
+        try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
+        guard case .invalidate(let o) = try write(.invalidate(callerVersion: version), key: key, namespace: namespace, tiers: tiers,
+                                                  writeBehind: false, callerVersion: version, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return o
+    }
+
+    /// Gives `key` a new expiry (and a new version). False when absent.
+    @discardableResult
+    public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all) throws -> Bool {
+        try touchVersioned(key, namespace: namespace, expiry: expiry, tiers: tiers) != nil
+    }
+
+    /// Like `touch`, returning the new version.
+    public func touchVersioned(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all) throws -> UInt64? {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        let e = expiry.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
+        guard case .touch(let found, let version) = try write(.touch(expiry: e), key: key, namespace: namespace, tiers: tiers,
+                                                              writeBehind: false, callerVersion: nil, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return found ? version : nil
+    }
+
+    /// Adds `delta` to a decimal counter (wrapping at 2^64, as memcached). When absent, stores
+    /// `initial` if given (with `expiry`), else reports `.notFound`.
+    public func increment(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {
+        try counter(key, delta: delta, decrement: false, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry)
+    }
+
+    /// Subtracts `delta` from a decimal counter, stopping at 0 (memcached semantics).
+    public func decrement(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {
+        try counter(key, delta: delta, decrement: true, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry)
+    }
+
+    func counter(_ key: [UInt8], delta: UInt64, decrement: Bool, namespace: [UInt8], tiers: Tiers,
+                         initial: UInt64?, expiry: Expiry) throws -> CounterOutcome {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        let e = expiry.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
+        guard case .counter(let o) = try write(.counter(delta: delta, decrement: decrement, initial: initial, expiry: e),
+                                               key: key, namespace: namespace, tiers: tiers, writeBehind: false,
+                                               callerVersion: nil, preEncoded: nil)
+        else { throw StoreError(.io, "internal: unexpected result kind") }
+        return o
+    }
+
+    /// Picks the state that decides a write: the newer of what memory and disk hold.
+    static func newest(_ a: ItemState?, _ b: ItemState?) -> ItemState? {
+        guard let a else { return b }
+        guard let b else { return a }
+        return a.version >= b.version ? a : b
+    }
+
+    /// Applies one write to the requested tiers through `WriteRules`. A write that includes the
+    /// disk tier is decided against the newest state (memory, the log's pending writes, then
+    /// SQLite), appended to the durability log, and returns once its record is in the log file
+    /// (at once with `writeBehind`).
+    func write(_ op: WriteOp, key: [UInt8], namespace: [UInt8], tiers: Tiers, writeBehind: Bool,
+                       callerVersion: UInt64?, preEncoded: (ValueEncoding, [UInt8])?) throws -> WriteResult {
+        let ns = registry.entry(namespace)
+        ns.counters.writes.add(1, ordering: .relaxed)
+        let loc = memory.locate(tag: ns.tag, key: key)
+        // Touch and counters rewrite the existing item, so they need its value; an unconditional
+        // set with a node-assigned version stores whatever is there, so it needs nothing.
+        let needs: ExistingNeed
+        switch op {
+        case .counter, .touch, .invalidate: needs = .value
+        case .set(_, .set, _, _, _, nil, _): needs = .nothing
+        case .set, .remove: needs = .metadata
+        }
+
+        if !tiers.contains(.disk) {
+            let needValue = needs == .value
+            let now = clock.nowMicros()
+            let hlc = self.hlc
+            return memory.with(loc, key) { shard, k in
+                let existing = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
+                let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next())
+                switch effect {
+                case .none: break
+                case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
+                case .store(let s): shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                }
+                return result
+            }
+        }
+
+        // Write-behind is bounded: past `maxWriteBehindPending` writes not yet in the log file,
+        // a write-behind write waits like any other (backpressure instead of unbounded memory).
+        let behind = writeBehind && writeBehindPending.load() < configuration.maxWriteBehindPending
+        // A writer that waits flushes the batch itself (with everyone else's records); a
+        // write-behind writer leaves its record to the log's flusher.
+        let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
+                                             callerVersion: callerVersion, preEncoded: preEncoded, flushedByCaller: !behind)
+        guard let end else { return result }
+        if behind {
+            writeBehindPending.add(1)
+            writeBehindWrites.add(1)
+            let pending = writeBehindPending
+            log.onDurable(end) { _ in pending.add(-1) }
+            return result
+        }
+        try log.waitDurable(end)
+        return result
+    }
+
+
+    /// Decides a disk write and appends its record to the log; returns the result and the log
+    /// position the write is durable at (nil when nothing changed). Memory follows the
+    /// decision at once. May read SQLite (a write that depends on the stored item, when neither
+    /// memory nor the log's pending writes hold it).
+    func decideAndLog(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
+                              loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
+                              preEncoded: (ValueEncoding, [UInt8])?, flushedByCaller: Bool) throws -> (WriteResult, UInt64?) {
+        log.waitForRoom()
+        let id = ItemKey(namespace: namespace, key: key)
+        let lock = writeLocks[Int(loc.hash & 255)]
+        lock.lock()
+        defer { lock.unlock() }
+        let memoryToo = tiers.contains(.memory)
+        let needValue = needs == .value
+        var existing: ItemState? = nil
+        if needs != .nothing {
+            let now = clock.nowMicros()
+            let mem: ItemState? = memoryToo
+                ? memory.with(loc, key) { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: needValue)?.state }
+                : nil
+            let onDisk: ItemState?
+            if let p = log.index.lookup(id) { onDisk = p.state } else {
+                onDisk = try disk.read(namespace: namespace, key: key, withValue: needValue, countStats: false)?.state
+            }
+            existing = Self.newest(mem, onDisk)
+        }
+        let now = clock.nowMicros()
+        let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next())
+        switch effect {
+        case .none:
+            return (result, nil)
+        case .delete:
+            memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
+            return (result, log.append(.delete(id), at: now, flushedByCaller: flushedByCaller))
+        case .store(let s):
+            if !s.value.isEmpty, log.refusal != nil {
+                // SQLite cannot take the backlog (a full disk): no new value is accepted until
+                // it can; removals still are (they free space).
+                throw StoreError(.diskFull, "disk full while writing (\(configuration.directory)); nothing was stored")
+            }
+            memory.with(loc, key) { shard, k in
+                if memoryToo && !s.tombstone {
+                    shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                } else {
+                    // Disk-only writes (replicas) and tombstones invalidate an older memory copy.
+                    shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now)
+                }
+            }
+            // Only a stored set writes the caller's value as is; it was encoded on the caller's thread.
+            let encoded: (ValueEncoding, [UInt8])
+            if let pre = preEncoded, !s.tombstone, case .set(.stored) = result { encoded = pre } else { encoded = disk.codec.encode(s.value) }
+            disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
+            disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)
+            return (result, log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller))
+        }
+    }
+
+    /// Writes every record appended to the log so far (with one `write()`, unless another
+    /// thread is writing them) and runs the completions they answer, on this thread.
+    public func flushLog() { log.flush() }
+
+    /// Whether `submitSet` with these options completes without blocking the caller: writes to
+    /// memory only, and unconditional sets with a node-assigned version (they need no read of
+    /// the stored item). The wait for room in the log (back-pressure) may still block.
+    public static func submitsWithoutBlocking(_ options: SetOptions) -> Bool {
+        guard options.tiers.contains(.disk) else { return true }
+        return options.mode == .set && options.version == nil
+    }
+
+    /// A set that does not wait for the log: for callers that must not block, such as the
+    /// node's event loop. Validation errors are thrown at once; the outcome goes to
+    /// `completion` once the record is in the log file — on whichever thread wrote it (the
+    /// caller's own `flushLog()`, another writer's flush, or the log's flusher), so the
+    /// completion must only hand the outcome on (it must not block, nor take long). With
+    /// `flushLater` the caller promises to call `flushLog()` soon (the node does at the end of
+    /// its event-loop iteration, so all the records of one iteration go out in one `write()`);
+    /// otherwise the log's flusher writes it. Sets that do not `submitsWithoutBlocking`,
+    /// writes to the memory tier only and write-behind writes complete before this returns.
+    /// (`quickCompletion` is kept for callers; every completion is quick now.)
+    public func submitSet(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], options: SetOptions = SetOptions(),
+                          quickCompletion: Bool = false, flushLater: Bool = false,
+                          completion: @escaping @Sendable (Result<SetOutcome, StoreError>) -> Void) throws {
+        try check(key: key, namespace: namespace, value: value, options: options)
+        guard options.tiers.contains(.disk), !options.writeBehind, Self.submitsWithoutBlocking(options) else {
+            completion(Result { try set(key, value, namespace: namespace, options: options) }.mapError {
+                $0 as? StoreError ?? StoreError(.io, "\($0)")
+            })
+            return
+        }
+        let op = try setOp(value, options)
+        let ns = registry.entry(namespace)
+        ns.counters.writes.add(1, ordering: .relaxed)
+        let loc = memory.locate(tag: ns.tag, key: key)
+        let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: options.tiers, needs: .nothing,
+                                             callerVersion: nil, preEncoded: disk.codec.encode(value), flushedByCaller: flushLater)
+        guard case .set(let outcome) = result else { return completion(.failure(StoreError(.io, "internal: unexpected result kind"))) }
+        guard let end else { return completion(.success(outcome)) }
+        log.onDurable(end) { error in completion(error.map { .failure($0) } ?? .success(outcome)) }
+    }
+}
