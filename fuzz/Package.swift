@@ -17,5 +17,6 @@ let package = Package(
         .executableTarget(name: "fuzz-frames", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
         .executableTarget(name: "fuzz-image", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
         .executableTarget(name: "fuzz-disk-value", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
+        .executableTarget(name: "fuzz-log", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
     ]
 )

@@ -26,6 +26,29 @@ public enum FuzzEntry {
         _ = try? ImageCodec.validate(data, pixelLimit: 1 << 20)
     }
 
+    /// The durability log's record decoder and segment scan, on bytes read as the records of
+    /// a segment starting at position 0. Every record that verifies must re-encode to exactly
+    /// its bytes (the codec is a bijection on what it accepts); returns how many verified.
+    @discardableResult
+    public static func logRecords(_ data: [UInt8]) -> Int {
+        var verified = 0
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                guard case .record(let r, let size) = LogRecord.decode(raw, offset: offset, position: UInt64(offset)) else { break }
+                precondition(r.encoded(at: UInt64(offset)) == Array(data[offset..<(offset + size)]), "a log record did not round-trip")
+                verified += 1
+                offset += size
+            }
+        }
+        let segment = LogSegment.header(start: 0) + data
+        var scanned = 0
+        let end = segment.withUnsafeBytes { LogSegment.scan($0, expectedStart: 0) { _, _ in scanned += 1; return true } }
+        precondition(scanned == verified, "the scan and the decoder disagree")
+        if case .clean = end { precondition(verified > 0 || data.isEmpty) }
+        return verified
+    }
+
     /// The disk tier's value decoding: zstd bounded by a claimed size taken from the input.
     public static func diskValue(_ data: [UInt8]) {
         guard data.count >= 2 else { return }

@@ -18,6 +18,12 @@ final class CorpusReplayTests: XCTestCase {
     func testFrameCorpus() throws { XCTAssertGreaterThan(try replay("frames", FuzzEntry.frames), 20) }
     func testImageCorpus() throws { XCTAssertGreaterThanOrEqual(try replay("image", FuzzEntry.image), 4) }
     func testDiskValueCorpus() throws { XCTAssertGreaterThanOrEqual(try replay("disk-value", FuzzEntry.diskValue), 3) }
+    func testLogCorpus() throws {
+        XCTAssertGreaterThanOrEqual(try replay("log", { FuzzEntry.logRecords($0) }), 4)
+        // The corpus holds real records: the four-record file decodes whole.
+        let four = try [UInt8](Data(contentsOf: Self.corpus.appendingPathComponent("log/four-records")))
+        XCTAssertEqual(FuzzEntry.logRecords(four), 4)
+    }
 
     func testEntriesSurviveShortAndEmptyInputs() {
         for n in 0..<64 {
@@ -25,6 +31,7 @@ final class CorpusReplayTests: XCTestCase {
             FuzzEntry.frames(junk)
             FuzzEntry.image(junk)
             FuzzEntry.diskValue(junk)
+            FuzzEntry.logRecords(junk)
         }
     }
 }
