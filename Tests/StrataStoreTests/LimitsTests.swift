@@ -240,7 +240,8 @@ final class DiskLimitTests: XCTestCase {
     /// index on access times): the oldest of the sample go. Recently read and recently written
     /// items survive; what goes is old.
     func testSampledEvictionOfALargeTableKeepsRecentItems() throws {
-        let f = try StoreFixture { $0.diskCountLimit = 3000; $0.accessResolution = 1 }
+        // Small applier batches: each commit evicts only a few rows, from a sample of its own.
+        let f = try StoreFixture { $0.diskCountLimit = 3000; $0.accessResolution = 1; $0.maxApplyBatch = 8 }
         XCTAssertGreaterThan(3000, DiskTier.exactEvictionRows)
         for i in 0..<3000 {
             _ = try f.store.set(bytes("old\(i)"), bytes("v"), options: SetOptions(tiers: .disk))

@@ -79,7 +79,7 @@ extension DiskTier {
     /// Deletes about `n` of the least recently used rows; returns how many went. There is no
     /// index on `access` (every write and every buffered read would update it: measured, 16 %
     /// of a node's CPU on 1 KiB durable sets), so the candidates are a random sample — 8 rows
-    /// per row to evict, read in runs of 16 from random rowids — and the oldest of them go
+    /// per row to evict, at least 256, read in runs of 16 from random rowids — and the oldest go
     /// (Redis's approximated LRU). A table of at most `exactEvictionRows` rows is read whole,
     /// so a small store evicts in exact LRU order. Writer thread.
     func deleteLeastRecentlyUsed(_ db: SQLiteConnection, _ n: Int, rows: Int) throws -> Int {
@@ -92,7 +92,7 @@ extension DiskTier {
         } else {
             let maxID = try db.scalarInt("SELECT max(id) FROM items") ?? 0
             guard maxID > 0 else { return 0 }
-            let want = min(8 * n, 1 << 20)
+            let want = min(max(256, 8 * n), 1 << 20)
             let run = try db.statement("SELECT id, access FROM items WHERE id >= ? ORDER BY id LIMIT 16")
             var reads = 0
             while candidates.count < want && reads < want / 4 + 64 {
