@@ -55,7 +55,9 @@ bench-store: release
 # FUZZ_RUNS runs from the saved corpus; new crashes land in fuzz/artifacts/.
 FUZZ_RUNS ?= 1000000
 soak: deps
-	cd fuzz && swift build -c release --sanitize=fuzzer --sanitize=address
+	# From a clean fuzz/.build: an incremental build once linked a fuzzer without coverage
+	# counters (libFuzzer then says "no interesting inputs … instrumented?" and learns nothing).
+	cd fuzz && rm -rf .build && swift build -c release --sanitize=fuzzer --sanitize=address
 	mkdir -p fuzz/artifacts
 	for t in frames image disk-value log; do \
 	  cp -r fuzz/corpus/$$t /tmp/strata-fuzz-$$t-corpus 2>/dev/null || true; \
