@@ -131,14 +131,16 @@ final class DurabilityLog: @unchecked Sendable {
                 let state = ItemState(value: value, flags: p.flags, extended: p.extended, expiry: p.expiry, version: p.version, marks: p.marks)
                 let id = ItemKey(namespace: p.namespace, key: p.key)
                 kind = .put(id, state, encoding, p.stored)
-                entry = PendingIndex.Entry(position: position, state: state, encoding: encoding, storedSize: p.stored.count, at: now)
-                index.put(id, entry!)
+                let e = PendingIndex.Entry(position: position, state: state, encoding: encoding, storedSize: p.stored.count, at: now)
+                entry = e
+                index.put(id, e)
                 maxVersion = max(maxVersion, p.version)
             case let .delete(ns, key):
                 let id = ItemKey(namespace: ns, key: key)
                 kind = .delete(id)
-                entry = PendingIndex.Entry(position: position, state: nil, encoding: .raw, storedSize: 0, at: now)
-                index.put(id, entry!)
+                let e = PendingIndex.Entry(position: position, state: nil, encoding: .raw, storedSize: 0, at: now)
+                entry = e
+                index.put(id, e)
             case .flushNamespace(let ns): kind = .flushNamespace(ns)
             case .flushAll: kind = .flushAll
             }
@@ -236,11 +238,13 @@ final class DurabilityLog: @unchecked Sendable {
         var entry: PendingIndex.Entry? = nil
         switch kind {
         case let .put(id, s, encoding, stored):
-            entry = PendingIndex.Entry(position: position, state: s, encoding: encoding, storedSize: stored.count, at: now)
-            index.put(id, entry!)
+            let e = PendingIndex.Entry(position: position, state: s, encoding: encoding, storedSize: stored.count, at: now)
+            entry = e
+            index.put(id, e)
         case .delete(let id):
-            entry = PendingIndex.Entry(position: position, state: nil, encoding: .raw, storedSize: 0, at: now)
-            index.put(id, entry!)
+            let e = PendingIndex.Entry(position: position, state: nil, encoding: .raw, storedSize: 0, at: now)
+            entry = e
+            index.put(id, e)
         default: break
         }
         buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry))
