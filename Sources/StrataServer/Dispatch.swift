@@ -43,7 +43,7 @@ final class Dispatcher: @unchecked Sendable {
 
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
-    let variantFlights = SingleFlight<ItemKey, (bytes: [UInt8], width: Int, height: Int)>()
+    let variantFlights = SingleFlight<ItemKey, (bytes: [UInt8], width: Int, height: Int, stored: Bool)>()
 
     /// Which variants belong to which original (dropped when the original changes).
     let lineage = VariantLineage()
@@ -221,32 +221,42 @@ final class Dispatcher: @unchecked Sendable {
         guard derived.count <= ItemLimits.maxKeyBytes else {
             return Responses.error(to: f, .invalidArgument, "the key is too long to derive a variant key from (limit \(ItemLimits.maxKeyBytes) bytes)")
         }
-        if let cached = try store.get(derived, namespace: v.namespace), cached.extended.count == 4 {
+        /// The stored variant, if there is one (counted as a hit).
+        func stored() throws -> (bytes: [UInt8], width: Int, height: Int, stored: Bool)? {
+            guard let cached = try store.get(derived, namespace: v.namespace), cached.extended.count == 4 else { return nil }
             stats?.variantHits.add()
             lineage.record(original: originalID, derivedKey: derived)
-            let w = UInt16(cached.extended[0]) << 8 | UInt16(cached.extended[1]), h = UInt16(cached.extended[2]) << 8 | UInt16(cached.extended[3])
-            return Responses.imageVariant(to: f, bytes: cached.value, width: w, height: h, cached: true, version: original.version)
+            return (cached.value, Int(cached.extended[0]) << 8 | Int(cached.extended[1]),
+                    Int(cached.extended[2]) << 8 | Int(cached.extended[3]), true)
         }
         let flightKey = ItemKey(namespace: v.namespace, key: derived)
-        let made: (value: (bytes: [UInt8], width: Int, height: Int), shared: Bool)
+        let made: (value: (bytes: [UInt8], width: Int, height: Int, stored: Bool), shared: Bool)
         do {
-            made = try variantFlights.run(flightKey) {
-                let t0 = monotonicSeconds()
-                let r = try ImageCodec.variant(original.value, spec, pixelLimit: imagePixelLimit)
-                stats?.variantsComputed.add()
-                stats?.transformMicros.add(Int((monotonicSeconds() - t0) * 1e6))
-                let ext: [UInt8] = [UInt8(r.width >> 8 & 0xFF), UInt8(r.width & 0xFF), UInt8(r.height >> 8 & 0xFF), UInt8(r.height & 0xFF)]
-                _ = try store.set(derived, r.bytes, namespace: v.namespace,
-                                  options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext,
-                                                      tiers: Tiers(wire: f.tiers)))
-                lineage.record(original: originalID, derivedKey: derived)
-                return r
+            if let hit = try stored() {
+                made = (hit, false)
+            } else {
+                made = try variantFlights.run(flightKey) {
+                    // Looked again inside the flight: a flight for this variant may have finished
+                    // (and stored it) between the lookup above and this one starting.
+                    if let hit = try stored() { return hit }
+                    let t0 = monotonicSeconds()
+                    let r = try ImageCodec.variant(original.value, spec, pixelLimit: imagePixelLimit)
+                    stats?.variantsComputed.add()
+                    stats?.transformMicros.add(Int((monotonicSeconds() - t0) * 1e6))
+                    let ext: [UInt8] = [UInt8(r.width >> 8 & 0xFF), UInt8(r.width & 0xFF), UInt8(r.height >> 8 & 0xFF), UInt8(r.height & 0xFF)]
+                    _ = try store.set(derived, r.bytes, namespace: v.namespace,
+                                      options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext,
+                                                          tiers: Tiers(wire: f.tiers)))
+                    lineage.record(original: originalID, derivedKey: derived)
+                    return (r.bytes, r.width, r.height, false)
+                }
             }
         } catch let e as ImageError {
             return Responses.error(to: f, .invalidImage, e.message)
         }
         return Responses.imageVariant(to: f, bytes: made.value.bytes, width: UInt16(clamping: made.value.width),
-                                      height: UInt16(clamping: made.value.height), cached: made.shared, version: original.version)
+                                      height: UInt16(clamping: made.value.height), cached: made.shared || made.value.stored,
+                                      version: original.version)
     }
 
     /// Runs `r` against the store (may block on the disk tier). Nil = no response (QUIET success).
