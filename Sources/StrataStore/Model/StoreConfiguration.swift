@@ -75,7 +75,8 @@ public struct StoreConfiguration: Sendable {
     /// A log segment file is closed and a new one started past this size; segments SQLite has
     /// absorbed (applied and checkpointed) are deleted.
     public var logSegmentBytes: Int = 16 << 20
-    /// Most log records the applier commits to SQLite in one transaction.
+    /// Most log records the applier commits to SQLite in one transaction. The WAL can pass
+    /// 4 × `walLimit` by one such transaction before the writer checkpoints it.
     public var maxApplyBatch: Int = 4096
     /// For tests: the applier waits this long (seconds) before each batch, so a backlog builds
     /// up (a slow disk) and crash tests find unapplied records in the log. 0 in production.
