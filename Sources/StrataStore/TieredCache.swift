@@ -48,10 +48,7 @@ public final class TieredCache: @unchecked Sendable {
         self.memory = MemoryTier(config: configuration)
         let disk = try DiskTier(config: configuration, clock: clock, registry: registry)
         self.disk = disk
-        let sink: @Sendable (String) -> Void = configuration.log ?? { line in
-            var l = line + "\n"
-            l.withUTF8 { _ = Glibc.write(2, $0.baseAddress, $0.count) }
-        }
+        let sink = disk.log // the configured sink, or stderr
         do {
             log = try DurabilityLog(directory: configuration.directory + "/log", policy: configuration.fsync, applied: disk.logApplied,
                                     limitBytes: configuration.logLimit, segmentBytes: configuration.logSegmentBytes,

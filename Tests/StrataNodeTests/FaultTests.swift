@@ -252,17 +252,10 @@ final class LogDamageTests: XCTestCase {
         node!.process.waitUntilExit()
         node = nil
         XCTAssertEqual(try runCLI(["check", "--data", dir.path]).code, 0, "after a crash the directory is clean")
-        let logDir = dir.path + "/log"
-        let segment = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: logDir).filter { $0.hasSuffix(".seg") }.sorted().last)
-        let path = logDir + "/" + segment
+        let path = try lastLogSegment(dir.path)
         let size = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
         XCTAssertGreaterThan(size, 2000)
-        let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: path))
-        try h.seek(toOffset: UInt64(size / 2))
-        let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
-        try h.seek(toOffset: UInt64(size / 2))
-        h.write(Data([byte ^ 0x01]))
-        try h.close()
+        try flipByte(path, at: UInt64(size / 2), mask: 0x01)
         let check = try runCLI(["check", "--data", dir.path])
         XCTAssertEqual(check.code, 3, "damage in the log is a problem")
         XCTAssertTrue(String(decoding: check.out, as: UTF8.self).contains("log damage"), String(decoding: check.out, as: UTF8.self))

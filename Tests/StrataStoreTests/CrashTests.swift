@@ -110,13 +110,7 @@ final class CrashTests: XCTestCase {
             let wal = dir.path + "/" + DiskTier.fileName + "-wal"
             let size = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0
             if size > 4096 {
-                let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: wal))
-                let offset = UInt64(32 + Int(rng.next() % UInt64(size - 64)))
-                try h.seek(toOffset: offset)
-                let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
-                try h.seek(toOffset: offset)
-                h.write(Data([byte ^ 0x5A]))
-                try h.close()
+                try flipByte(wal, at: UInt64(32 + Int(rng.next() % UInt64(size - 64))), mask: 0x5A)
                 flipsThatMattered += 1
             }
             var config = StoreConfiguration(directory: dir.path)
@@ -145,16 +139,9 @@ final class CrashTests: XCTestCase {
         let dir = TempDir()
         let newest = try runAndKill(dir, env: ["STRATA_APPLY_DELAY": "30"], wait: 200_000, round: 0, seed: 0)
         XCTAssertGreaterThan(newest.count, 20)
-        let logDir = dir.path + "/log"
-        let segment = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: logDir).filter { $0.hasSuffix(".seg") }.sorted().last)
-        let path = logDir + "/" + segment
+        let path = try lastLogSegment(dir.path)
         let size = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
-        let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: path))
-        try h.seek(toOffset: UInt64(size / 2))
-        let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
-        try h.seek(toOffset: UInt64(size / 2))
-        h.write(Data([byte ^ 0x01]))
-        try h.close()
+        try flipByte(path, at: UInt64(size / 2), mask: 0x01)
         let report = try TieredCache.check(directory: dir.path)
         XCTAssertFalse(report.isClean)
         XCTAssertEqual(report.logDamage.count, 1, "\(report.logDamage)")

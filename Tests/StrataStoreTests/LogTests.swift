@@ -262,13 +262,8 @@ final class LogFilesTests: XCTestCase {
         log.close()
         // Flip one byte inside record 5 (in the first segment).
         let first = dir + "/" + (try segmentNames(dir))[0]
-        let h = try XCTUnwrap(FileHandle(forUpdatingAtPath: first))
         let offset = positions[5] - LogSegment.start(fromFileName: (try segmentNames(dir))[0])! + 32 + 100
-        try h.seek(toOffset: offset)
-        let byte = try XCTUnwrap(h.readData(ofLength: 1).first)
-        try h.seek(toOffset: offset)
-        h.write(Data([byte ^ 0x10]))
-        try h.close()
+        try flipByte(first, at: offset, mask: 0x10)
         (log, seen) = try open(dir, segmentBytes: 1 << 16)
         XCTAssertEqual(seen.map { $0.1 }, (0..<5).map { put($0, size: 4000) }, "only records before the damage")
         XCTAssertEqual(log.report.damage.count, 1)

@@ -59,3 +59,26 @@ public func retrying<T>(for seconds: Double, interval: Double = 0.05, _ body: ()
     if let result { return result }
     throw lastError!
 }
+
+/// XORs the byte at `offset` of the file at `path` with `mask` (damage for corruption tests).
+public func flipByte(_ path: String, at offset: UInt64, mask: UInt8) throws {
+    guard let h = FileHandle(forUpdatingAtPath: path) else {
+        throw NSError(domain: "flipByte", code: 1, userInfo: [NSLocalizedDescriptionKey: "cannot open \(path)"])
+    }
+    defer { try? h.close() }
+    try h.seek(toOffset: offset)
+    guard let byte = try h.read(upToCount: 1)?.first else {
+        throw NSError(domain: "flipByte", code: 2, userInfo: [NSLocalizedDescriptionKey: "\(path) has no byte at \(offset)"])
+    }
+    try h.seek(toOffset: offset)
+    try h.write(contentsOf: Data([byte ^ mask]))
+}
+
+/// The last segment file of a data directory's durability log.
+public func lastLogSegment(_ dataDirectory: String) throws -> String {
+    let logDir = dataDirectory + "/log"
+    guard let name = try FileManager.default.contentsOfDirectory(atPath: logDir).filter({ $0.hasSuffix(".seg") }).sorted().last else {
+        throw NSError(domain: "lastLogSegment", code: 1, userInfo: [NSLocalizedDescriptionKey: "no segment in \(logDir)"])
+    }
+    return logDir + "/" + name
+}

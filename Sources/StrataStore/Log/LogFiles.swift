@@ -242,7 +242,8 @@ final class LogFiles: @unchecked Sendable {
 
     // MARK: Replay
 
-    private func segmentFiles() -> [UInt64] {
+    /// The start positions of the segment files in `directory`, in order.
+    static func segmentStarts(in directory: String) -> [UInt64] {
         guard let dir = opendir(directory) else { return [] }
         defer { closedir(dir) }
         var starts: [UInt64] = []
@@ -255,7 +256,7 @@ final class LogFiles: @unchecked Sendable {
 
     private func replay(from: UInt64, clock: any Clock, visit: (UInt64, LogRecord) throws -> Void) throws -> OpenReport {
         var report = OpenReport()
-        let starts = segmentFiles()
+        let starts = Self.segmentStarts(in: directory)
         for (i, start) in starts.enumerated() {
             let path = directory + "/" + LogSegment.fileName(start: start)
             let bytes = try readFile(path)
@@ -347,14 +348,7 @@ final class LogFiles: @unchecked Sendable {
     /// cut write, repaired at the next open), and reports any damage.
     static func verify(directory: String, applied: UInt64) -> Verification {
         var v = Verification()
-        guard let dir = opendir(directory) else { return v }
-        var starts: [UInt64] = []
-        while let e = readdir(dir) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if let s = LogSegment.start(fromFileName: name) { starts.append(s) }
-        }
-        closedir(dir)
-        starts.sort()
+        let starts = segmentStarts(in: directory)
         for (i, start) in starts.enumerated() {
             let path = directory + "/" + LogSegment.fileName(start: start)
             guard let bytes = try? readWholeFile(path) else { v.damage.append("\(path): cannot be read"); continue }
