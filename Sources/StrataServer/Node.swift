@@ -59,6 +59,8 @@ public final class Node: @unchecked Sendable {
         sc.defaultTTL = config.defaultTTL
         sc.fsync = config.fsync
         sc.logLimit = config.logLimit
+        sc.diskTrimTo = config.diskTrimTo
+        sc.diskEviction = config.diskEviction
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.

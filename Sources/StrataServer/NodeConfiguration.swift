@@ -58,6 +58,11 @@ public struct NodeConfiguration: Sendable {
     /// Most bytes of log records not yet applied to SQLite (`--log-limit`); past it, writes
     /// wait for the applier.
     public var logLimit: Int = 64 << 20
+    /// When `diskLimit` is reached, items are evicted down to this fraction of it
+    /// (`--disk-trim-to`; see `DiskBudget`).
+    public var diskTrimTo = 0.9
+    /// Which items go first at a disk limit (`--disk-evict lru|oldest`).
+    public var diskEviction: DiskEviction = .lru
 
     public init() {}
 

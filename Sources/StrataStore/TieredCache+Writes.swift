@@ -188,6 +188,14 @@ extension TieredCache {
                 // it can; removals still are (they free space).
                 throw StoreError(.diskFull, "disk full while writing (\(configuration.directory)); nothing was stored")
             }
+            // Only a stored set writes the caller's value as is; it was encoded on the caller's thread.
+            let encoded: (ValueEncoding, [UInt8])
+            if let pre = preEncoded, !s.tombstone, case .set(.stored) = result { encoded = pre } else { encoded = disk.codec.encode(s.value) }
+            if encoded.1.count > disk.budget.maxStoredItem {
+                // Decided here, before anything changed: evicting everything else could not
+                // make room for it (see DiskBudget).
+                throw StoreError(.valueTooLarge, "value is \(encoded.1.count) bytes stored; the disk limit of \(disk.budget.limit) bytes holds items of at most \(disk.budget.maxStoredItem)")
+            }
             memory.with(loc, key) { shard, k in
                 if memoryToo && !s.tombstone {
                     shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
@@ -196,9 +204,6 @@ extension TieredCache {
                     shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now)
                 }
             }
-            // Only a stored set writes the caller's value as is; it was encoded on the caller's thread.
-            let encoded: (ValueEncoding, [UInt8])
-            if let pre = preEncoded, !s.tombstone, case .set(.stored) = result { encoded = pre } else { encoded = disk.codec.encode(s.value) }
             disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
             disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)
             return (result, log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller))

@@ -39,6 +39,7 @@ public final class TieredCache: @unchecked Sendable {
 
     /// Opens (creating when needed) the store in `configuration.directory`.
     public init(configuration: StoreConfiguration, clock: any Clock = SystemClock()) throws {
+        let configuration = configuration.fittedToDiskBudget()
         guard configuration.maxItemBytes > 0, configuration.memoryShards > 0, configuration.maxBatch > 0 else {
             throw StoreError(.invalidArgument, "maxItemBytes, memoryShards and maxBatch must be positive")
         }
@@ -68,6 +69,8 @@ public final class TieredCache: @unchecked Sendable {
             memory.with(loc, id.key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
         }
         disk.onCheckpointed = { position in log.files.removeSegments(before: position) }
+        let files = log.files
+        disk.logBytes = { files.bytesOnDisk }
         // Reads look items up by namespace: every namespace with a replayed write is known.
         for name in log.replayedNamespaces { _ = registry.entry(name) }
         do {

@@ -10,11 +10,6 @@ func soakCount(short: Int, long: Int) -> Int {
     ProcessInfo.processInfo.environment["STRATA_SOAK"] == nil ? short : long
 }
 
-/// A figure for RELIABILITY.md, printed on its own line (`make soak` collects them).
-func reportFigure(_ name: String, _ value: String) {
-    print("FIGURE \(name): \(value)")
-}
-
 /// Runs a setup tool (mount, ip) by name; exit status and combined output, 127 when it
 /// cannot be started.
 @discardableResult

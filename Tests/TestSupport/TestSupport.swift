@@ -82,3 +82,8 @@ public func lastLogSegment(_ dataDirectory: String) throws -> String {
     }
     return logDir + "/" + name
 }
+
+/// A figure for RELIABILITY.md, printed on its own line (`make soak` collects them).
+public func reportFigure(_ name: String, _ value: String) {
+    print("FIGURE \(name): \(value)")
+}

@@ -21,56 +21,81 @@ extension DiskTier {
         return stat(dbPath + "-wal", &st) == 0 ? Int(st.st_size) : 0
     }
 
-    /// Pages in use (not free) plus the WAL.
-    /// Bytes on disk: every page of the database file (free pages included) plus the WAL. A
-    /// file that cannot return free pages (made without auto-vacuum) counts pages in use, or
-    /// evicting could never bring it under the limit.
+    /// Bytes on disk: every page of the database file (free pages included) plus the WAL
+    /// and the durability log's segments. A file that cannot return free pages (made without
+    /// auto-vacuum) counts pages in use, or evicting could never bring it under the limit.
     func bytesOnDisk(_ db: SQLiteConnection) throws -> Int {
         var pages = Int(try db.scalarInt("PRAGMA page_count") ?? 0)
         if !incrementalVacuum { pages -= Int(try db.scalarInt("PRAGMA freelist_count") ?? 0) }
-        return pages * pageSize + walBytes()
+        return pages * pageSize + walBytes() + (logBytes?() ?? 0)
     }
 
+    /// What the byte limit is held against: pages holding data (free pages are reused by the
+    /// next inserts before the file grows, so the file stays at the size this reached), the
+    /// WAL and the log's segments.
+    func bytesInUse(_ db: SQLiteConnection) throws -> Int {
+        let pages = Int(try db.scalarInt("PRAGMA page_count") ?? 0) - Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
+        return pages * pageSize + walBytes() + (logBytes?() ?? 0)
+    }
+
+    /// Inside a transaction, before its commit: evicts what the limits require. The count
+    /// limit is exact; the byte limit trims from `budget.highWater` down to `budget.lowWater`
+    /// in one go (see `DiskBudget`); the free-space floor gives back about 1 % of the rows.
     func enforceLimits(_ db: SQLiteConnection, _ staged: inout Staged) throws {
         if rowCount + staged.rowDelta > config.diskCountLimit {
-            try evictLRU(db, &staged, untilCount: config.diskCountLimit, bytes: Int.max)
+            try evict(db, &staged, untilCount: config.diskCountLimit, bytes: Int.max)
         }
         // Measuring bytes on disk costs two PRAGMAs and a stat: only when the estimate (last
         // measurement + an upper bound of each row's page writes since) could be over the limit.
-        let limit = config.diskByteLimit
-        if limit > 0 && limit < Int.max && bytesEstimate + staged.bytesBound(pageSize: pageSize) > limit {
-            try evictLRU(db, &staged, untilCount: Int.max, bytes: limit)
-            bytesEstimate = try bytesOnDisk(db) - staged.bytesBound(pageSize: pageSize)
+        if budget.isLimited && bytesEstimate + staged.bytesBound(pageSize: pageSize) > budget.highWater {
+            if try bytesInUse(db) + staged.bytesBound(pageSize: pageSize) > budget.highWater {
+                try evict(db, &staged, untilCount: Int.max, bytes: budget.lowWater, pendingBytes: staged.bytesBound(pageSize: pageSize))
+            }
+            bytesEstimate = try bytesInUse(db)
         }
         if config.freeDiskSpaceLimit > 0 && freeSpace() < config.freeDiskSpaceLimit {
             // Give back about 1 % of the rows; the space returns once the free pages are vacuumed.
             let target = max(0, rowCount + staged.rowDelta - max(16, (rowCount + staged.rowDelta) / 100))
-            try evictLRU(db, &staged, untilCount: target, bytes: Int.max)
+            try evict(db, &staged, untilCount: target, bytes: Int.max)
         }
     }
 
-    /// Deletes least recently used rows until at most `untilCount` rows remain and the bytes
-    /// on disk are at most `bytes`.
-    func evictLRU(_ db: SQLiteConnection, _ staged: inout Staged, untilCount: Int, bytes: Int) throws {
+    /// Deletes rows in `config.diskEviction` order until at most `untilCount` remain and the
+    /// bytes on disk (plus `pendingBytes`, what this transaction will still add) are at most
+    /// `bytes`. Free pages count as room (new rows reuse them); moving pages to give them back
+    /// to the file system (incremental vacuum) would write each moved page to the WAL, so that
+    /// is left to maintenance (see `vacuumIfWorthIt`).
+    func evict(_ db: SQLiteConnection, _ staged: inout Staged, untilCount: Int, bytes: Int, pendingBytes: Int = 0) throws {
         while rowCount + staged.rowDelta > 0 {
-            let overCount = rowCount + staged.rowDelta - untilCount
-            var n = max(0, overCount)
+            let rows = rowCount + staged.rowDelta
+            var n = max(0, rows - untilCount)
             if n == 0 && bytes < Int.max {
-                guard try bytesOnDisk(db) > bytes else { break }
-                // Free pages first (auto_vacuum=INCREMENTAL gives them back to the file system),
-                // then least recently used rows.
-                let free = incrementalVacuum ? Int(try db.scalarInt("PRAGMA freelist_count") ?? 0) : 0
-                if free > 0 {
-                    try db.execute("PRAGMA incremental_vacuum(\(free))")
-                    if Int(try db.scalarInt("PRAGMA freelist_count") ?? 0) < free { continue }
-                }
-                n = max(16, (rowCount + staged.rowDelta) / 50)
+                let used = try bytesInUse(db) + pendingBytes
+                guard used > bytes else { break }
+                // Enough rows, at the file's average size, to cover the excess (at least 16).
+                let pages = (Int(try db.scalarInt("PRAGMA page_count") ?? 0) - Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)) * pageSize
+                let perRow = max(64, pages / max(1, rows))
+                n = max(16, (used - bytes + perRow - 1) / perRow)
             } else if n == 0 { break }
-            let removed = try deleteLeastRecentlyUsed(db, n, rows: rowCount + staged.rowDelta)
+            let removed = try deleteVictims(db, min(n, rows), rows: rows)
             if removed == 0 { break }
             staged.rowDelta -= removed
             staged.evicted += removed
         }
+    }
+
+    /// Deletes `n` rows in eviction order; returns how many went.
+    func deleteVictims(_ db: SQLiteConnection, _ n: Int, rows: Int) throws -> Int {
+        guard n > 0 else { return 0 }
+        if config.diskEviction == .oldest {
+            // Row ids grow with every write (an overwrite is a delete and an insert), so the
+            // smallest are the oldest writes: exact, through the table's own order.
+            let s = try db.statement("DELETE FROM items WHERE id IN (SELECT id FROM items ORDER BY id LIMIT ?)")
+            s.bind(1, n)
+            try s.run()
+            return db.changes
+        }
+        return try deleteLeastRecentlyUsed(db, n, rows: rows)
     }
 
     /// Tables up to this many rows are read whole when evicting: exact LRU order.
@@ -111,5 +136,18 @@ extension DiskTier {
             removed += db.changes
         }
         return removed
+    }
+
+    /// Gives free pages back to the file system (a quarter at a time, each moved page written
+    /// to the WAL) when they are worth it: always without a byte limit (a flush or deletes
+    /// shrink the file), and with one only past the room a trim leaves (between the low- and
+    /// high-water marks) plus a quarter of the high-water mark: the next inserts reuse free
+    /// pages anyway, and moving them fills the WAL (a 16 MiB budget's WAL grew to 3.7 MiB).
+    func vacuumIfWorthIt(_ db: SQLiteConnection) throws {
+        guard incrementalVacuum else { return }
+        let freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
+        guard freePages > 64 else { return }
+        if budget.isLimited && freePages * pageSize <= budget.highWater - budget.lowWater + budget.highWater / 4 { return }
+        try db.execute("PRAGMA incremental_vacuum(\(max(64, freePages / 4)))")
     }
 }

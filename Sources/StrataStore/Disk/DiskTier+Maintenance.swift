@@ -17,10 +17,9 @@ extension DiskTier {
         flushAccessTimes()
         do {
             try sweepStep(db)
-            let freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
-            if freePages > 64 { try db.execute("PRAGMA incremental_vacuum(\(max(64, freePages / 4)))") }
-            bytesEstimate = try bytesOnDisk(db)
-            counters.bytesOnDisk.store(bytesEstimate, ordering: .relaxed)
+            try vacuumIfWorthIt(db)
+            bytesEstimate = try bytesInUse(db)
+            counters.bytesOnDisk.store(try bytesOnDisk(db), ordering: .relaxed)
         } catch let e as SQLiteError {
             if e.isCorruption { quarantineAndReopen(reason: "during maintenance: \(e.message)") }
         } catch {}

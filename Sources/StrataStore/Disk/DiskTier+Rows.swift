@@ -81,7 +81,7 @@ extension DiskTier {
             staged.complete(job, .success(nil))
 
         case let .trim(count, bytes):
-            try evictLRU(db, &staged, untilCount: count, bytes: bytes)
+            try evict(db, &staged, untilCount: count, bytes: bytes)
             staged.complete(job, .success(nil))
 
         default:
@@ -126,14 +126,20 @@ extension DiskTier {
                                  marks: state.marks, encoding: encoded.0, size: state.value.count,
                                  extended: state.extended, stored: $0)
         }
-        if !mayExist {
+        var replaced = false
+        if mayExist && config.diskEviction == .oldest {
+            // Oldest-first eviction goes by row id: a rewritten item takes a new one.
+            try deleteRow(db, nsID: nsID, key: key)
+            replaced = db.changes > 0
+        }
+        if !mayExist || config.diskEviction == .oldest {
             let ins = try db.statement("""
                 INSERT OR IGNORE INTO items(gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access, ns, key)
                 VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
                 """)
             bindRow(ins, nsID: nsID, gen: gen, key: key, state: state, encoded: encoded, checksum: checksum, now: now)
             try ins.run()
-            if db.changes == 1 { return true }
+            if db.changes == 1 { return !replaced }
         }
         let upsert = try db.statement("""
             INSERT INTO items(gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access, ns, key)

@@ -110,7 +110,7 @@ final class DurabilityLog: @unchecked Sendable {
     init(directory: String, policy: FsyncPolicy, applied: UInt64, limitBytes: Int, segmentBytes: Int,
          maxApplyBatch: Int = 4096, clock: any Clock, log: @escaping @Sendable (String) -> Void,
          decode: (ValueEncoding, [UInt8], Int) -> [UInt8]?) throws {
-        self.limitBytes = max(1 << 20, limitBytes)
+        self.limitBytes = max(64 << 10, limitBytes)
         self.maxApplyBatch = max(1, maxApplyBatch)
         self.clock = clock
         self.logLine = log

@@ -18,8 +18,14 @@ public struct StoreConfiguration: Sendable {
     // Disk tier.
     public var diskCountLimit: Int = Int.max
     /// Bytes on disk: every page of the database file (free pages are returned to the file
-    /// system first, then least recently used rows are evicted) plus the WAL.
+    /// system first, then items are evicted in `diskEviction` order), its WAL and the
+    /// durability log's segments. The WAL and log sizes are fitted to it (`DiskBudget`).
     public var diskByteLimit: Int = 4 << 30
+    /// When the byte limit is reached, items are evicted down to this fraction of it (less
+    /// the log's backlog room) in one batch: SDWebImage trims to half (0.5).
+    public var diskTrimTo: Double = 0.9
+    /// Which items go first when a disk limit (bytes or count) is reached.
+    public var diskEviction: DiskEviction = .lru
     /// Items not read or written for this many seconds are trimmed from disk (0 = no limit).
     public var diskAgeLimit: Double = 0
     /// Keep at least this many bytes free on the disk holding `directory` (0 = no floor).

@@ -1,0 +1,153 @@
+import Foundation
+import XCTest
+import StrataCore
+@testable import StrataStore
+
+/// The disk budget (issue 16, "A full or small disk"): the WAL and the log fitted to the
+/// limit, most of the budget holding items, trimming in batches down to a low-water mark,
+/// oldest-first eviction, and values that cannot fit refused before anything changes.
+final class DiskBudgetTests: XCTestCase {
+    func testSharesAreFittedToSmallLimitsOnly() {
+        let small = DiskBudget(limit: 16 << 20, walLimit: 16 << 20, logLimit: 64 << 20, logSegmentBytes: 16 << 20, trimTo: 0.9)
+        XCTAssertEqual(small.walLimit, 128 << 10)
+        XCTAssertEqual(small.logLimit, 256 << 10)
+        XCTAssertEqual(small.logSegmentBytes, 64 << 10)
+        XCTAssertEqual(small.highWater, (16 << 20) - (256 << 10))
+        XCTAssertEqual(small.lowWater, Int(Double((16 << 20) - (256 << 10)) * 0.9))
+        XCTAssertEqual(small.maxStoredItem, ((16 << 20) - (256 << 10) - 4 * (128 << 10)) / 3)
+
+        let defaults = DiskBudget(StoreConfiguration(directory: "/unused"))
+        XCTAssertEqual(defaults.walLimit, 16 << 20, "the default 4 GiB keeps the measured WAL size")
+        XCTAssertEqual(defaults.logLimit, 64 << 20)
+        XCTAssertEqual(defaults.logSegmentBytes, 16 << 20)
+
+        let unlimited = DiskBudget(limit: 0, walLimit: 16 << 20, logLimit: 64 << 20, logSegmentBytes: 16 << 20, trimTo: 0.9)
+        XCTAssertFalse(unlimited.isLimited)
+        XCTAssertEqual(unlimited.highWater, Int.max)
+        XCTAssertEqual(unlimited.maxStoredItem, Int.max)
+        XCTAssertEqual(unlimited.walLimit, 16 << 20)
+
+        // A configured size smaller than the share stays; trimTo is clamped to 0.05…1.
+        let tight = DiskBudget(limit: 1 << 30, walLimit: 1 << 20, logLimit: 2 << 20, logSegmentBytes: 1 << 20, trimTo: 7)
+        XCTAssertEqual(tight.walLimit, 1 << 20)
+        XCTAssertEqual(tight.logLimit, 2 << 20)
+        XCTAssertEqual(tight.trimTo, 1)
+    }
+
+    /// Bytes of every file the store keeps in its directory (database, WAL, log segments).
+    static func directoryBytes(_ path: String) -> Int {
+        var total = 0
+        for dir in [path, path + "/log"] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
+                var st = stat()
+                if stat(dir + "/" + name, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG { total += Int(st.st_size) }
+            }
+        }
+        return total
+    }
+
+    static func noise(_ seed: Int, _ count: Int) -> [UInt8] {
+        var rng = SplitMix(seed: UInt64(seed) &+ 0x5eed)
+        return (0..<count).map { _ in UInt8(truncatingIfNeeded: rng.next()) } // incompressible
+    }
+
+    /// Fills a store of each limit with 1.5 × its size of incompressible 16 KiB values, every
+    /// set acknowledged durably and read back at once. Returns the peak share of the limit that
+    /// held live items, and the peak bytes on disk.
+    func fill(limit: Int, value: Int = 16 << 10) throws -> (utilisation: Double, peakBytes: Int) {
+        let f = try StoreFixture { $0.diskByteLimit = limit }
+        var peakItems = 0, peakBytes = 0
+        let n = limit * 3 / 2 / value
+        for i in 0..<n {
+            let v = Self.noise(i, value)
+            _ = try f.store.set(bytes("k\(i)"), v, options: SetOptions(tiers: .disk))
+            // Never evicted by its own admission.
+            XCTAssertEqual(try f.store.get(bytes("k\(i)"), tiers: .disk)?.value.count, value, "k\(i) at \(limit >> 20) MiB")
+            if i % 8 == 7 {
+                try f.store.sync()
+                peakItems = max(peakItems, f.store.stats().disk.items)
+                let b = Self.directoryBytes(f.dir.path)
+                if b > peakBytes, ProcessInfo.processInfo.environment["BUDGET_DEBUG"] != nil {
+                    let fm = FileManager.default
+                    func sz(_ p: String) -> Int { (try? fm.attributesOfItem(atPath: p)[.size] as? Int) ?? 0 }
+                    print("peak \(b): db \(sz(f.dir.path + "/strata.db")) wal \(sz(f.dir.path + "/strata.db-wal")) log \(f.store.log.files.bytesOnDisk) items \(f.store.stats().disk.items)")
+                }
+                peakBytes = max(peakBytes, b)
+            }
+        }
+        try f.store.sync()
+        XCTAssertGreaterThan(f.store.stats().disk.evictions, 0, "1.5 × the limit was written")
+        XCTAssertNotNil(try f.store.get(bytes("k\(n - 1)"), tiers: .disk))
+        return (Double(peakItems * value) / Double(limit), peakBytes)
+    }
+
+    func testSmallLimitsHoldItemsInMostOfTheBudgetAndNeverPassIt() throws {
+        var figures: [String] = []
+        for mib in [16, 32] {
+            let limit = mib << 20
+            let (share, peak) = try fill(limit: limit)
+            XCTAssertGreaterThanOrEqual(share, 0.8, "\(mib) MiB: \(Int(share * 100)) % of the budget held items at the high-water mark")
+            XCTAssertLessThanOrEqual(peak, limit + (16 << 10) + 4096, "\(mib) MiB: on disk \(peak) bytes")
+            figures.append("\(mib) MiB: \(Int(share * 100)) % items, peak \(peak * 100 / limit) % of the limit on disk")
+        }
+        reportFigure("disk budget utilisation (16 KiB values)", figures.joined(separator: "; "))
+    }
+
+    func testValueThatCannotFitIsRefusedBeforeAnythingChanges() throws {
+        let f = try StoreFixture { $0.diskByteLimit = 16 << 20 }
+        let big = Self.noise(1, 6 << 20)
+        XCTAssertThrowsError(try f.store.set(bytes("big"), big)) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .valueTooLarge, "\(e)")
+            XCTAssertTrue("\(e)".contains("disk limit"), "\(e)")
+        }
+        XCTAssertNil(try f.store.get(bytes("big")))
+        XCTAssertEqual(f.store.stats().disk.items, 0)
+        // Compressible data of the same size fits (the limit is on stored bytes), and the memory
+        // tier alone is not bound by the disk limit.
+        XCTAssertNoThrow(try f.store.set(bytes("zeros"), [UInt8](repeating: 0, count: 6 << 20)))
+        XCTAssertNoThrow(try f.store.set(bytes("mem"), big, options: SetOptions(tiers: .memory)))
+        XCTAssertEqual(try f.store.get(bytes("zeros"), tiers: .disk)?.value.count, 6 << 20)
+    }
+
+    /// Once full, eviction takes the store down to the low-water mark in one go, so the
+    /// writes after it evict nothing until the budget fills again.
+    func testTrimmingGoesDownToTheLowWaterMark() throws {
+        let limit = 16 << 20, value = 16 << 10
+        let f = try StoreFixture { $0.diskByteLimit = limit; $0.diskTrimTo = 0.5 }
+        var i = 0
+        func put() throws {
+            _ = try f.store.set(bytes("k\(i)"), Self.noise(i, value), options: SetOptions(tiers: .disk))
+            try f.store.sync()
+            i += 1
+        }
+        while f.store.stats().disk.evictions == 0 && i < 4 * limit / value { try put() }
+        let first = f.store.stats()
+        XCTAssertGreaterThan(first.disk.evictions, 0)
+        // Down to about half the budget (items are the bulk of the file).
+        XCTAssertLessThanOrEqual(first.disk.items * value, limit * 55 / 100, "items left after the trim: \(first.disk.items)")
+        XCTAssertGreaterThan(first.disk.evictions, 200, "one batch, not one item at a time")
+        // A third of the budget more goes in without any eviction.
+        for _ in 0..<(limit / 3 / value) { try put() }
+        XCTAssertEqual(f.store.stats().disk.evictions, first.disk.evictions)
+    }
+
+    /// `--disk-evict oldest`: the oldest writes go first, exactly; a read does not save an
+    /// item, an overwrite makes it new.
+    func testOldestEvictionIsExactByWriteTime() throws {
+        let f = try StoreFixture { $0.diskEviction = .oldest; $0.diskCountLimit = 3000 }
+        for i in 0..<3000 { _ = try f.store.set(bytes("k\(i)"), bytes("v\(i)"), options: SetOptions(tiers: .disk)) }
+        try f.store.sync()
+        for i in 0..<100 { XCTAssertNotNil(try f.store.get(bytes("k\(i)"), tiers: .disk)) } // read: no help
+        for i in 100..<200 { _ = try f.store.set(bytes("k\(i)"), bytes("w\(i)"), options: SetOptions(tiers: .disk)) } // rewritten: new
+        for i in 3000..<3300 { _ = try f.store.set(bytes("k\(i)"), bytes("v\(i)"), options: SetOptions(tiers: .disk)) }
+        try f.store.sync()
+        // 300 new keys pushed out the 300 oldest writes: 0..<100 and 200..<400.
+        for i in Array(0..<100) + Array(200..<400) {
+            XCTAssertNil(try f.store.get(bytes("k\(i)"), tiers: .disk), "k\(i) was among the oldest writes")
+        }
+        for i in Array(100..<200) + Array(400..<3300) {
+            XCTAssertNotNil(try f.store.get(bytes("k\(i)"), tiers: .disk), "k\(i) is newer")
+        }
+        XCTAssertEqual(f.store.stats().disk.items, 3000)
+    }
+}
