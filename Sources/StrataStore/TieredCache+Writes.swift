@@ -196,6 +196,9 @@ extension TieredCache {
                 // make room for it (see DiskBudget).
                 throw StoreError(.valueTooLarge, "value is \(encoded.1.count) bytes stored; the disk limit of \(disk.budget.limit) bytes holds items of at most \(disk.budget.maxStoredItem)")
             }
+            if !s.tombstone && !floor.admits(encoded.1.count + s.extended.count + key.count + namespace.count + 64) {
+                throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes and flushes; nothing was stored")
+            }
             memory.with(loc, key) { shard, k in
                 if memoryToo && !s.tombstone {
                     shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)

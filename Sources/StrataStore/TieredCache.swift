@@ -28,6 +28,8 @@ public final class TieredCache: @unchecked Sendable {
     let memory: MemoryTier
     let disk: DiskTier
     let log: DurabilityLog
+    /// Room kept on the filesystem for deletes, flushes and checkpoints (see `SpaceFloor`).
+    let floor: SpaceFloor
 
     let writeBehindPending = Counter()
     let writeBehindWrites = Counter()
@@ -39,7 +41,9 @@ public final class TieredCache: @unchecked Sendable {
 
     /// Opens (creating when needed) the store in `configuration.directory`.
     public init(configuration: StoreConfiguration, clock: any Clock = SystemClock()) throws {
-        let configuration = configuration.fittedToDiskBudget()
+        let filesystem = SpaceFloor.filesystemBytes(configuration.directory)
+        let budget = DiskBudget(configuration, filesystemBytes: filesystem)
+        let configuration = configuration.fitted(to: budget)
         guard configuration.maxItemBytes > 0, configuration.memoryShards > 0, configuration.maxBatch > 0 else {
             throw StoreError(.invalidArgument, "maxItemBytes, memoryShards and maxBatch must be positive")
         }
@@ -47,7 +51,10 @@ public final class TieredCache: @unchecked Sendable {
         self.clock = clock
         self.hlc = HybridLogicalClock(clock: clock)
         self.memory = MemoryTier(config: configuration)
-        let disk = try DiskTier(config: configuration, clock: clock, registry: registry)
+        let directory = configuration.directory
+        floor = SpaceFloor(floor: configuration.freeSpaceFloor ?? SpaceFloor.defaultFloor(filesystemBytes: filesystem ?? Int.max),
+                           probe: configuration.freeSpaceProbe ?? { SpaceFloor.freeBytes(directory) })
+        let disk = try DiskTier(config: configuration, budget: budget, clock: clock, registry: registry)
         self.disk = disk
         let sink = disk.log // the configured sink, or stderr
         do {
@@ -71,6 +78,8 @@ public final class TieredCache: @unchecked Sendable {
         disk.onCheckpointed = { position in log.files.removeSegments(before: position) }
         let files = log.files
         disk.logBytes = { files.bytesOnDisk }
+        let floor = self.floor
+        disk.freePageBytes = { floor.reusable.store($0, ordering: .relaxed) }
         // Reads look items up by namespace: every namespace with a replayed write is known.
         for name in log.replayedNamespaces { _ = registry.entry(name) }
         do {

@@ -150,4 +150,44 @@ final class DiskBudgetTests: XCTestCase {
         }
         XCTAssertEqual(f.store.stats().disk.items, 3000)
     }
+
+    /// Below the free-space floor new data is refused at once (DISK_FULL) while deletes,
+    /// versioned removes and flushes still run; once space exists, writes are taken again.
+    func testTheFloorRefusesNewDataButNotWhatFreesSpace() throws {
+        let free = Counter()
+        free.add(10 << 20)
+        let f = try StoreFixture { c in
+            c.freeSpaceFloor = 2 << 20 // (within 8 × the floor, every write reads the free space)
+            c.freeSpaceProbe = { free.load() }
+        }
+        for i in 0..<10 { _ = try f.store.set(bytes("k\(i)"), bytes("v\(i)"), options: SetOptions(tiers: .disk)) }
+        free.add(-(8 << 20) - 1) // just under the floor
+        XCTAssertThrowsError(try f.store.set(bytes("new"), bytes("v"))) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
+            XCTAssertTrue("\(e)".contains("deletes"), "\(e)")
+        }
+        XCTAssertNil(try f.store.get(bytes("new")), "nothing of the refused write is visible")
+        XCTAssertEqual(try f.store.remove(bytes("k0")), .removed)
+        XCTAssertNoThrow(try f.store.remove(bytes("k1"), version: UInt64(f.clock.nowMicros()) + 1_000_000))
+        XCTAssertNoThrow(try f.store.flush(namespace: bytes("other")))
+        XCTAssertNil(try f.store.get(bytes("k0")))
+        XCTAssertEqual(try f.store.get(bytes("k2"))?.value, bytes("v2"), "reads go on")
+        free.add(2 << 20)
+        XCTAssertNoThrow(try f.store.set(bytes("new"), bytes("v")))
+        try f.store.sync()
+        XCTAssertEqual(try f.store.get(bytes("new"), tiers: .disk)?.value, bytes("v"))
+    }
+
+    func testTheFloorIsSizedToTheFilesystem() {
+        XCTAssertEqual(SpaceFloor.defaultFloor(filesystemBytes: 16 << 20), 1 << 20)
+        XCTAssertEqual(SpaceFloor.defaultFloor(filesystemBytes: 1 << 20), 256 << 10)
+        XCTAssertEqual(SpaceFloor.defaultFloor(filesystemBytes: 1 << 40), 64 << 20)
+        XCTAssertNotNil(SpaceFloor.filesystemBytes("/tmp/no/such/dir/yet"), "sized from the nearest existing parent")
+        // A 16 MiB filesystem under the default 4 GiB limit: WAL and log sized for 16 MiB.
+        let b = DiskBudget(StoreConfiguration(directory: "/unused"), filesystemBytes: 16 << 20)
+        XCTAssertEqual(b.walLimit, 128 << 10)
+        XCTAssertEqual(b.logLimit, 256 << 10)
+        XCTAssertEqual(b.highWater, (4 << 30) - (256 << 10), "eviction still follows the configured limit")
+        XCTAssertLessThan(b.maxStoredItem, 6 << 20)
+    }
 }

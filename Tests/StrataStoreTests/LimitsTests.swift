@@ -276,6 +276,7 @@ final class DiskLimitTests: XCTestCase {
         let free = Counter()
         let f = try StoreFixture { c in
             c.freeDiskSpaceLimit = 1000
+            c.freeSpaceFloor = 0 // (the refusal floor is tested in DiskBudgetTests)
             c.freeSpaceProbe = { 10_000 - free.load() }
         }
         for i in 0..<100 { _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk)) }

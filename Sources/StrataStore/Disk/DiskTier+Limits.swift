@@ -139,15 +139,17 @@ extension DiskTier {
     }
 
     /// Gives free pages back to the file system (a quarter at a time, each moved page written
-    /// to the WAL) when they are worth it: always without a byte limit (a flush or deletes
-    /// shrink the file), and with one only past the room a trim leaves (between the low- and
-    /// high-water marks) plus a quarter of the high-water mark: the next inserts reuse free
-    /// pages anyway, and moving them fills the WAL (a 16 MiB budget's WAL grew to 3.7 MiB).
+    /// to the WAL) past `DiskBudget.vacuumThreshold`.
+    /// Each step moves at most `walLimit` of pages, so that on a nearly full disk the WAL
+    /// stays within what its checkpoint gives back (a bigger step failed for lack of room, at
+    /// every try). Reports the free pages to `freePageBytes`.
     func vacuumIfWorthIt(_ db: SQLiteConnection) throws {
         guard incrementalVacuum else { return }
-        let freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
-        guard freePages > 64 else { return }
-        if budget.isLimited && freePages * pageSize <= budget.highWater - budget.lowWater + budget.highWater / 4 { return }
-        try db.execute("PRAGMA incremental_vacuum(\(max(64, freePages / 4)))")
+        var freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
+        if freePages > 64 && freePages * pageSize > budget.vacuumThreshold {
+            try db.execute("PRAGMA incremental_vacuum(\(min(max(64, freePages / 4), max(16, config.walLimit / pageSize))))")
+            freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
+        }
+        freePageBytes?(freePages * pageSize)
     }
 }

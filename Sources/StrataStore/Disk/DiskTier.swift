@@ -126,6 +126,8 @@ final class DiskTier: @unchecked Sendable {
     var onCheckpointed: ((UInt64) -> Void)?
     /// Bytes of the durability log's segment files (they count against the byte limit).
     var logBytes: (() -> Int)?
+    /// Told the bytes of the database's free pages after each maintenance step.
+    var freePageBytes: ((Int) -> Void)?
     /// How the byte limit is shared (see `DiskBudget`).
     let budget: DiskBudget
     /// Bytes on disk when last measured, plus an upper bound of what commits added since, so
@@ -182,9 +184,9 @@ final class DiskTier: @unchecked Sendable {
     var accessBuffer: [AccessKey: Int64] = [:]
     struct AccessKey: Hashable { let ns: Int64; let key: [UInt8] }
 
-    init(config: StoreConfiguration, clock: any Clock, registry: NamespaceRegistry) throws {
+    init(config: StoreConfiguration, budget: DiskBudget? = nil, clock: any Clock, registry: NamespaceRegistry) throws {
         self.config = config
-        self.budget = DiskBudget(config)
+        self.budget = budget ?? DiskBudget(config)
         self.clock = clock
         self.registry = registry
         self.codec = ValueCodec(level: config.compressionLevel)

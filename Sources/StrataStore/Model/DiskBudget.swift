@@ -36,22 +36,29 @@ public struct DiskBudget: Sendable, Equatable {
 
     public static let minimumShare = 128 << 10
 
-    public init(limit: Int, walLimit: Int, logLimit: Int, logSegmentBytes: Int, trimTo: Double) {
+    /// What the shares and the largest item are sized from: the limit, or the filesystem
+    /// holding the data when that is smaller (a 16 MiB disk under the default 4 GiB limit).
+    public let sizedFor: Int
+
+    public init(limit: Int, walLimit: Int, logLimit: Int, logSegmentBytes: Int, trimTo: Double, filesystemBytes: Int? = nil) {
         self.limit = limit
         self.trimTo = min(1, max(0.05, trimTo))
-        guard limit > 0 && limit < Int.max else {
+        let limited = limit > 0 && limit < Int.max
+        let size = min(limited ? limit : Int.max, filesystemBytes ?? Int.max)
+        sizedFor = size
+        guard size < Int.max else {
             (self.walLimit, self.logLimit, self.logSegmentBytes) = (walLimit, logLimit, logSegmentBytes)
             return
         }
-        self.walLimit = min(walLimit, max(Self.minimumShare, limit / 128))
-        self.logLimit = min(logLimit, max(Self.minimumShare, limit / 64))
+        self.walLimit = min(walLimit, max(Self.minimumShare, size / 128))
+        self.logLimit = min(logLimit, max(Self.minimumShare, size / 64))
         // Segments go once SQLite has checkpointed them: small ones go sooner.
         self.logSegmentBytes = min(logSegmentBytes, max(64 << 10, self.logLimit / 4))
     }
 
-    public init(_ c: StoreConfiguration) {
+    public init(_ c: StoreConfiguration, filesystemBytes: Int? = nil) {
         self.init(limit: c.diskByteLimit, walLimit: c.walLimit, logLimit: c.logLimit,
-                  logSegmentBytes: c.logSegmentBytes, trimTo: c.diskTrimTo)
+                  logSegmentBytes: c.logSegmentBytes, trimTo: c.diskTrimTo, filesystemBytes: filesystemBytes)
     }
 
     public var isLimited: Bool { limit > 0 && limit < Int.max }
@@ -64,14 +71,22 @@ public struct DiskBudget: Sendable, Equatable {
 
     /// The largest stored (compressed) value the disk tier accepts.
     public var maxStoredItem: Int {
-        isLimited ? max(0, (limit - logLimit - 4 * walLimit) / 3) : Int.max
+        sizedFor < Int.max ? max(0, (sizedFor - logLimit - 4 * walLimit) / 3) : Int.max
+    }
+
+    /// Free pages worth giving back to the file system: past the room a trim leaves plus a
+    /// quarter of the high-water mark (the next inserts reuse free pages anyway, and moving
+    /// them fills the WAL: a 16 MiB budget's WAL grew to 3.7 MiB). Without any size, any.
+    public var vacuumThreshold: Int {
+        guard sizedFor < Int.max else { return 0 }
+        let high = max(0, sizedFor - logLimit)
+        return high - Int(Double(high) * trimTo) + high / 4
     }
 }
 
 extension StoreConfiguration {
-    /// This configuration with the WAL and log sizes fitted to the disk limit (see `DiskBudget`).
-    public func fittedToDiskBudget() -> StoreConfiguration {
-        let b = DiskBudget(self)
+    /// This configuration with the WAL and log sizes fitted to the disk budget.
+    public func fitted(to b: DiskBudget) -> StoreConfiguration {
         var c = self
         c.walLimit = b.walLimit
         c.logLimit = b.logLimit

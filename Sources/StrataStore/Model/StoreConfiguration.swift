@@ -28,8 +28,13 @@ public struct StoreConfiguration: Sendable {
     public var diskEviction: DiskEviction = .lru
     /// Items not read or written for this many seconds are trimmed from disk (0 = no limit).
     public var diskAgeLimit: Double = 0
-    /// Keep at least this many bytes free on the disk holding `directory` (0 = no floor).
+    /// Keep at least this many bytes free on the disk holding `directory` by evicting items
+    /// (YYCache's `freeDiskSpaceLimit`; 0 = no floor).
     public var freeDiskSpaceLimit: Int = 0
+    /// New data is refused (`disk_full`) while the disk holding `directory` has less than this
+    /// free; deletes, flushes and checkpoints still run in it (see `SpaceFloor`). nil: 1/16
+    /// of the filesystem, from 256 KiB to 64 MiB; 0: no floor.
+    public var freeSpaceFloor: Int? = nil
     /// Reader connections kept open for reuse. Size it to the threads that read at once: a
     /// read that finds none idle opens a connection and closes it afterwards (tens of µs plus
     /// an mmap/munmap of the file each time). Idle readers cost little (reads go through mmap).

@@ -1,0 +1,111 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Issue 16, "A full disk is recoverable": a node whose own data fills a real 16 MiB tmpfs.
+/// New data gets DISK_FULL at the free-space floor, while deletes and flushes still run in the
+/// room it keeps, and each way back — deleting half, flushing, restarting — takes writes again.
+final class FullDiskTests: XCTestCase {
+    /// A 16 MiB tmpfs for the data directory, unmounted at the end.
+    private func smallDisk() throws -> (path: String, cleanup: () -> Void) {
+        let mnt = TempDir()
+        let mounted = sh(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", mnt.path])
+        guard mounted.status == 0 else {
+            throw XCTSkip("needs privileges to mount a tmpfs (mount said: \(mounted.output.trimmingCharacters(in: .whitespacesAndNewlines)))")
+        }
+        return (mnt.path + "/data", { _ = sh(["umount", "-l", mnt.path]); _ = mnt })
+    }
+
+    private struct Filled { var acked: [([UInt8], [UInt8])] = []; var refusal: Status? }
+
+    private var rng = SplitMix(seed: 16)
+    private func value(_ n: Int = 64 << 10) -> [UInt8] {
+        (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) } // incompressible
+    }
+
+    /// 64 KiB sets until the first refusal.
+    private func fill(_ c: NodeConnection) throws -> Filled {
+        var f = Filled()
+        var rng = SplitMix(seed: 7)
+        for i in 0..<600 {
+            let k = b("big-\(i)"), v = (0..<(64 << 10)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            let r = try c.set(SetRequest(key: k, value: v))
+            if r.statusCode == .ok { f.acked.append((k, v)) } else { f.refusal = r.statusCode; break }
+        }
+        XCTAssertEqual(f.refusal, .diskFull, "a full filesystem answers DISK_FULL")
+        XCTAssertGreaterThan(f.acked.count, 50, "most of the 16 MiB held data before the refusal")
+        return f
+    }
+
+    private func setEventually(_ c: NodeConnection, _ key: String, _ value: [UInt8]) throws -> Bool {
+        try eventually(15, interval: 0.1) { try c.set(SetRequest(key: b(key), value: value)).statusCode == .ok }
+    }
+
+    private func delete(_ c: NodeConnection, _ key: [UInt8]) throws -> Status? {
+        try c.call(.delete(namespace: [], key: key, tiers: 0, version: nil, writeBehind: false)).statusCode
+    }
+
+    func testFillDeleteHalfWriteAgain() throws {
+        let (data, cleanup) = try smallDisk()
+        defer { cleanup() }
+        let node = try NodeProcess(dataDir: data)
+        let c = try node.connect()
+        let f = try fill(c)
+        let half = f.acked.count / 2
+        for (k, _) in f.acked.prefix(half) { XCTAssertEqual(try delete(c, k), .ok, "deletes run on a full disk") }
+        XCTAssertTrue(try setEventually(c, "after", value(100)), "a small write once space exists")
+        // Half of the data's room is back: more big writes than a few go in.
+        var again = 0
+        var rng = SplitMix(seed: 99)
+        for i in 0..<(half / 2) {
+            let v = (0..<(64 << 10)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            if try setEventually(c, "again-\(i)", v) { again += 1 } else { break }
+        }
+        XCTAssertEqual(again, half / 2, "a quarter of the filled data written again after deleting half")
+        for (k, v) in f.acked.dropFirst(half) { XCTAssertEqual(try c.get(k, tiers: 2)?.value, v) }
+        XCTAssertEqual(node.terminate(), 0)
+        let check = try runCLI(["check", "--data", data])
+        XCTAssertEqual(check.code, 0, String(decoding: check.out, as: UTF8.self) + check.err)
+    }
+
+    func testFillFlushWriteAgain() throws {
+        let (data, cleanup) = try smallDisk()
+        defer { cleanup() }
+        let node = try NodeProcess(dataDir: data)
+        let c = try node.connect()
+        let f = try fill(c)
+        XCTAssertEqual(try c.call(.flush(namespace: [], all: true)).statusCode, .ok)
+        XCTAssertNil(try c.get(f.acked[0].0))
+        var small = 0
+        for i in 0..<100 where try setEventually(c, "small-\(i)", value(100)) { small += 1 }
+        XCTAssertEqual(small, 100, "100 B sets after the flush")
+        var rng = SplitMix(seed: 98)
+        var big = 0
+        for i in 0..<(f.acked.count / 2) {
+            let v = (0..<(64 << 10)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            if try setEventually(c, "big-again-\(i)", v) { big += 1 } else { break }
+        }
+        XCTAssertEqual(big, f.acked.count / 2, "half as much again once the flushed rows are collected")
+        XCTAssertEqual(node.terminate(), 0)
+    }
+
+    func testFillRestartWriteAgain() throws {
+        let (data, cleanup) = try smallDisk()
+        defer { cleanup() }
+        var node: NodeProcess? = try NodeProcess(dataDir: data)
+        let f = try fill(try node!.connect())
+        XCTAssertEqual(node!.terminate(), 0)
+        node = nil
+        let again = try NodeProcess(dataDir: data)
+        let c = try again.connect()
+        // It opens on the full disk, serves everything it acknowledged, and takes deletes
+        // and, once they free room, writes.
+        for (k, v) in f.acked { XCTAssertEqual(try c.get(k, tiers: 2)?.value, v) }
+        for (k, _) in f.acked.prefix(8) { XCTAssertEqual(try delete(c, k), .ok) }
+        XCTAssertTrue(try setEventually(c, "after-restart", value(100)))
+        XCTAssertTrue(try setEventually(c, "after-restart-big", value()))
+        XCTAssertEqual(again.terminate(), 0)
+    }
+}
