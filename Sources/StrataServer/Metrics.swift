@@ -123,7 +123,7 @@ extension Node {
         metric("memory_evictions", "counter", "Items evicted from memory.", Double(s.memory.evictions))
         metric("memory_expirations", "counter", "Expired items dropped from memory.", Double(s.memory.expirations))
         metric("disk_items", "gauge", "Rows in the disk tier (tombstones included).", Double(s.disk.items))
-        metric("disk_bytes", "gauge", "Bytes on disk (database file and WAL).", Double(s.disk.bytes))
+        metric("disk_bytes", "gauge", "Bytes on disk (database file, WAL and durability log).", Double(s.disk.bytes))
         metric("disk_hits", "counter", "Disk-tier hits.", Double(s.disk.hits))
         metric("disk_misses", "counter", "Disk-tier misses.", Double(s.disk.misses))
         metric("disk_evictions", "counter", "Rows evicted from disk.", Double(s.disk.evictions))

@@ -64,6 +64,7 @@ final class FullDiskTests: XCTestCase {
             if try setEventually(c, "again-\(i)", v) { again += 1 } else { break }
         }
         XCTAssertEqual(again, half / 2, "a quarter of the filled data written again after deleting half")
+        reportFigure("full disk, delete half (16 MiB tmpfs)", "\(f.acked.count) × 64 KiB acknowledged, then DISK_FULL; \(half) deletes OK; \(again) × 64 KiB written again")
         for (k, v) in f.acked.dropFirst(half) { XCTAssertEqual(try c.get(k, tiers: 2)?.value, v) }
         XCTAssertEqual(node.terminate(), 0)
         let check = try runCLI(["check", "--data", data])
@@ -88,6 +89,7 @@ final class FullDiskTests: XCTestCase {
             if try setEventually(c, "big-again-\(i)", v) { big += 1 } else { break }
         }
         XCTAssertEqual(big, f.acked.count / 2, "half as much again once the flushed rows are collected")
+        reportFigure("full disk, flush (16 MiB tmpfs)", "\(f.acked.count) × 64 KiB acknowledged, then DISK_FULL; flush OK; 100 × 100 B and \(big) × 64 KiB written again")
         XCTAssertEqual(node.terminate(), 0)
     }
 
@@ -106,6 +108,7 @@ final class FullDiskTests: XCTestCase {
         for (k, _) in f.acked.prefix(8) { XCTAssertEqual(try delete(c, k), .ok) }
         XCTAssertTrue(try setEventually(c, "after-restart", value(100)))
         XCTAssertTrue(try setEventually(c, "after-restart-big", value()))
+        reportFigure("full disk, restart (16 MiB tmpfs)", "\(f.acked.count) × 64 KiB acknowledged, then DISK_FULL; restarted, all \(f.acked.count) served, 8 deletes OK, then writes OK")
         XCTAssertEqual(again.terminate(), 0)
     }
 }

@@ -20,8 +20,9 @@ public struct StoreStats: Sendable {
         public var diskBytes: Int?
     }
     public var memory = Tier()
-    /// `items` counts rows (tombstones and not-yet-collected rows included); `bytes` is bytes
-    /// on disk (pages + WAL) as of the last maintenance step.
+    /// `items` counts rows (tombstones and not-yet-collected rows included) plus writes still
+    /// in the log; `bytes` is bytes on disk (database pages, WAL and log segments) as of the
+    /// last maintenance step.
     public var disk = Tier()
     /// Value bytes written to disk before and after compression (cumulative).
     public var rawBytesWritten = 0
