@@ -57,7 +57,7 @@ public struct NodeConfiguration: Sendable {
     public var fsync: FsyncPolicy = .everysec
     /// Most bytes of log records not yet applied to SQLite (`--log-limit`); past it, writes
     /// wait for the applier.
-    public var logLimit: Int = 64 << 20
+    public var logLimit: Int = 16 << 20
     /// When `diskLimit` is reached, items are evicted down to this fraction of it
     /// (`--disk-trim-to`; see `DiskBudget`).
     public var diskTrimTo = 0.9

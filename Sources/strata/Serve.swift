@@ -13,7 +13,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--max-connections 10000] [--idle-timeout SECONDS] [--frame-timeout 10]
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
-                    [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 64MiB]
+                    [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then

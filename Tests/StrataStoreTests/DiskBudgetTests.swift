@@ -18,7 +18,7 @@ final class DiskBudgetTests: XCTestCase {
 
         let defaults = DiskBudget(StoreConfiguration(directory: "/unused"))
         XCTAssertEqual(defaults.walLimit, 16 << 20, "the default 4 GiB keeps the measured WAL size")
-        XCTAssertEqual(defaults.logLimit, 64 << 20)
+        XCTAssertEqual(defaults.logLimit, 16 << 20)
         XCTAssertEqual(defaults.logSegmentBytes, 16 << 20)
 
         let unlimited = DiskBudget(limit: 0, walLimit: 16 << 20, logLimit: 64 << 20, logSegmentBytes: 16 << 20, trimTo: 0.9)

@@ -16,7 +16,7 @@ public enum DiskEviction: String, Sendable, CaseIterable {
 /// - The WAL is checkpointed every `walLimit` bytes and the log's backlog is capped at
 ///   `logLimit`: at most 1/128 and 1/64 of the limit (never below 128 KiB), and never more
 ///   than the configured values. A 16 MiB limit gets a 128 KiB WAL and a 256 KiB backlog; the
-///   default 4 GiB keeps 16 MiB and 64 MiB.
+///   default 4 GiB keeps the configured 16 MiB of each.
 /// - Items are trimmed when the database file, the WAL and the log's segments together pass
 ///   `highWater` (the limit less room for a full backlog, which is appended before the
 ///   applier can evict), down to `lowWater` (`trimTo` × `highWater`) in one batch — so a full
@@ -52,8 +52,9 @@ public struct DiskBudget: Sendable, Equatable {
         }
         self.walLimit = min(walLimit, max(Self.minimumShare, size / 128))
         self.logLimit = min(logLimit, max(Self.minimumShare, size / 64))
-        // Segments go once SQLite has checkpointed them: small ones go sooner.
-        self.logSegmentBytes = min(logSegmentBytes, max(64 << 10, self.logLimit / 4))
+        // Segments go once SQLite has checkpointed them: small ones go sooner (but a large
+        // budget keeps the configured size: each rotation syncs the segment it closes).
+        self.logSegmentBytes = min(logSegmentBytes, max(64 << 10, size / 256))
     }
 
     public init(_ c: StoreConfiguration, filesystemBytes: Int? = nil) {

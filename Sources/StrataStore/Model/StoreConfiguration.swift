@@ -81,8 +81,10 @@ public struct StoreConfiguration: Sendable {
     public var fsync: FsyncPolicy = .everysec
     /// Most bytes of log records decided but not yet in SQLite (the backlog). Past it, writers
     /// wait for the applier (back-pressure). Sized so a full backlog replays at open in well
-    /// under a second.
-    public var logLimit: Int = 64 << 20
+    /// under a second: 16 MiB of small records (168k) with 1M items in SQLite answered the
+    /// first request 0.43–0.74 s after exec; 64 MiB (680k records) took 1.8–3.8 s
+    /// (`bench/open-backlog.sh`). Fitted to the disk limit (`DiskBudget`).
+    public var logLimit: Int = 16 << 20
     /// A log segment file is closed and a new one started past this size; segments SQLite has
     /// absorbed (applied and checkpointed) are deleted.
     public var logSegmentBytes: Int = 16 << 20
