@@ -161,6 +161,7 @@ final class UnauthenticatedConnectionTests: XCTestCase {
         XCTAssertEqual(s["connections_unauthenticated"] as? Int, 24)
         XCTAssertEqual(s["auth_evictions"] as? Int, 26)
         XCTAssertEqual(s["connections_current"] as? Int, 25)
+        reportFigure("anonymous connections", "--max-connections 50, a token: 50 anonymous connections then a client with the token; 26 oldest anonymous closed with TOO_MANY_CONNECTIONS, 24 held, the client served")
     }
 
     func testUnauthenticatedConnectionsAreClosedAtTheAuthTimeout() throws {
@@ -189,6 +190,7 @@ final class UnauthenticatedConnectionTests: XCTestCase {
         let s = try nodeStats(good)
         XCTAssertEqual(s["auth_timeouts"] as? Int, 11)
         XCTAssertEqual(s["connections_unauthenticated"] as? Int, 0)
+        reportFigure("auth timeout", "--auth-timeout \(timeout): a PINGing unauthenticated connection closed after \(String(format: "%.2f", pingerClosed)) s (\(pings) PINGs), 10 silent ones all closed with AUTH_REQUIRED \(String(format: "%.2f", allClosed)) s after opening")
     }
 }
 
@@ -223,6 +225,7 @@ final class MetricsResponderTests: XCTestCase {
         let health = httpGet("127.0.0.1", port, "/healthz")
         XCTAssertEqual(health.status, 200)
         XCTAssertLessThan(health.seconds, 1, "8 idle connections delayed /healthz")
+        reportFigure("metrics with idle connections", "/healthz with 8 idle connections open: \(String(format: "%.1f", health.seconds * 1000)) ms")
         XCTAssertEqual(httpGet("127.0.0.1", port, "/metrics").status, 200)
     }
 
@@ -248,6 +251,7 @@ final class MetricsResponderTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(closed, 2 - 0.05)
         XCTAssertLessThan(closed, 2 + 0.1 + 2, "bound: 2 s + one tick + 2 s for a loaded machine")
         XCTAssertEqual(httpGet("127.0.0.1", port, "/healthz").status, 200)
+        reportFigure("metrics bound", "16 idle connections: a 17th answered 503 in \(String(format: "%.1f", busy.seconds * 1000)) ms; the idle ones closed \(String(format: "%.2f", closed)) s after opening (request timeout 2 s)")
     }
 
     func testMetricsHostIsHonouredAndMetricsDoNotFollowHost() throws {
