@@ -125,7 +125,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         guard v > 0 else { throw UsageError(message: "--auth-timeout must be more than 0 seconds") }
         c.authTimeout = v
     }
-    if let v = try int("max-unauthenticated", min: 1) { c.maxUnauthenticated = v }
+    if let v = try int("max-unauthenticated") { c.maxUnauthenticated = v > 0 ? v : nil } // 0: half the limit
     if let v = s["metrics-host"] { c.metricsHost = v }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
