@@ -46,7 +46,7 @@ let package = Package(
         .testTarget(name: "StrataFuzzTests", dependencies: ["StrataFuzzEntries"]),
         .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
-        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataServer", "StrataWire", "StrataCore", "StrataImage", "TestSupport"]),
+        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataServer", "StrataWire", "StrataCore", "StrataImage", "StrataNet", "TestSupport"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore", "TestSupport"]),
     ]
 )

@@ -18,7 +18,8 @@ public protocol EventHandler: AnyObject {
 ///
 /// Handlers are registered, changed and removed only on the loop's thread. Other threads hand
 /// work to the loop with `execute`, which wakes it through an eventfd. `tick` runs about every
-/// `tickInterval` seconds (timeouts, idle checks). Not thread-safe except `execute` and `stop`.
+/// `tickInterval` seconds (timeouts, idle checks); `schedule(after:)` runs one closure once,
+/// no earlier than asked (a paused listener). Not thread-safe except `execute` and `stop`.
 public final class EventLoop: @unchecked Sendable {
     private let epfd: Int32
     private let wakeFD: Int32
@@ -27,6 +28,7 @@ public final class EventLoop: @unchecked Sendable {
     private var tasks: [() -> Void] = []
     private var stopping = false
     private var endOfIteration: [() -> Void] = []
+    private var timers: [(due: Double, body: () -> Void)] = []
     public let index: Int
     /// The thread running `run` (set when it starts).
     private let runner = Atomic<UInt>(0)
@@ -103,6 +105,14 @@ public final class EventLoop: @unchecked Sendable {
         endOfIteration.append(body)
     }
 
+    /// Runs `body` on the loop's thread once `seconds` have passed (loop thread only; never
+    /// earlier, later by at most the time one iteration takes). Each iteration looks at every
+    /// pending timer, so this is for a handful (a listener paused after an accept error), not
+    /// one per connection: connections use the tick. Timers pending when the loop stops never run.
+    public func schedule(after seconds: Double, _ body: @escaping () -> Void) {
+        timers.append((monotonicSeconds() + max(0, seconds), body))
+    }
+
     /// Makes `run` return after the current iteration. Thread-safe.
     public func stop() {
         taskLock.withLock { stopping = true }
@@ -118,7 +128,12 @@ public final class EventLoop: @unchecked Sendable {
         var lastTick = monotonicSeconds()
         runner.store(UInt(pthread_self()), ordering: .relaxed)
         while true {
-            let n = epoll_wait(epfd, events, Int32(maxEvents), Int32(tickInterval * 1000))
+            var wait = tickInterval
+            if !timers.isEmpty {
+                let next = timers.map(\.due).min()! - monotonicSeconds()
+                wait = max(0, min(wait, next))
+            }
+            let n = epoll_wait(epfd, events, Int32(maxEvents), Int32((wait * 1000).rounded(.up)))
             if n < 0 && errno != EINTR { break }
             for i in 0..<max(0, Int(n)) {
                 let ev = events[i]
@@ -140,6 +155,14 @@ public final class EventLoop: @unchecked Sendable {
                 return (t, stopping)
             }
             for t in pending { t() }
+            if !timers.isEmpty {
+                let now = monotonicSeconds()
+                if timers.contains(where: { $0.due <= now }) {
+                    let due = timers.filter { $0.due <= now }
+                    timers.removeAll { $0.due <= now }
+                    for t in due { t.body() }
+                }
+            }
             while !endOfIteration.isEmpty {
                 let due = endOfIteration
                 endOfIteration.removeAll(keepingCapacity: true)

@@ -53,6 +53,9 @@ public enum Sys {
 
     public static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
+    /// Ends the sending side (the peer reads end of stream); reading still works.
+    public static func shutdownWrite(_ fd: Int32) { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+
     /// Accepts one connection, non-blocking and close-on-exec; nil when none is waiting.
     public static func accept(_ fd: Int32) throws(SystemError) -> Int32? {
         switch try syscall("accept4", { Int(accept4(fd, nil, nil, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))) }) {
@@ -67,4 +70,22 @@ public enum Sys {
     }
 
     public static func ignoreSIGPIPE() { signal(SIGPIPE, SIG_IGN) }
+
+    /// The process's descriptor limit (RLIMIT_NOFILE), soft and hard; `Int.max` stands for
+    /// unlimited.
+    public static func openFileLimit() -> (soft: Int, hard: Int) {
+        var rl = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0 else { return (Int.max, Int.max) }
+        func n(_ v: rlim_t) -> Int { v > rlim_t(Int.max) ? Int.max : Int(v) } // RLIM_INFINITY is all ones
+        return (n(rl.rlim_cur), n(rl.rlim_max))
+    }
+
+    /// Sets the soft descriptor limit (at most the hard one; raising the hard limit needs
+    /// privileges this never asks for). False when the kernel refused.
+    public static func setOpenFileSoftLimit(_ soft: Int) -> Bool {
+        var rl = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0 else { return false }
+        rl.rlim_cur = rlim_t(soft)
+        return setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0
+    }
 }

@@ -23,28 +23,42 @@ final class Connection: EventHandler, @unchecked Sendable {
     let node: Node
     let id: Int
 
-    private var input: [UInt8] = []
-    private var inputStart = 0
-    private var output: [UInt8] = []
-    private var outputStart = 0
-    private var accounted = 0
-    private var wantWrite = false
+    // Buffers and state shared with Connection+Output.swift (output, timers, closing): the
+    // loop thread only, like everything here.
+    var input: [UInt8] = []
+    var inputStart = 0
+    var output: [UInt8] = []
+    var outputStart = 0
+    var accounted = 0
+    var wantWrite = false
+    var flushScheduled = false
+    var peerFinished = false
+    var registered: EventLoop.Interest = .read
+    var lastWriteProgress = monotonicSeconds()
 
     private(set) var authenticated: Bool
-    private(set) var closed = false
-    private var closeAfterFlush = false
+    /// A token is set and this connection has not authenticated yet, nor closed: it counts
+    /// against `--max-unauthenticated` and is closed at `--auth-timeout` (Admission.swift).
+    var awaitingAuth: Bool
+    /// When the node accepted it (monotonic seconds): the auth timeout counts from here.
+    let acceptedAt: Double
+    var closed = false
+    var closeAfterFlush = false
     /// Disk jobs submitted and not yet answered.
     private(set) var inFlight = 0
     /// When the frame now being received started to arrive (nil when between frames).
     private(set) var frameStarted: Double?
-    private(set) var lastActive = monotonicSeconds()
+    private(set) var lastActive: Double
 
-    init(fd: Int32, loop: EventLoop, node: Node, id: Int) {
+    init(fd: Int32, loop: EventLoop, node: Node, id: Int, now: Double = monotonicSeconds()) {
         self.fd = fd
         self.loop = loop
         self.node = node
         self.id = id
         authenticated = node.config.authToken == nil
+        awaitingAuth = !authenticated
+        acceptedAt = now
+        lastActive = now
     }
 
     var idle: Bool { inFlight == 0 && deferred.isEmpty && outputStart == output.count }
@@ -135,12 +149,12 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// What a request must wait for: requests on the same key run in the order they were
     /// sent; keyless operations (PING, STATS, SCAN, FLUSH, HELLO, QUIT) wait for everything
     /// sent before them, and everything after them waits for them.
-    private enum Scope {
+    enum Scope {
         case keys([ItemKey])
         case barrier
     }
 
-    private struct Pending {
+    struct Pending {
         let frame: Frame
         let request: Request
         /// Computed only when the request has to wait or goes to a worker (it allocates).
@@ -148,7 +162,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         let received: Double
     }
 
-    private var deferred: [Pending] = []
+    var deferred: [Pending] = []
     private var inFlightKeys: [ItemKey: Int] = [:]
     private var barriersInFlight = 0
 
@@ -248,6 +262,10 @@ final class Connection: EventHandler, @unchecked Sendable {
                     return
                 }
                 authenticated = true
+                if awaitingAuth {
+                    awaitingAuth = false
+                    node.leftAuthQueue(on: loop)
+                }
             }
             send(Responses.hello(to: f, version: Wire.version, authenticated: authenticated,
                                  startVersion: node.store.openedWithData ? node.store.openedVersion : 0,
@@ -357,150 +375,4 @@ final class Connection: EventHandler, @unchecked Sendable {
         updateInterest()
         updateAccounting()
     }
-
-    // MARK: Output
-
-    func send(_ frame: Frame) {
-        guard !closed else { return }
-        if outputStart == output.count { output.removeAll(keepingCapacity: output.capacity <= 1 << 20); outputStart = 0 }
-        frame.encode(into: &output)
-        if output.count - outputStart > node.config.outputCap {
-            node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
-            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count - outputStart))])
-            close(reason: "output cap")
-            return
-        }
-        // Responses produced in one loop iteration leave in one send.
-        if !flushScheduled {
-            flushScheduled = true
-            loop.atEndOfIteration { [self] in
-                flushScheduled = false
-                flush()
-            }
-        }
-    }
-
-    private var flushScheduled = false
-
-    private func flush() {
-        guard !closed else { return }
-        while outputStart < output.count {
-            let r: IOResult
-            do {
-                r = try output.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + outputStart, output.count - outputStart) }
-            } catch {
-                close(reason: "send: \(error)")
-                return
-            }
-            guard case .done(let n) = r else { break }
-            outputStart += n
-            if n > 0 { lastWriteProgress = monotonicSeconds() }
-            node.stats.bytesOut.add(n, ordering: .relaxed)
-        }
-        // Sent bytes are dropped even when the buffer never drains completely.
-        if outputStart > (1 << 20) && outputStart * 2 > output.count {
-            output.removeFirst(outputStart)
-            outputStart = 0
-        }
-        let pending = outputStart < output.count
-        wantWrite = pending
-        updateInterest()
-        if pending { lastWriteProgress = monotonicSeconds() }
-        if !pending && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
-        updateAccounting()
-    }
-
-    private func flushAndMaybeClose() {
-        flush()
-    }
-
-    /// Reading pauses while requests wait behind others (or the connection is finishing), so
-    /// the input buffer cannot grow without bound, and stops for good at end of stream (a
-    /// level-triggered EOF would otherwise wake the loop forever).
-    private var readPaused: Bool { peerFinished || closeAfterFlush || deferred.count >= 4096 }
-    private var peerFinished = false
-    private var registered: EventLoop.Interest = .read
-    private var lastWriteProgress = monotonicSeconds()
-
-    private func updateInterest() {
-        guard !closed else { return }
-        var want: EventLoop.Interest = []
-        if !readPaused { want.insert(.read) }
-        if wantWrite { want.insert(.write) }
-        if want != registered {
-            registered = want
-            loop.modify(fd, want)
-        }
-    }
-
-    private func updateAccounting() {
-        guard !closed else { return }
-        let now = (input.count - inputStart) + (output.count - outputStart)
-        if now != accounted {
-            node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
-            accounted = now
-        }
-    }
-
-    // MARK: Timers and closing
-
-    /// Called by the loop's tick.
-    func checkTimers(now: Double) {
-        guard !closed else { return }
-        if let started = frameStarted, now - started > node.config.frameTimeout {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "frame timeout")
-            return
-        }
-        // Output that makes no progress for a frame timeout (a peer that stopped reading after
-        // it finished sending, say) closes the connection.
-        if outputStart < output.count && now - lastWriteProgress > max(node.config.frameTimeout, 1) {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "output stalled")
-            return
-        }
-        if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "idle timeout")
-        }
-    }
-
-    /// SIGTERM: tells the peer why the connection ends — one unsolicited SHUTTING_DOWN frame
-    /// (opcode 0, request id 0; PROTOCOL.md §3), sent once without waiting — then closes.
-    func closeForShutdown() {
-        guard !closed else { return }
-        var f = Frame(magic: Wire.responseMagic, opcode: 0, requestID: 0)
-        f.status = Status.shuttingDown.rawValue
-        f.value = Array("the node is shutting down".utf8)
-        f.encode(into: &output)
-        flush()
-        close(reason: "shutdown")
-    }
-
-    func close(reason: String) {
-        guard !closed else { return }
-        closed = true
-        loop.unregister(fd)
-        Sys.close(fd)
-        node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
-        accounted = 0
-        input = []
-        inputStart = 0
-        output = []
-        outputStart = 0
-        node.connectionClosed(self)
-        node.log.debug("connection_closed", [("conn", String(id)), ("reason", reason)])
-    }
-}
-
-/// Compares without an early exit, so the time taken does not reveal how much matched.
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    var diff = UInt8(a.count == b.count ? 0 : 1)
-    let n = max(a.count, b.count)
-    for i in 0..<n {
-        let x = i < a.count ? a[i] : 0
-        let y = i < b.count ? b[i] : 0
-        diff |= x ^ y
-    }
-    return diff == 0
 }

@@ -6,89 +6,6 @@ import StrataNet
 import StrataWire
 import StrataImage
 
-/// The metrics endpoint: a small HTTP/1.1 responder on its own thread serving `/metrics`
-/// (Prometheus text format 0.0.4) and `/healthz` (200 while serving, 503 while draining).
-/// Anything else gets 404 (unknown path) or 405 (not GET); requests are capped at 8 KiB and
-/// must arrive within 5 s; one connection at a time, closed after each answer.
-final class MetricsServer: @unchecked Sendable {
-    unowned let node: Node
-    let fd: Int32
-    let port: UInt16
-    private let stopFlag = Counter()
-
-    init(node: Node, host: String, port: UInt16) throws {
-        self.node = node
-        guard let a = SocketAddress(host: host, port: port) else { throw NodeError(exitCode: 2, "bad metrics address") }
-        do { (fd, self.port) = try Socket.listen(a, backlog: 64) } catch {
-            throw NodeError(exitCode: 3, "cannot listen for metrics on \(a): \(error)")
-        }
-        startThread(name: "strata-metrics") { [self] in loop() }
-    }
-
-    func stop() { stopFlag.add() }
-
-    private func loop() {
-        while stopFlag.load() == 0 {
-            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&p, 1, 200) > 0 else { continue }
-            guard let c = try? Sys.accept(fd) else { continue }
-            serve(c)
-            Sys.close(c)
-        }
-        Sys.close(fd)
-    }
-
-    private func serve(_ c: Int32) {
-        var request: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        let deadline = monotonicSeconds() + 5
-        while !request.containsHeaderEnd {
-            if request.count > 8192 { return respond(c, 431, "text/plain", "request header too large\n") }
-            let left = deadline - monotonicSeconds()
-            if left <= 0 { return }
-            var p = pollfd(fd: c, events: Int16(POLLIN), revents: 0)
-            guard poll(&p, 1, Int32(left * 1000)) > 0 else { return }
-            guard let r = try? chunk.withUnsafeMutableBytes({ try Sys.read(c, $0.baseAddress!, $0.count) }),
-                  case .done(let n) = r, n > 0 else { return }
-            request += chunk[0..<n]
-        }
-        let line = String(decoding: request.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
-        let parts = line.split(separator: " ")
-        guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { return respond(c, 400, "text/plain", "bad request\n") }
-        let path = parts[1].split(separator: "?").first.map(String.init) ?? ""
-        guard path == "/metrics" || path == "/healthz" else { return respond(c, 404, "text/plain", "not found\n") }
-        guard parts[0] == "GET" || parts[0] == "HEAD" else { return respond(c, 405, "text/plain", "method not allowed\n", allow: true) }
-        if path == "/healthz" {
-            return node.draining ? respond(c, 503, "text/plain", "draining\n") : respond(c, 200, "text/plain", "ok\n")
-        }
-        respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", node.prometheusText(), head: parts[0] == "HEAD")
-    }
-
-    private func respond(_ c: Int32, _ code: Int, _ type: String, _ body: String, allow: Bool = false, head: Bool = false) {
-        let reason = [200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                      431: "Request Header Fields Too Large", 503: "Service Unavailable"][code] ?? "Error"
-        var text = "HTTP/1.1 \(code) \(reason)\r\nContent-Type: \(type)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
-        if allow { text += "Allow: GET, HEAD\r\n" }
-        text += "\r\n"
-        if !head { text += body }
-        let bytes = Array(text.utf8)
-        var sent = 0
-        let deadline = monotonicSeconds() + 5
-        while sent < bytes.count && monotonicSeconds() < deadline {
-            guard let r = try? bytes.withUnsafeBytes({ try Sys.send(c, $0.baseAddress! + sent, bytes.count - sent) }) else { return }
-            if case .done(let n) = r { sent += n } else { usleep(1000) }
-        }
-    }
-}
-
-extension Array where Element == UInt8 {
-    var containsHeaderEnd: Bool {
-        guard count >= 4 else { return false }
-        for i in 0...(count - 4) where self[i] == 13 && self[i + 1] == 10 && self[i + 2] == 13 && self[i + 3] == 10 { return true }
-        return false
-    }
-}
-
 extension Node {
     /// Every STATS counter in the Prometheus text format: counters as `_total` counters, levels
     /// as gauges, per-operation latency as histograms.
@@ -106,7 +23,12 @@ extension Node {
         metric("uptime_seconds", "gauge", "Seconds since the node started.", monotonicSeconds() - stats.started)
         metric("connections_current", "gauge", "Open client connections.", Double(stats.connectionsCurrent.load(ordering: .relaxed)))
         metric("connections", "counter", "Client connections accepted.", Double(stats.connectionsTotal.load(ordering: .relaxed)))
-        metric("connections_refused", "counter", "Connections refused over the limit or while draining.", Double(stats.connectionsRefused.load(ordering: .relaxed)))
+        metric("connections_refused", "counter", "Connections refused over the limit, out of descriptors, or while draining.", Double(stats.connectionsRefused.load(ordering: .relaxed)))
+        metric("max_connections", "gauge", "The connection limit in force (--max-connections, lowered to fit the descriptor limit).", Double(effectiveMaxConnections))
+        metric("connections_unauthenticated", "gauge", "Open connections that have not authenticated (a token is set).", Double(stats.connectionsUnauthenticated.load(ordering: .relaxed)))
+        metric("auth_timeouts", "counter", "Connections closed for sending no HELLO with the token within --auth-timeout.", Double(stats.authTimeouts.load(ordering: .relaxed)))
+        metric("auth_evictions", "counter", "Unauthenticated connections closed to make room past --max-unauthenticated.", Double(stats.authEvictions.load(ordering: .relaxed)))
+        metric("accept_errors", "counter", "accept() calls that failed (out of file descriptors, or refused by the kernel).", Double(stats.acceptErrors.load(ordering: .relaxed)))
         metric("bytes_in", "counter", "Bytes read from clients.", Double(stats.bytesIn.load(ordering: .relaxed)))
         metric("bytes_out", "counter", "Bytes written to clients.", Double(stats.bytesOut.load(ordering: .relaxed)))
         metric("buffered_bytes", "gauge", "Bytes buffered for all connections (input and output).", Double(stats.bufferedBytes.load(ordering: .relaxed)))

@@ -26,13 +26,23 @@ public final class Node: @unchecked Sendable {
     let workers: WorkerPool
     let imageWorkers: WorkerPool
     private var loops: [EventLoop] = []
-    private var listenFD: Int32 = -1
+    var listenFD: Int32 = -1
     private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
     /// Each loop's connections, touched only on that loop's thread (one box per loop, so loops
     /// never write to a shared collection).
-    final class LoopConnections { var map: [Int: Connection] = [:] }
-    private var connections: [LoopConnections] = []
-    private let nextConnectionID = Atomic<Int>(1)
+    final class LoopConnections {
+        var map: [Int: Connection] = [:]
+        /// This loop's unauthenticated connections, oldest first (Admission.swift).
+        let awaitingAuth = OldestFirst<Connection> { $0.awaitingAuth }
+    }
+    var connections: [LoopConnections] = []
+    /// `--max-connections` as lowered to fit the descriptor limit (set by `start`).
+    var effectiveMaxConnections = 0
+    /// Unauthenticated connections allowed at once (set by `start`).
+    var maxUnauthenticated = 0
+    /// One `accept_failed` line a second at most (the rest are counted in it).
+    let acceptLogLimiter = LogRateLimiter(interval: 1)
+    let nextConnectionID = Atomic<Int>(1)
     private let drainFlag = Atomic<Bool>(false)
     private let loopsStopped = Counter()
     private let allStopped = Completion<Void>()
@@ -88,6 +98,9 @@ public final class Node: @unchecked Sendable {
     /// Binds, starts the event loops and returns once the node is accepting.
     public func start() throws {
         Sys.ignoreSIGPIPE()
+        var n = config.threads
+        if n <= 0 { n = processorCount }
+        try fitConnectionsToDescriptors(loops: n)
         let address = SocketAddress(host: config.host, port: config.port)!
         let (fd, bound): (Int32, UInt16)
         do { (fd, bound) = try Socket.listen(address) } catch {
@@ -96,8 +109,6 @@ public final class Node: @unchecked Sendable {
         }
         listenFD = fd
         port = bound
-        var n = config.threads
-        if n <= 0 { n = processorCount }
         connections = (0..<n).map { _ in LoopConnections() }
         logFlushDue = (0..<n).map { _ in FlushDue() }
         for i in 0..<n {
@@ -120,7 +131,7 @@ public final class Node: @unchecked Sendable {
             startThread(name: "strata-lineage") { d.recoverLineage() }
         }
         if let mp = config.metricsPort {
-            metrics = try MetricsServer(node: self, host: config.host, port: mp)
+            metrics = try MetricsServer(node: self, host: config.metricsHost, port: mp)
         }
         log.info("listening", [("addr", SocketAddress(host: config.host, port: bound)!.description),
                                ("data", config.dataDirectory), ("threads", String(n)),
@@ -153,30 +164,6 @@ public final class Node: @unchecked Sendable {
     var overloaded: Bool { stats.bufferedBytes.load(ordering: .relaxed) > config.maxBufferedBytes }
 
     // MARK: Connections (each loop's own map, touched on that loop only)
-
-    func accepted(_ fd: Int32, on loop: EventLoop) {
-        let current = stats.connectionsCurrent.load(ordering: .relaxed)
-        if current >= config.maxConnections || draining {
-            stats.connectionsRefused.add(1, ordering: .relaxed)
-            var f = Frame(magic: Wire.responseMagic, opcode: 0, requestID: 0)
-            f.status = (draining ? Status.shuttingDown : Status.tooManyConnections).rawValue
-            f.value = Array((draining ? "the node is shutting down" : "too many connections (limit \(config.maxConnections))").utf8)
-            let bytes = f.encoded()
-            _ = bytes.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress!, $0.count) }
-            Sys.close(fd)
-            return
-        }
-        Sys.setNoDelay(fd)
-        let id = nextConnectionID.add(1, ordering: .relaxed).newValue
-        let c = Connection(fd: fd, loop: loop, node: self, id: id)
-        do { try loop.register(fd, .read, c) } catch {
-            Sys.close(fd)
-            return
-        }
-        connections[loop.index].map[id] = c
-        stats.connectionsCurrent.add(1, ordering: .relaxed)
-        stats.connectionsTotal.add(1, ordering: .relaxed)
-    }
 
     func connectionClosed(_ c: Connection) {
         connections[c.loop.index].map[c.id] = nil
@@ -242,6 +229,11 @@ public final class Node: @unchecked Sendable {
             ("connections_current", String(stats.connectionsCurrent.load(ordering: .relaxed))),
             ("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed))),
             ("connections_refused", String(stats.connectionsRefused.load(ordering: .relaxed))),
+            ("max_connections", String(effectiveMaxConnections)),
+            ("connections_unauthenticated", String(stats.connectionsUnauthenticated.load(ordering: .relaxed))),
+            ("auth_timeouts", String(stats.authTimeouts.load(ordering: .relaxed))),
+            ("auth_evictions", String(stats.authEvictions.load(ordering: .relaxed))),
+            ("accept_errors", String(stats.acceptErrors.load(ordering: .relaxed))),
             ("bytes_in", String(stats.bytesIn.load(ordering: .relaxed))),
             ("bytes_out", String(stats.bytesOut.load(ordering: .relaxed))),
             ("buffered_bytes", String(stats.bufferedBytes.load(ordering: .relaxed))),
@@ -290,30 +282,6 @@ public final class Node: @unchecked Sendable {
     }
 
     private func fmt(_ x: Double) -> String { String(Double(Int(x * 10)) / 10) }
-}
-
-/// Accepts connections from the shared listening socket on one loop.
-final class Acceptor: EventHandler {
-    unowned let node: Node
-    unowned let loop: EventLoop
-    init(node: Node, loop: EventLoop) { self.node = node; self.loop = loop }
-
-    func handle(readable: Bool, writable: Bool, hangup: Bool) {
-        while true {
-            let fd: Int32?
-            do { fd = try Sys.accept(node.listenFDValue) } catch {
-                // EMFILE and friends: log and try again on the next wakeup.
-                node.log.warn("accept_failed", [("error", "\(error)")])
-                return
-            }
-            guard let c = fd else { return }
-            node.accepted(c, on: loop)
-        }
-    }
-}
-
-extension Node {
-    var listenFDValue: Int32 { listenFD }
 }
 
 /// A node that cannot start: the message and the exit code the CLI should use.

@@ -20,7 +20,16 @@ public struct NodeConfiguration: Sendable {
     public var authToken: [UInt8]? = nil
     /// Allow a non-loopback address without a token.
     public var insecure = false
+    /// Connections at once. Lowered at start, with a warning, to what the descriptor limit
+    /// (RLIMIT_NOFILE) leaves after the node's own descriptors (`Node.effectiveMaxConnections`).
     public var maxConnections = 10_000
+    /// Seconds a connection may stay unauthenticated when a token is set (then AUTH_REQUIRED,
+    /// unsolicited, and close). Must be more than 0.
+    public var authTimeout: Double = 5
+    /// Unauthenticated connections at once when a token is set; nil = half the effective
+    /// connection limit, at least 1. Past it, each new connection closes the oldest
+    /// unauthenticated one of its event loop.
+    public var maxUnauthenticated: Int? = nil
     /// Seconds a connection may stay idle; nil = no timeout (memcached, Redis).
     public var idleTimeout: Double? = nil
     /// Seconds a frame that has started may take to arrive in full (stops slowloris).
@@ -38,8 +47,11 @@ public struct NodeConfiguration: Sendable {
     public var validateImages = false
     /// Largest image (in pixels) the node will decode or accept when validating.
     public var imagePixelLimit = 25_000_000
-    /// Serve /metrics and /healthz over HTTP on this port of `host` (nil = off; 0 = any free port).
+    /// Serve /metrics and /healthz over HTTP on this port of `metricsHost` (nil = off; 0 = any
+    /// free port).
     public var metricsPort: UInt16? = nil
+    /// The address the metrics endpoint binds (it has no authentication; not `host`).
+    public var metricsHost = "127.0.0.1"
 
     /// Seconds a read-through lease lasts before another client may take it.
     public var leaseTimeout: Double = 10

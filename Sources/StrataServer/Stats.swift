@@ -65,6 +65,14 @@ final class NodeStats: Sendable {
     let outputCapCutoffs = Atomic<Int>(0)
     let timeouts = Atomic<Int>(0)
     let authFailures = Atomic<Int>(0)
+    /// Connections open and not yet authenticated (a token is set).
+    let connectionsUnauthenticated = Atomic<Int>(0)
+    /// Connections closed for sending no HELLO with the token within the auth timeout.
+    let authTimeouts = Atomic<Int>(0)
+    /// Unauthenticated connections closed to make room past --max-unauthenticated.
+    let authEvictions = Atomic<Int>(0)
+    /// accept() calls that failed (out of descriptors, or the kernel refused).
+    let acceptErrors = Atomic<Int>(0)
     let ops: [Counter] = (0..<256).map { _ in Counter() }
     /// Images stored, by image format code (PROTOCOL.md §7.10).
     let imagesStored: [Counter] = (0..<8).map { _ in Counter() }

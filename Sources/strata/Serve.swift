@@ -10,8 +10,10 @@ let serveUsage = """
 usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--memory-limit 256MiB]
                     [--disk-limit 4GiB] [--max-item 32MiB] [--default-ttl SECONDS] [--threads N]
                     [--auth-token-file FILE] [--insecure] [--config FILE.json] [--log-level info]
-                    [--max-connections 10000] [--idle-timeout SECONDS] [--frame-timeout 10]
+                    [--max-connections 10000] [--auth-timeout 5] [--max-unauthenticated N]
+                    [--idle-timeout SECONDS] [--frame-timeout 10]
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
+                    [--metrics-host 127.0.0.1]
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
                     [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest]
@@ -20,13 +22,15 @@ Starts a node in the foreground. Settings come from the JSON file given by --con
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
 name in upper case with _ for -), then flags; the later wins. Sizes accept B, KiB, MiB, GiB.
 Binding an address other than loopback needs --auth-token-file or --insecure.
+--max-connections is lowered, with a warning, to what the descriptor limit (ulimit -n) allows.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
 
 /// The settings `serve` knows, by flag name (without dashes); each maps to the config.
 let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-limit", "max-item", "default-ttl",
                                "threads", "auth-token-file", "log-level", "max-connections", "idle-timeout",
-                               "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "image-pixel-limit",
+                               "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "metrics-host", "image-pixel-limit",
+                               "auth-timeout", "max-unauthenticated",
                                "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit",
                                "disk-trim-to", "disk-evict"]
 
@@ -71,7 +75,10 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     let node = try Node(config: config)
     try node.start()
     printOut("strata \(Node.version) listening on \(config.host):\(node.port), data in \(config.dataDirectory)")
-    if let mp = node.metricsPort { printOut("metrics on http://\(config.host):\(mp)/metrics") }
+    if let mp = node.metricsPort {
+        let h = config.metricsHost.contains(":") ? "[\(config.metricsHost)]" : config.metricsHost
+        printOut("metrics on http://\(h):\(mp)/metrics")
+    }
     var sig: Int32 = 0
     sigwait(&set, &sig)
     node.shutdown()
@@ -116,6 +123,12 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         c.metricsPort = UInt16(v)
     }
     if let v = try int("max-connections", min: 1) { c.maxConnections = v }
+    if let v = try seconds("auth-timeout") {
+        guard v > 0 else { throw UsageError(message: "--auth-timeout must be more than 0 seconds") }
+        c.authTimeout = v
+    }
+    if let v = try int("max-unauthenticated") { c.maxUnauthenticated = v > 0 ? v : nil } // 0: half the limit
+    if let v = s["metrics-host"] { c.metricsHost = v }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
     if let v = try size("output-cap") { c.outputCap = v }

@@ -16,11 +16,20 @@ final class NodeProcess: @unchecked Sendable {
     private let errLock = NSLock()
     private var errText = ""
 
-    init(dataDir: String, port: UInt16 = 0, extra: [String] = [], file: StaticString = #filePath, line: UInt = #line) throws {
+    /// `launcher` runs the node through another program that execs it (`["/usr/bin/prlimit",
+    /// "--nofile=256:256"]`), so the process is still the node's.
+    init(dataDir: String, port: UInt16 = 0, extra: [String] = [], launcher: [String] = [],
+         file: StaticString = #filePath, line: UInt = #line) throws {
         self.dataDir = dataDir
         let exe = try XCTUnwrap(builtExecutable("strata"), "strata is not built", file: file, line: line)
-        process.executableURL = URL(fileURLWithPath: exe)
-        process.arguments = ["serve", "--port", String(port), "--data", dataDir, "--threads", "2", "--disk-workers", "8", "--log-level", "warn"] + extra
+        let args = ["serve", "--port", String(port), "--data", dataDir, "--threads", "2", "--disk-workers", "8", "--log-level", "warn"] + extra
+        if let first = launcher.first {
+            process.executableURL = URL(fileURLWithPath: first)
+            process.arguments = Array(launcher.dropFirst()) + [exe] + args
+        } else {
+            process.executableURL = URL(fileURLWithPath: exe)
+            process.arguments = args
+        }
         process.standardOutput = stdoutPipe
         process.standardError = stderrPipe
         stderrPipe.fileHandleForReading.readabilityHandler = { [weak self] h in
@@ -44,18 +53,23 @@ final class NodeProcess: @unchecked Sendable {
             if d.isEmpty { break } // end of output: it exited
             line += String(decoding: d, as: UTF8.self)
         }
-        guard let r = line.range(of: "listening on 127.0.0.1:"),
-              let p = UInt16(line[r.upperBound...].prefix { $0.isNumber }) else {
+        // "listening on HOST:PORT," (any IPv4 host; clients still use 127.0.0.1).
+        guard let r = line.range(of: "listening on "),
+              let colon = line[r.upperBound...].firstIndex(of: ":"),
+              let p = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber }) else {
             process.waitUntilExit()
             throw NSError(domain: "NodeProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "node did not start: \(line) \(stderr)"])
         }
         self.port = p
-        if let r = line.range(of: "metrics on http://127.0.0.1:") {
-            metricsPort = UInt16(line[r.upperBound...].prefix { $0.isNumber })
+        if let r = line.range(of: "metrics on http://"), let colon = line[r.upperBound...].firstIndex(of: ":") {
+            metricsHost = String(line[r.upperBound..<colon])
+            metricsPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
         }
     }
 
     private(set) var metricsPort: UInt16?
+    /// The address the metrics endpoint printed (IPv4 only).
+    private(set) var metricsHost: String?
 
     var stderr: String { errLock.lock(); defer { errLock.unlock() }; return errText }
 

@@ -1,0 +1,244 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+import StrataNet
+
+/// The metrics endpoint: a small HTTP/1.1 responder serving `/metrics` (Prometheus text format
+/// 0.0.4) and `/healthz` (200 while serving, 503 while draining) on `--metrics-host` (default
+/// 127.0.0.1: it has no authentication) and `--metrics-port`.
+///
+/// Guarantees: up to `maxConnections` (16) connections are served at once, each on its own
+/// deadline, so idle or slow clients cannot delay another's `/healthz`; one more connection is
+/// answered 503 at once and closed. A request must arrive in full within `requestTimeout`
+/// (2 s) of the accept and be at most 8 KiB (431 otherwise); the answer must be taken within
+/// `responseTimeout` (5 s). One request per connection (`Connection: close`); anything but
+/// GET or HEAD gets 405, another path 404.
+///
+/// Costs: one thread (`strata-metrics`) running its own `EventLoop`, apart from the node's
+/// loops; `/metrics` text is built on that thread (a few ms), so the node's loops never wait
+/// for a scrape.
+final class MetricsServer: @unchecked Sendable {
+    static let maxConnections = 16
+    static let requestTimeout = 2.0
+    static let responseTimeout = 5.0
+    static let maxRequestBytes = 8192
+
+    unowned let node: Node
+    let fd: Int32
+    let port: UInt16
+    private let loop: EventLoop
+    private let finished = Completion<Void>()
+    /// Open connections by descriptor (the loop's thread only).
+    fileprivate var open: [Int32: HTTPConnection] = [:]
+    private var listenerPaused = false
+
+    init(node: Node, host: String, port: UInt16) throws {
+        self.node = node
+        guard let a = SocketAddress(host: host, port: port) else {
+            throw NodeError(exitCode: 2, "--metrics-host must be a numeric IPv4/IPv6 address or localhost, got '\(host)'")
+        }
+        do { (fd, self.port) = try Socket.listen(a, backlog: 64) } catch {
+            throw NodeError(exitCode: 3, "cannot listen for metrics on \(a): \(error)")
+        }
+        do { loop = try EventLoop(index: 0) } catch {
+            Sys.close(fd)
+            throw NodeError(exitCode: 3, "cannot start the metrics loop: \(error)")
+        }
+        try? loop.register(fd, .read, Listener(server: self))
+        startThread(name: "strata-metrics") { [self] in
+            loop.run(tickInterval: 0.1) { [self] in
+                let now = monotonicSeconds()
+                for c in Array(open.values) { c.checkDeadlines(now: now) }
+            }
+            for c in Array(open.values) { c.close() }
+            Sys.close(fd)
+            finished.fulfil(())
+        }
+    }
+
+    /// Closes the listener and every connection; returns once the thread has finished.
+    func stop() {
+        loop.stop()
+        finished.wait()
+    }
+
+    fileprivate func acceptAll() {
+        while !listenerPaused {
+            switch Sys.acceptOne(fd) {
+            case .none: return
+            case .connection(let c):
+                guard open.count < Self.maxConnections else {
+                    Self.refuseBusy(c)
+                    continue
+                }
+                let h = HTTPConnection(fd: c, server: self, now: monotonicSeconds())
+                do { try loop.register(c, .read, h) } catch {
+                    Sys.close(c)
+                    continue
+                }
+                open[c] = h
+            case .outOfDescriptors(let e), .failed(let e):
+                // Out of descriptors (or refused by the kernel): stop looking for a moment so
+                // the loop does not spin on a queue it cannot take from.
+                node.acceptFailed(e, refused: 0)
+                listenerPaused = true
+                loop.unregister(fd)
+                loop.schedule(after: Node.acceptPause) { [self] in
+                    listenerPaused = false
+                    try? loop.register(fd, .read, Listener(server: self))
+                }
+                return
+            }
+        }
+    }
+
+    fileprivate func closed(_ c: HTTPConnection) { open[c.fd] = nil }
+
+    /// Over the bound: 503 with one non-blocking send, after taking whatever request bytes
+    /// already arrived (closing with unread input would reset the connection, and the client
+    /// could lose the answer).
+    private static func refuseBusy(_ c: Int32) {
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        _ = scratch.withUnsafeMutableBytes { try? Sys.read(c, $0.baseAddress!, $0.count) }
+        let bytes = httpResponse(503, "text/plain", "busy: \(maxConnections) metrics connections are open\n")
+        _ = bytes.withUnsafeBytes { try? Sys.send(c, $0.baseAddress!, $0.count) }
+        Sys.close(c)
+    }
+
+    /// The answer to one complete request head (pure but for reading the node's state).
+    fileprivate func answer(_ request: [UInt8]) -> [UInt8] {
+        let line = String(decoding: request.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self)
+        let parts = line.split(separator: " ")
+        guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { return Self.httpResponse(400, "text/plain", "bad request\n") }
+        let path = parts[1].split(separator: "?").first.map(String.init) ?? ""
+        guard path == "/metrics" || path == "/healthz" else { return Self.httpResponse(404, "text/plain", "not found\n") }
+        guard parts[0] == "GET" || parts[0] == "HEAD" else {
+            return Self.httpResponse(405, "text/plain", "method not allowed\n", allow: true)
+        }
+        if path == "/healthz" {
+            return node.draining ? Self.httpResponse(503, "text/plain", "draining\n") : Self.httpResponse(200, "text/plain", "ok\n")
+        }
+        return Self.httpResponse(200, "text/plain; version=0.0.4; charset=utf-8", node.prometheusText(), head: parts[0] == "HEAD")
+    }
+
+    static func httpResponse(_ code: Int, _ type: String, _ body: String, allow: Bool = false, head: Bool = false) -> [UInt8] {
+        let reason = [200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+                      431: "Request Header Fields Too Large", 503: "Service Unavailable"][code] ?? "Error"
+        var text = "HTTP/1.1 \(code) \(reason)\r\nContent-Type: \(type)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
+        if allow { text += "Allow: GET, HEAD\r\n" }
+        text += "\r\n"
+        if !head { text += body }
+        return Array(text.utf8)
+    }
+}
+
+/// The metrics listening socket's handler.
+private final class Listener: EventHandler {
+    unowned let server: MetricsServer
+    init(server: MetricsServer) { self.server = server }
+    func handle(readable: Bool, writable: Bool, hangup: Bool) { server.acceptAll() }
+}
+
+/// One metrics connection: reads a request head, writes the answer, ends its side, and waits
+/// (bounded) for the client to close, so unread bytes never turn the close into a reset.
+private final class HTTPConnection: EventHandler {
+    let fd: Int32
+    unowned let server: MetricsServer
+    private let acceptedAt: Double
+    private var request: [UInt8] = []
+    private var response: [UInt8] = []
+    private var sent = 0
+    private var answeredAt: Double?
+    private var isClosed = false
+    /// The client ended its side before taking the whole answer: finish writing, then close.
+    private var peerDone = false
+
+    init(fd: Int32, server: MetricsServer, now: Double) {
+        self.fd = fd
+        self.server = server
+        acceptedAt = now
+    }
+
+    func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        if writable && answeredAt != nil { write() }
+        if readable || hangup { read() }
+    }
+
+    func checkDeadlines(now: Double) {
+        if let t = answeredAt {
+            if now - t > MetricsServer.responseTimeout { close() }
+        } else if now - acceptedAt > MetricsServer.requestTimeout {
+            close()
+        }
+    }
+
+    private func read() {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while !isClosed {
+            let r = chunk.withUnsafeMutableBytes { try? Sys.read(fd, $0.baseAddress!, $0.count) }
+            guard let r, case .done(let n) = r else {
+                if r == nil { close() } // a read error
+                return
+            }
+            if n == 0 {
+                // The client is done (or gave up); an answer still being written is finished.
+                guard answeredAt != nil && sent < response.count else { return close() }
+                peerDone = true
+                server.loopModify(fd, .write)
+                return
+            }
+            guard answeredAt == nil else { continue } // after the answer: discard until it closes
+            request += chunk[0..<n]
+            if request.containsHeaderEnd {
+                respond(server.answer(request))
+            } else if request.count > MetricsServer.maxRequestBytes {
+                respond(MetricsServer.httpResponse(431, "text/plain", "request header too large\n"))
+            }
+        }
+    }
+
+    private func respond(_ bytes: [UInt8]) {
+        response = bytes
+        answeredAt = monotonicSeconds()
+        request = []
+        write()
+    }
+
+    private func write() {
+        while !isClosed && sent < response.count {
+            let r = response.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress! + sent, response.count - sent) }
+            guard let r else { return close() }
+            guard case .done(let n) = r else {
+                server.loopModify(fd, peerDone ? .write : [.read, .write])
+                return
+            }
+            sent += n
+        }
+        guard !isClosed else { return }
+        if peerDone { return close() }
+        server.loopModify(fd, .read)
+        Sys.shutdownWrite(fd)
+    }
+
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        server.loopUnregister(fd)
+        Sys.close(fd)
+        server.closed(self)
+    }
+}
+
+extension MetricsServer {
+    fileprivate func loopModify(_ fd: Int32, _ interest: EventLoop.Interest) { loop.modify(fd, interest) }
+    fileprivate func loopUnregister(_ fd: Int32) { loop.unregister(fd) }
+}
+
+extension Array where Element == UInt8 {
+    var containsHeaderEnd: Bool {
+        guard count >= 4 else { return false }
+        for i in 0...(count - 4) where self[i] == 13 && self[i + 1] == 10 && self[i + 2] == 13 && self[i + 3] == 10 { return true }
+        return false
+    }
+}
