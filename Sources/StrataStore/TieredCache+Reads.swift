@@ -90,6 +90,24 @@ extension TieredCache {
         return .hit(item)
     }
 
+    /// The live item in the memory tier, for a caller that makes a full `read` on a miss (the
+    /// node's event loop answers memory hits itself): a hit is counted as `get` counts it, a
+    /// miss not at all — the full read counts it once.
+    public func memoryHit(_ key: [UInt8], namespace: [UInt8] = []) throws -> CacheItem? {
+        try check(key: key, namespace: namespace)
+        guard let ns = registry.lookup(namespace) else { return nil }
+        let now = clock.nowMicros()
+        let loc = memory.locate(tag: ns.tag, key: key)
+        guard let s = memory.with(loc, key, { shard, k -> ItemState? in
+            let s = shard.get(tag: ns.tag, key: k, hash: loc.hash, now: now, countStats: false)
+            if s != nil { shard.hits += 1 }
+            return s
+        }) else { return nil }
+        ns.counters.hits.add(1, ordering: .relaxed)
+        return CacheItem(value: s.value, flags: s.flags, extended: s.extended, expiresAt: maxAge.effectiveExpiry(s),
+                         version: s.version, tier: .memory, stale: s.stale, negative: s.negative)
+    }
+
     /// One result per key, in order (nil for a miss).
     public func getMany(_ keys: [[UInt8]], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> [CacheItem?] {
         try keys.map { try get($0, namespace: namespace, tiers: tiers) }

@@ -16,11 +16,14 @@ final class NodeProcess: @unchecked Sendable {
     private let errLock = NSLock()
     private var errText = ""
 
-    init(dataDir: String, port: UInt16 = 0, extra: [String] = [], file: StaticString = #filePath, line: UInt = #line) throws {
+    /// `env`: variables added to the test's environment for the node (STRATA_* settings).
+    init(dataDir: String, port: UInt16 = 0, extra: [String] = [], env: [String: String] = [:],
+         file: StaticString = #filePath, line: UInt = #line) throws {
         self.dataDir = dataDir
         let exe = try XCTUnwrap(builtExecutable("strata"), "strata is not built", file: file, line: line)
         process.executableURL = URL(fileURLWithPath: exe)
         process.arguments = ["serve", "--port", String(port), "--data", dataDir, "--threads", "2", "--disk-workers", "8", "--log-level", "warn"] + extra
+        if !env.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 } }
         process.standardOutput = stdoutPipe
         process.standardError = stderrPipe
         stderrPipe.fileHandleForReading.readabilityHandler = { [weak self] h in

@@ -183,3 +183,25 @@ final class SeedLimitsTests: XCTestCase {
         XCTAssertEqual(f.store.namespaceCounters()[bytes("bob")]?.sets, 1)
     }
 }
+
+/// `strata check` (TieredCache.check): rows that are never served are not live items.
+final class CheckCountsTests: XCTestCase {
+    func testCheckCountsExpiredAndFlushedRowsApartFromLiveItems() throws {
+        let f = try StoreFixture { $0.sweepBatch = 0 } // no sweep removes anything before the check
+        _ = try f.store.set(bytes("live"), bytes("1"))
+        _ = try f.store.set(bytes("brief"), bytes("2"), options: SetOptions(expiry: .seconds(5)))
+        _ = try f.store.set(bytes("x"), bytes("3"), namespace: bytes("gone"))
+        try f.store.flush(namespace: bytes("gone"))
+        _ = try f.store.remove(bytes("t"), version: f.store.hlc.next())
+        f.store.close()
+        let now = f.clock.nowMicros()
+        let r = try TieredCache.check(directory: f.dir.path, now: now + 10_000_000)
+        XCTAssertEqual(r.rows, 4)
+        XCTAssertEqual(r.liveItems, 1, "only the item a read would return")
+        XCTAssertEqual(r.expiredRows, 1)
+        XCTAssertEqual(r.flushedRows, 1)
+        XCTAssertEqual(r.tombstones, 1)
+        XCTAssertTrue(r.isClean)
+        XCTAssertEqual(try TieredCache.check(directory: f.dir.path, now: now).liveItems, 2, "before the expiry it is live")
+    }
+}

@@ -21,6 +21,7 @@ public struct StoreStats: Sendable {
         public var sets = 0
         /// Reads plus SETs: what the top-N views rank namespaces by.
         public var traffic: Int { hits + misses + sets }
+        public init() {}
         /// Live items and value bytes on disk (nil unless asked for).
         public var diskItems: Int?
         public var diskBytes: Int?
