@@ -79,7 +79,7 @@ enum NamespaceStats {
             other.hits += n.hits; other.misses += n.misses; other.sets += n.sets
         }
         for (name, type, help, value) in families {
-            out += "# HELP strata_\(name) \(help) The \(limit) busiest namespaces (hits + misses + sets) by name; other=\"true\" sums the rest.\n"
+            out += "# HELP strata_\(name) \(help) One series (label ns) for each of the \(limit) busiest namespaces by hits + misses + sets; other=\"true\" sums the rest.\n"
             out += "# TYPE strata_\(name) \(type)\n"
             for (ns, n) in top { out += "strata_\(name){ns=\"\(labelValue(ns))\"} \(value(n, ns))\n" }
             out += "strata_\(name){other=\"true\"} \(value(other, nil))\n"

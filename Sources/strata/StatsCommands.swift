@@ -63,7 +63,8 @@ func printNamespaceStats(_ json: String, _ o: ParsedOptions, from node: String) 
     }
     let rows = (obj["namespaces"] as? [[String: Any]]) ?? []
     func line(_ first: String, _ cells: [String]) -> String {
-        first.padding(toLength: 28, withPad: " ", startingAt: 0) + cells.map { $0.padding(toLength: 12, withPad: " ", startingAt: 0) }.joined()
+        let text = first.padding(toLength: 28, withPad: " ", startingAt: 0) + cells.map { $0.padding(toLength: 12, withPad: " ", startingAt: 0) }.joined()
+        return String(text.reversed().drop { $0 == " " }.reversed())
     }
     printOut(line("namespace", columns))
     for r in rows { printOut(line("\"\(r["namespace"] as? String ?? "?")\"", columns.map { number(r, $0) })) }
