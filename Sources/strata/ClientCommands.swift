@@ -149,10 +149,11 @@ let clientCommands: [String: ClientCommand] = [
         return try finish(c.call(.invalidate(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), version: nil)),
                           notFoundMessage: "not found: \(o.positionals[0])")
     },
-    "del": ClientCommand(usage: "strata del KEY [--ns NS] [--tiers memory|disk|all]  (removes from the tiers named only)",
-                         valued: keyOpts, switches: [], positionals: 1) { o, c in
+    "del": ClientCommand(usage: "strata del KEY [--ns NS] [--tiers memory|disk|all] [--write-behind]  (removes from the tiers named only)",
+                         valued: keyOpts, switches: ["--write-behind"], positionals: 1) { o, c in
         let key = try keyArg(o, "strata del KEY")
-        return try finish(c.call(.delete(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), version: nil, writeBehind: false)),
+        return try finish(c.call(.delete(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), version: nil,
+                                         writeBehind: o.switches.contains("--write-behind"))),
                           notFoundMessage: "not found: \(o.positionals[0])")
     },
     "exists": ClientCommand(usage: "strata exists KEY [--ns NS] [--tiers …]", valued: keyOpts, switches: [], positionals: 1) { o, c in

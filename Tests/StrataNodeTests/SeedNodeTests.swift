@@ -196,8 +196,12 @@ final class SeedNodeTests: XCTestCase {
         XCTAssertEqual(e.code, 0)
         XCTAssertEqual(e.bytes, ext, "the extended data, exactly (not a terminal: no newline added)")
         XCTAssertEqual(try cli(node, ["get", "img"]).out, "pixels")
+        let before = try nodeStats(c)["write_behind_total"] as? Int ?? 0
+        XCTAssertEqual(try cli(node, ["del", "img", "--write-behind"]).code, 0)
+        XCTAssertEqual(try nodeStats(c)["write_behind_total"] as? Int, before + 1, "DELETE sent with WRITE_BEHIND")
+        XCTAssertNil(try c.get(b("img")))
         try Data(repeating: 7, count: 4097).write(to: URL(fileURLWithPath: extFile))
-        XCTAssertEqual(try cli(node, ["set", "img", "x", "--ext-file", extFile]).code, 2, "over 4096 bytes")
+        XCTAssertEqual(try cli(node, ["set", "img2", "x", "--ext-file", extFile]).code, 2, "over 4096 bytes")
         XCTAssertEqual(try cli(node, ["set", "img", "x", "--ext-file", dir.path + "/missing"]).code, 2)
     }
 }
