@@ -264,8 +264,10 @@ public final class ClusterClient: @unchecked Sendable {
     /// cannot bring it back. Returns whether any node held it.
     @discardableResult
     public func delete(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool {
-        try versionedEverywhere("delete", key, namespace) { tiers, version in
-            .delete(namespace: namespace, key: key, tiers: tiers, version: version, writeBehind: false)
+        // Every node in both tiers: a DELETE removes only the tiers it names (PROTOCOL.md
+        // §7.6), and a replica may hold a memory copy promoted by a read it served.
+        try versionedEverywhere("delete", key, namespace) { _, version in
+            .delete(namespace: namespace, key: key, tiers: 0, version: version, writeBehind: false)
         }
     }
 
@@ -280,8 +282,8 @@ public final class ClusterClient: @unchecked Sendable {
         }
     }
 
-    /// Sends one versioned request (DELETE or INVALIDATE) to each of the key's nodes (the owner
-    /// in all tiers, the others in disk): OK means a node held the key.
+    /// Sends one versioned request (DELETE or INVALIDATE) to each of the key's nodes (`tiers`
+    /// is 0, all, for the owner and 2, disk, for the others): OK means a node held the key.
     private func versionedEverywhere(_ what: String, _ key: [UInt8], _ namespace: [UInt8],
                                      _ request: (_ tiers: UInt8, _ version: UInt64) -> Request) throws -> Bool {
         let version = hlc.next()
@@ -462,7 +464,7 @@ public final class ClusterClient: @unchecked Sendable {
                 let f = try? node.run { try $0.set(s) }
                 if f?.statusCode != .ok && f?.statusCode != .superseded { ok = false }
             case .absent(let tombstone) where tombstone > 0:
-                let f = try? node.run { try $0.call(.delete(namespace: ns, key: key, tiers: isOwner ? 0 : 2, version: tombstone, writeBehind: false)) }
+                let f = try? node.run { try $0.call(.delete(namespace: ns, key: key, tiers: 0, version: tombstone, writeBehind: false)) }
                 if f == nil { ok = false }
             case .absent:
                 break

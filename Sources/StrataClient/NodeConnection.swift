@@ -144,4 +144,13 @@ public final class NodeConnection {
         try Self.check(f, allow: [.ok])
         return String(decoding: f.value, as: UTF8.self)
     }
+
+    /// STATS of one namespace or of the busiest namespaces (PROTOCOL.md §7.13.1): the node's
+    /// JSON. A node that predates the groups answers its node-wide JSON instead (no
+    /// `namespace`/`namespaces` field).
+    public func stats(_ query: NamespaceStatsQuery) throws -> String {
+        let f = try call(.namespaceStats(query))
+        try Self.check(f, allow: [.ok])
+        return String(decoding: f.value, as: UTF8.self)
+    }
 }

@@ -40,6 +40,10 @@ final class Dispatcher: @unchecked Sendable {
     var leases = LeaseTable(timeout: 10)
     var validateImages = false
     var imagePixelLimit = ImageCodec.defaultPixelLimit
+    /// Namespaces listed by STATS `namespaces` and /metrics (`--namespace-stats-limit`).
+    var namespaceStatsLimit = 100
+    /// /metrics' per-namespace disk usage, counted at most once a minute.
+    let namespaceUsage = NamespaceUsageCache()
 
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
@@ -114,7 +118,7 @@ final class Dispatcher: @unchecked Sendable {
     /// A GET asking for a lease is answered here only when it needs none (a fresh hit).
     func memoryHit(_ g: GetRequest, _ f: Frame) -> Frame? {
         guard g.touch == nil, !g.wantMeta, Tiers(wire: g.tiers).contains(.memory),
-              let item = try? store.get(g.key, namespace: g.namespace, tiers: .memory) else { return nil }
+              let item = try? store.memoryHit(g.key, namespace: g.namespace) else { return nil }
         if g.lease && needsLease(.hit(item), g) { return nil }
         return hitResponse(item, f)
     }
@@ -373,11 +377,15 @@ final class Dispatcher: @unchecked Sendable {
                 // Image variants live under derived keys (key, 0x00, "variant:…"): not the user's keys.
                 let visible = page.keys.filter { VariantLineage.original(of: $0) == nil }
                 return Responses.scan(to: f, keys: visible, next: page.next)
-            case let .flush(ns, all):
-                if all { try store.flushAll() } else { try store.flush(namespace: ns) }
+            case let .flush(ns, all, tiers):
+                let t = Tiers(wire: tiers)
+                if all { try store.flushAll(tiers: t) } else { try store.flush(namespace: ns, tiers: t) }
                 leases.revokeAll(namespace: all ? nil : ns)
-                lineage.forget(namespace: all ? nil : ns)
+                // Variants stored on disk stay known while the disk keeps them.
+                if t.contains(.disk) { lineage.forget(namespace: all ? nil : ns) }
                 return ok()
+            case .namespaceStats(let q):
+                return Responses.stats(to: f, json: try NamespaceStats.json(q, store: store, limit: namespaceStatsLimit))
             case let .imageInfo(ns, key):
                 guard let item = try store.get(key, namespace: ns) else { return Responses.status(to: f, .notFound) }
                 do {

@@ -98,6 +98,8 @@ extension Node {
             out += "strata_request_duration_seconds_sum{op=\"\(op.name)\"} \(h.approximateSumSeconds)\n"
             out += "strata_request_duration_seconds_count{op=\"\(op.name)\"} \(n)\n"
         }
+        out += NamespaceStats.prometheus(store: store, limit: dispatcher.namespaceStatsLimit,
+                                         usage: dispatcher.namespaceUsage.usage(store))
         return out
     }
 }

@@ -71,6 +71,12 @@ public final class Node: @unchecked Sendable {
         sc.logLimit = config.logLimit
         sc.diskTrimTo = config.diskTrimTo
         sc.diskEviction = config.diskEviction
+        // The seed libraries' limits (issue 16): age from the write, counts, idle age.
+        sc.maxAge = config.maxAge ?? 0
+        sc.memoryCountLimit = config.memoryCountLimit ?? Int.max
+        sc.diskCountLimit = config.diskCountLimit ?? Int.max
+        sc.memoryAgeLimit = config.idleAge ?? 0
+        sc.diskAgeLimit = config.idleAge ?? 0
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.
@@ -86,6 +92,7 @@ public final class Node: @unchecked Sendable {
         d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit
+        d.namespaceStatsLimit = config.namespaceStatsLimit
         d.leases = LeaseTable(timeout: config.leaseTimeout, capacity: config.maxLeases)
         dispatcher = d
         workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)

@@ -11,6 +11,18 @@ public struct NodeConfiguration: Sendable {
     public var maxItem = 32 << 20
     /// Seconds; nil = items never expire unless a write says so.
     public var defaultTTL: Double? = nil
+    /// `--max-age`: items whose write (their version) is older are never served and are swept
+    /// (`StoreConfiguration.maxAge`; SDWebImage's maxCacheAge); nil = no limit.
+    public var maxAge: Double? = nil
+    /// `--memory-count-limit`, `--disk-count-limit`: most items per tier (YYCache's
+    /// countLimit); least recently used go first. nil = no limit.
+    public var memoryCountLimit: Int? = nil
+    public var diskCountLimit: Int? = nil
+    /// `--idle-age`: items not read or written for this many seconds are trimmed from both
+    /// tiers in the background (YYCache's ageLimit, by last access); nil = no limit.
+    public var idleAge: Double? = nil
+    /// `--namespace-stats-limit`: namespaces listed by STATS `namespaces` and /metrics.
+    public var namespaceStatsLimit = 100
     /// Event loops; 0 = one per core.
     public var threads = 0
     /// Threads that run disk-tier work (each waits on SQLite or a group commit).

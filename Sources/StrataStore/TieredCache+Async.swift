@@ -53,10 +53,10 @@ extension TieredCache {
         let r = try await offload { try self.keys(namespace: namespace, after: cursor, limit: limit, tiers: tiers) }
         return r
     }
-    public func flush(namespace: [UInt8]) async throws {
-        try await offload { try self.flush(namespace: namespace) }
+    public func flush(namespace: [UInt8], tiers: Tiers = .all) async throws {
+        try await offload { try self.flush(namespace: namespace, tiers: tiers) }
     }
-    public func flushAll() async throws { try await offload { try self.flushAll() } }
+    public func flushAll(tiers: Tiers = .all) async throws { try await offload { try self.flushAll(tiers: tiers) } }
     public func trim(toCount count: Int = Int.max, toBytes bytes: Int = Int.max, tiers: Tiers = .all) async throws {
         try await offload { try self.trim(toCount: count, toBytes: bytes, tiers: tiers) }
     }

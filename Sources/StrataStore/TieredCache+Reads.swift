@@ -32,13 +32,14 @@ extension TieredCache {
         try check(tiers: tiers)
         guard let ns = registry.lookup(namespace) else { return .miss }
         let now = clock.nowMicros()
+        let oldest = maxAge.oldestVersion(now: now)
         var found: CacheItem?
         var tombstone: UInt64?
         let loc = memory.locate(tag: ns.tag, key: key)
         if tiers.contains(.memory) {
             if let s = memory.with(loc, key, { $0.get(tag: ns.tag, key: $1, hash: loc.hash, now: now) }) {
                 found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
-                                  expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .memory,
+                                  expiresAt: maxAge.effectiveExpiry(s), version: s.version, tier: .memory,
                                   stale: s.stale, negative: s.negative)
             } else if let t = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
                       t.state.tombstone {
@@ -51,7 +52,8 @@ extension TieredCache {
             let pending = log.index.lookup(ItemKey(namespace: namespace, key: key), accessedAt: now)
             let state: ItemState?
             if let p = pending {
-                state = p.state.flatMap { $0.guards(now: now) ? $0 : nil } // as SQLite reads: unexpired rows, tombstones too
+                // As SQLite reads: unexpired rows (not past maxAge), tombstones too.
+                state = p.state.flatMap { $0.guards(now: now) && !$0.isAged(oldestVersion: oldest) ? $0 : nil }
                 if state != nil { disk.noteAccess(namespace: namespace, key: key, now: now) }
                 disk.counters.hits.add(state.map { $0.tombstone ? 0 : 1 } ?? 0, ordering: .relaxed)
                 disk.counters.misses.add(state.map { $0.tombstone ? 1 : 0 } ?? 1, ordering: .relaxed)
@@ -66,7 +68,7 @@ extension TieredCache {
                         memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now)
                     }
                     found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
-                                      expiresAt: s.expiry == 0 ? nil : s.expiry, version: s.version, tier: .disk,
+                                      expiresAt: maxAge.effectiveExpiry(s), version: s.version, tier: .disk,
                                       stale: s.stale, negative: s.negative)
                 }
             }
@@ -82,10 +84,28 @@ extension TieredCache {
             let e = t.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
             guard let v = try touchVersioned(key, namespace: namespace, expiry: e == 0 ? .never : .at(unixMicros: e), tiers: tiers)
             else { return .miss }
-            item.expiresAt = e == 0 ? nil : e
+            item.expiresAt = maxAge.effectiveExpiry(ItemState(value: [], flags: 0, extended: [], expiry: e, version: v, marks: 0))
             item.version = v
         }
         return .hit(item)
+    }
+
+    /// The live item in the memory tier, for a caller that makes a full `read` on a miss (the
+    /// node's event loop answers memory hits itself): a hit is counted as `get` counts it, a
+    /// miss not at all — the full read counts it once.
+    public func memoryHit(_ key: [UInt8], namespace: [UInt8] = []) throws -> CacheItem? {
+        try check(key: key, namespace: namespace)
+        guard let ns = registry.lookup(namespace) else { return nil }
+        let now = clock.nowMicros()
+        let loc = memory.locate(tag: ns.tag, key: key)
+        guard let s = memory.with(loc, key, { shard, k -> ItemState? in
+            let s = shard.get(tag: ns.tag, key: k, hash: loc.hash, now: now, countStats: false)
+            if s != nil { shard.hits += 1 }
+            return s
+        }) else { return nil }
+        ns.counters.hits.add(1, ordering: .relaxed)
+        return CacheItem(value: s.value, flags: s.flags, extended: s.extended, expiresAt: maxAge.effectiveExpiry(s),
+                         version: s.version, tier: .memory, stale: s.stale, negative: s.negative)
     }
 
     /// One result per key, in order (nil for a miss).
@@ -105,32 +125,33 @@ extension TieredCache {
         try check(tiers: tiers)
         guard let ns = registry.lookup(namespace) else { return nil }
         let now = clock.nowMicros()
+        let oldest = maxAge.oldestVersion(now: now)
         var meta: ItemMetadata?
         if tiers.contains(.disk) {
             if let p = log.index.lookup(ItemKey(namespace: namespace, key: key)) {
                 // Not yet in SQLite: the pending write says how the disk tier will hold it.
-                if let st = p.state, st.isLive(now: now) {
+                if let st = p.state, st.isLive(now: now, oldestVersion: oldest) {
                     meta = ItemMetadata(size: st.value.count, storedSize: p.storedSize, encoding: p.encoding, tiers: .disk,
-                                        expiresAt: st.expiry == 0 ? nil : st.expiry, version: st.version,
+                                        expiresAt: maxAge.effectiveExpiry(st), version: st.version,
                                         flags: st.flags, extendedSize: st.extended.count)
                 }
             } else if let row = try disk.read(namespace: namespace, key: key, withValue: false, countStats: false),
-                      row.state.isLive(now: now) {
+                      row.state.isLive(now: now, oldestVersion: oldest) {
                 meta = ItemMetadata(size: row.size, storedSize: row.storedSize, encoding: row.encoding, tiers: .disk,
-                                    expiresAt: row.state.expiry == 0 ? nil : row.state.expiry, version: row.state.version,
+                                    expiresAt: maxAge.effectiveExpiry(row.state), version: row.state.version,
                                     flags: row.state.flags, extendedSize: row.state.extended.count)
             }
         }
         if tiers.contains(.memory) {
             let loc = memory.locate(tag: ns.tag, key: key)
             if let m = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
-               m.state.isLive(now: now) {
+               m.state.isLive(now: now, oldestVersion: oldest) {
                 if var existing = meta, existing.version == m.state.version {
                     existing.tiers.insert(.memory)
                     meta = existing
                 } else if meta == nil || m.state.version > meta!.version {
                     meta = ItemMetadata(size: m.valueLen, storedSize: nil, encoding: nil, tiers: .memory,
-                                        expiresAt: m.state.expiry == 0 ? nil : m.state.expiry, version: m.state.version,
+                                        expiresAt: maxAge.effectiveExpiry(m.state), version: m.state.version,
                                         flags: m.state.flags, extendedSize: m.state.extended.count)
                 }
             }
@@ -159,7 +180,7 @@ extension TieredCache {
             if diskKeys.count > limit { boundary = diskKeys[limit - 1] }
             keys.formUnion(diskKeys)
             // The log's pending writes are newer than SQLite's rows: a pending remove hides one.
-            for (k, live) in log.index.keys(namespace: namespace, now: now) where afterCursor(k) {
+            for (k, live) in log.index.keys(namespace: namespace, now: now, oldestVersion: maxAge.oldestVersion(now: now)) where afterCursor(k) {
                 if live { keys.insert(k) } else { keys.remove(k) }
             }
         }
@@ -185,27 +206,43 @@ extension TieredCache {
         if case .failure(let e) = done.wait() { throw e }
     }
 
-    /// Empties one namespace in O(1): its generation changes; old items are collected later.
-    public func flush(namespace: [UInt8]) throws {
+    /// Empties one namespace in the tiers named, in O(1): the memory tier's tag changes (its
+    /// records stop matching at once; the sweeper frees them), the disk tier's generation
+    /// changes (through the log, like a write; rows are collected by the sweeps). With
+    /// `.memory` alone the disk keeps its items and a later read finds them there (SDWebImage's
+    /// `clearMemory`); with `.disk` alone memory copies stay, and are what a later read finds
+    /// until they are evicted (YYDiskCache's `removeAllObjects` beside a YYMemoryCache).
+    public func flush(namespace: [UInt8], tiers: Tiers = .all) throws {
         if namespace.count > ItemLimits.maxNamespaceBytes {
             throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
         }
+        try check(tiers: tiers)
         if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
         _ = registry.entry(namespace)
-        try logAndApply(.flushNamespace(namespace))
+        switch (tiers.contains(.memory), tiers.contains(.disk)) {
+        case (true, true): try logAndApply(.flushNamespace(namespace)) // new generation and tag, in log order
+        case (false, _): try logAndApply(.flushNamespace(namespace), keepsMemory: true)
+        case (true, false): registry.bump(namespace, generation: nil)
+        }
     }
 
-    /// Empties every namespace (O(namespaces)).
-    public func flushAll() throws {
+    /// Empties every namespace in the tiers named (O(namespaces) on disk; memory is freed at
+    /// once, O(items in memory)). Tiers as for `flush(namespace:tiers:)`.
+    public func flushAll(tiers: Tiers = .all) throws {
+        try check(tiers: tiers)
         if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
-        try logAndApply(.flushAll)
+        if tiers.contains(.disk) { try logAndApply(.flushAll, keepsMemory: !tiers.contains(.memory)) }
+        if tiers.contains(.memory) {
+            registry.bumpAllTags()
+            for s in memory.shards { s.lock.withLock { s.removeAll() } }
+        }
     }
 
     /// A flush goes through the log like any write (so a replay repeats it in order) and
     /// returns once SQLite has applied it: from then on no older item is visible anywhere.
-    func logAndApply(_ kind: LoggedWrite.Kind) throws {
+    func logAndApply(_ kind: LoggedWrite.Kind, keepsMemory: Bool = false) throws {
         log.waitForRoom()
-        let end = log.append(kind, at: clock.nowMicros())
+        let end = log.append(kind, at: clock.nowMicros(), keepsMemory: keepsMemory)
         try log.waitDurable(end)
         try log.waitApplied(end)
     }

@@ -102,6 +102,7 @@ extension TieredCache {
                        callerVersion: UInt64?, preEncoded: (ValueEncoding, [UInt8])?) throws -> WriteResult {
         let ns = registry.entry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
+        if case .set = op { ns.counters.sets.add(1, ordering: .relaxed) }
         let loc = memory.locate(tag: ns.tag, key: key)
         // Touch and counters rewrite the existing item, so they need its value; an unconditional
         // set with a node-assigned version stores whatever is there, so it needs nothing.
@@ -118,7 +119,8 @@ extension TieredCache {
             let hlc = self.hlc
             return memory.with(loc, key) { shard, k in
                 let existing = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
-                let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next())
+                let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next(),
+                                                         oldestLive: maxAge.oldestVersion(now: now))
                 switch effect {
                 case .none: break
                 case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
@@ -175,12 +177,15 @@ extension TieredCache {
             existing = Self.newest(mem, onDisk)
         }
         let now = clock.nowMicros()
-        let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next())
+        let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next(),
+                                                 oldestLive: maxAge.oldestVersion(now: now))
         switch effect {
         case .none:
             return (result, nil)
         case .delete:
-            memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
+            // A remove touches only the tiers it names (YYCache's removeObjectForKey:withType:):
+            // with the disk tier alone, a memory copy stays and is what a later read finds.
+            if memoryToo { memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) } }
             return (result, log.append(.delete(id), at: now, flushedByCaller: flushedByCaller))
         case .store(let s):
             if !s.value.isEmpty, log.refusal != nil {
@@ -202,8 +207,10 @@ extension TieredCache {
             memory.with(loc, key) { shard, k in
                 if memoryToo && !s.tombstone {
                     shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
-                } else {
-                    // Disk-only writes (replicas) and tombstones invalidate an older memory copy.
+                } else if memoryToo || !s.tombstone {
+                    // Disk-only writes (replicas) invalidate an older memory copy, so a read never
+                    // finds an older version in memory than the disk holds; so do tombstones of
+                    // removes that name the memory tier. A disk-only remove leaves memory alone.
                     shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now)
                 }
             }
@@ -248,6 +255,7 @@ extension TieredCache {
         let op = try setOp(value, options)
         let ns = registry.entry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
+        ns.counters.sets.add(1, ordering: .relaxed)
         let loc = memory.locate(tag: ns.tag, key: key)
         let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: options.tiers, needs: .nothing,
                                              callerVersion: nil, preEncoded: disk.codec.encode(value), flushedByCaller: flushLater)

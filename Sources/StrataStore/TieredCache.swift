@@ -12,7 +12,7 @@ import Synchronization
 /// - Thread-safe; every operation has a blocking form and an `async` form.
 /// - A write that includes `.disk` returns after its transaction commits (unless
 ///   `writeBehind`), so a process killed with SIGKILL loses no write that returned.
-/// - An expired item is never returned by any operation.
+/// - An expired item is never returned by any operation, nor one older than `maxAge`.
 /// - Every write gets a version from a hybrid logical clock (or the caller's); a caller-supplied
 ///   version older than what is stored (or its tombstone) is ignored, so replicas converge.
 /// - Bad input gets a `StoreError` and changes nothing.
@@ -30,6 +30,8 @@ public final class TieredCache: @unchecked Sendable {
     let log: DurabilityLog
     /// Room kept on the filesystem for deletes, flushes and checkpoints (see `SpaceFloor`).
     let floor: SpaceFloor
+    /// `configuration.maxAge` in µs: items written before `now − maxAge` are treated as expired.
+    let maxAge: MaxAge
 
     let writeBehindPending = Counter()
     let writeBehindWrites = Counter()
@@ -50,6 +52,7 @@ public final class TieredCache: @unchecked Sendable {
         self.configuration = configuration
         self.clock = clock
         self.hlc = HybridLogicalClock(clock: clock)
+        self.maxAge = MaxAge(seconds: configuration.maxAge)
         self.memory = MemoryTier(config: configuration)
         let directory = configuration.directory
         floor = SpaceFloor(floor: configuration.freeSpaceFloor ?? SpaceFloor.defaultFloor(filesystemBytes: filesystem ?? Int.max),

@@ -132,6 +132,18 @@ public struct CounterRequest: Equatable, Sendable {
     }
 }
 
+/// What a STATS request with a group asks for (PROTOCOL.md §7.13.1).
+public enum NamespaceStatsQuery: Equatable, Sendable {
+    /// Key `namespace`: the namespace in the namespace field (empty = the default namespace).
+    case one([UInt8])
+    /// Key `namespaces`: the busiest namespaces, up to the node's limit, and the rest summed.
+    case top
+
+    /// The key field that names each group.
+    public static let oneKey = Array("namespace".utf8)
+    public static let topKey = Array("namespaces".utf8)
+}
+
 /// A request, decoded from (or encoded to) a frame.
 public enum Request: Equatable, Sendable {
     case hello(minVersion: UInt8, maxVersion: UInt8, token: [UInt8])
@@ -146,8 +158,12 @@ public enum Request: Equatable, Sendable {
     case counter(CounterRequest)
     case meta(namespace: [UInt8], key: [UInt8], tiers: UInt8)
     case scan(namespace: [UInt8], cursor: [UInt8], limit: UInt32)
-    case flush(namespace: [UInt8], all: Bool)
+    /// `tiers`: the tier mask (0 = both; PROTOCOL.md §7.12).
+    case flush(namespace: [UInt8], all: Bool, tiers: UInt8 = 0)
     case stats
+    /// STATS with a group in the key field (PROTOCOL.md §7.13.1): one namespace's counters,
+    /// or the busiest namespaces'.
+    case namespaceStats(NamespaceStatsQuery)
     case imageInfo(namespace: [UInt8], key: [UInt8])
     case imageVariant(VariantRequest)
     /// Mark the key stale (optionally with a caller version, as a replica gets it).
@@ -194,7 +210,12 @@ public enum Request: Equatable, Sendable {
                 return .hello(minVersion: lo, maxVersion: hi, token: f.value)
             case .ping: return .ping
             case .quit: return .quit
-            case .stats: return .stats
+            case .stats:
+                // Extras, namespace and value are ignored; the key names a group (§7.13.1).
+                if f.key.isEmpty { return .stats }
+                if f.key == NamespaceStatsQuery.oneKey { return .namespaceStats(.one(f.namespace)) }
+                if f.key == NamespaceStatsQuery.topKey { return .namespaceStats(.top) }
+                throw fail(.invalidArgument, "unknown stats group '\(String(decoding: f.key, as: UTF8.self))' (namespace or namespaces)")
             case .get:
                 try needKey()
                 var touch: WireExpiry? = nil
@@ -278,7 +299,7 @@ public enum Request: Equatable, Sendable {
                 return .scan(namespace: f.namespace, cursor: f.key, limit: limit)
             case .flush:
                 try noExtras()
-                return .flush(namespace: f.namespace, all: flags.contains(.all))
+                return .flush(namespace: f.namespace, all: flags.contains(.all), tiers: f.tiers)
             case .invalidate:
                 try needKey()
                 let version = try optionalVersion()
@@ -317,6 +338,10 @@ public enum Request: Equatable, Sendable {
         case .ping: f = .request(.ping, id: id)
         case .quit: f = .request(.quit, id: id)
         case .stats: f = .request(.stats, id: id)
+        case .namespaceStats(.one(let ns)):
+            f = .request(.stats, id: id); f.key = NamespaceStatsQuery.oneKey; f.namespace = ns
+        case .namespaceStats(.top):
+            f = .request(.stats, id: id); f.key = NamespaceStatsQuery.topKey
         case .get(let g):
             f = .request(.get, id: id); f.namespace = g.namespace; f.key = g.key; f.tiers = g.tiers
             if g.lease {
@@ -360,8 +385,8 @@ public enum Request: Equatable, Sendable {
             f = .request(.meta, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
         case let .scan(ns, cursor, limit):
             f = .request(.scan, id: id); f.namespace = ns; f.key = cursor; f.extras.appendBE(limit)
-        case let .flush(ns, all):
-            f = .request(.flush, id: id); f.namespace = ns
+        case let .flush(ns, all, tiers):
+            f = .request(.flush, id: id); f.namespace = ns; f.tiers = tiers
             if all { f.flags |= RequestFlags.all.rawValue }
         case let .invalidate(ns, key, tiers, version):
             f = .request(.invalidate, id: id); f.namespace = ns; f.key = key; f.tiers = tiers

@@ -109,6 +109,9 @@ func checkCommand(_ args: [String]) throws -> Int32 {
         printOut("""
         usage: strata check --data DIR
 
+        Counts rows as live items (what a read could return now), tombstones, expired rows and
+        rows of flushed namespaces (neither is served; the sweeps remove them; a node's
+        --max-age is not known offline, so items older than it still count as live).
         Verifies a stopped node's data directory: SQLite's integrity check and schema version,
         every item's checksum and encoding, and every record of the durability log (log/). A
         write cut short by a crash at the log's end is reported but is not a problem (the next
@@ -126,6 +129,8 @@ func checkCommand(_ args: [String]) throws -> Int32 {
     printOut("rows          \(r.rows)")
     printOut("live items    \(r.liveItems)")
     printOut("tombstones    \(r.tombstones)")
+    printOut("expired       \(r.expiredRows) (past their expiry: never served, removed by the next sweeps)")
+    printOut("flushed       \(r.flushedRows) (of a flushed namespace: never served, collected by the sweeps)")
     printOut("namespaces    \(r.namespaces)")
     printOut("bad rows      \(r.badRows)")
     printOut("integrity     \(r.integrity.prefix(5).joined(separator: "; "))")

@@ -53,7 +53,8 @@ func finish(_ f: Frame, notFoundMessage: String? = nil) throws -> Int32 {
 }
 
 /// Prints a GET's item: its bytes on stdout (exit 0), or for a negative entry its message on
-/// stderr (exit 1). `--meta` adds a line on stderr.
+/// stderr (exit 1). `--meta` adds a line on stderr; `--ext` prints the extended data instead
+/// of the value.
 func printItem(_ item: ItemPayload, _ o: ParsedOptions) -> Int32 {
     if item.negative {
         printErr("cached failure: \(String(decoding: item.value, as: UTF8.self))")
@@ -62,8 +63,23 @@ func printItem(_ item: ItemPayload, _ o: ParsedOptions) -> Int32 {
     if o.switches.contains("--meta") {
         printErr("version \(item.version), flags \(item.flags), \(item.value.count) bytes, from \(item.tier == 1 ? "memory" : "disk"), expires \(formatExpiry(item.expiresAt))\(item.stale ? ", stale" : "")")
     }
-    writeValue(item.value)
+    writeValue(o.switches.contains("--ext") ? item.extended : item.value)
     return 0
+}
+
+/// `--ext-file FILE`: the file's bytes as extended data (at most `Wire.maxExtended`).
+func extFileArg(_ o: ParsedOptions) throws -> [UInt8] {
+    guard let path = o.string("--ext-file") else { return [] }
+    guard let data = FileManager.default.contents(atPath: path) else { throw UsageError(message: "cannot read --ext-file '\(path)'") }
+    guard data.count <= Wire.maxExtended else {
+        throw UsageError(message: "--ext-file '\(path)' is \(data.count) bytes; extended data is at most \(Wire.maxExtended)")
+    }
+    return [UInt8](data)
+}
+
+/// " (memory only)", " (disk only)" or "" for a tier mask.
+func tiersSuffix(_ tiers: UInt8) -> String {
+    switch tiers { case 1: " (memory only)"; case 2: " (disk only)"; default: "" }
 }
 
 func formatExpiry(_ micros: Int64) -> String {
@@ -79,25 +95,18 @@ let clientCommands: [String: ClientCommand] = [
         printOut(String(format: "PONG from %@ in %.2f ms", c.address.description, (monotonicSeconds() - t0) * 1000))
         return 0
     },
-    "stats": ClientCommand(usage: "strata stats [--json] [--watch [SECONDS]]", valued: ["--count"], switches: ["--json", "--watch"], positionals: 1) { o, c in
-        if o.switches.contains("--watch") { return try watchStats(o, c) }
-        if let extra = o.positionals.first { throw UsageError(message: "unexpected argument '\(extra)'") }
-        let json = try c.stats()
-        if o.switches.contains("--json") {
-            printOut(json)
-            return 0
-        }
-        guard let obj = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] else {
-            throw ClientError(.protocolViolation, "the node's stats are not a JSON object")
-        }
-        let width = obj.keys.map(\.count).max() ?? 0
-        for k in obj.keys.sorted() {
-            printOut(k.padding(toLength: width + 2, withPad: " ", startingAt: 0) + "\(obj[k]!)")
-        }
-        return 0
+    "stats": ClientCommand(usage: "strata stats [--json] [--watch [SECONDS]] [--ns NAME | --by-namespace]",
+                           valued: ["--count", "--ns"], switches: ["--json", "--watch", "--by-namespace"], positionals: 1) { o, c in
+        try statsCommand(o, c)
     },
-    "set": ClientCommand(usage: "strata set KEY [VALUE] [--ttl S] [--ns NS] [--tiers memory|disk|all] [--flags N] [--validate-image]",
-                         valued: keyOpts.union(["--ttl", "--flags"]), switches: ["--validate-image"], positionals: 2) { o, c in
+    "set": ClientCommand(usage: """
+                         strata set KEY [VALUE] [--ttl S] [--ns NS] [--tiers memory|disk|all] [--flags N] [--validate-image]
+                                        [--write-behind] [--ext-file FILE]
+                           --write-behind: answered before the write is in the node's log (a crash may lose it)
+                           --ext-file: store FILE's bytes (≤ 4096) as the item's extended data (read back with get --ext)
+                         """,
+                         valued: keyOpts.union(["--ttl", "--flags", "--ext-file"]), switches: ["--validate-image", "--write-behind"],
+                         positionals: 2) { o, c in
         let key = try keyArg(o, "strata set KEY [VALUE]")
         var value: [UInt8]
         if o.positionals.count > 1 { value = Array(o.positionals[1].utf8) } else {
@@ -106,6 +115,8 @@ let clientCommands: [String: ClientCommand] = [
         var s = SetRequest(key: key, value: value, namespace: try nsArg(o))
         s.tiers = try tiersOption(o)
         s.validateImage = o.switches.contains("--validate-image")
+        s.writeBehind = o.switches.contains("--write-behind")
+        s.extended = try extFileArg(o)
         if let e = try ttlArg(o) { s.expiry = e }
         if let f = try o.int("--flags") {
             guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
@@ -117,13 +128,14 @@ let clientCommands: [String: ClientCommand] = [
         return 0
     },
     "get": ClientCommand(usage: """
-                         strata get KEY [--ns NS] [--tiers memory|disk|all] [--meta]
+                         strata get KEY [--ns NS] [--tiers memory|disk|all] [--meta] [--ext]
+                           --ext: print the item's extended data instead of its value (bytes as stored)
                                 strata get KEY --or-run 'COMMAND' [--ttl S] [--negative-ttl S] [--max-wait 10] [--refresh-ahead S]
                            --or-run: on a miss, run COMMAND (once among all callers, under the key's lease), store its
                            stdout with --ttl and print it; a failing command exits 1 and, with --negative-ttl, is
                            remembered (later calls exit 1 with "cached failure" without running it) until that expires
                          """,
-                         valued: keyOpts.union(readThroughOptions).union(["--ttl"]), switches: ["--meta"], positionals: 1) { o, c in
+                         valued: keyOpts.union(readThroughOptions).union(["--ttl"]), switches: ["--meta", "--ext"], positionals: 1) { o, c in
         let key = try keyArg(o, "strata get KEY")
         guard let item = try c.get(key, namespace: try nsArg(o), tiers: try tiersOption(o), wantMeta: o.switches.contains("--meta")) else {
             printErr("not found: \(o.positionals[0])")
@@ -137,9 +149,11 @@ let clientCommands: [String: ClientCommand] = [
         return try finish(c.call(.invalidate(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), version: nil)),
                           notFoundMessage: "not found: \(o.positionals[0])")
     },
-    "del": ClientCommand(usage: "strata del KEY [--ns NS] [--tiers …]", valued: keyOpts, switches: [], positionals: 1) { o, c in
+    "del": ClientCommand(usage: "strata del KEY [--ns NS] [--tiers memory|disk|all] [--write-behind]  (removes from the tiers named only)",
+                         valued: keyOpts, switches: ["--write-behind"], positionals: 1) { o, c in
         let key = try keyArg(o, "strata del KEY")
-        return try finish(c.call(.delete(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), version: nil, writeBehind: false)),
+        return try finish(c.call(.delete(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), version: nil,
+                                         writeBehind: o.switches.contains("--write-behind"))),
                           notFoundMessage: "not found: \(o.positionals[0])")
     },
     "exists": ClientCommand(usage: "strata exists KEY [--ns NS] [--tiers …]", valued: keyOpts, switches: [], positionals: 1) { o, c in
@@ -235,12 +249,17 @@ let clientCommands: [String: ClientCommand] = [
         writeBytes(v.bytes)
         return 0
     },
-    "flush": ClientCommand(usage: "strata flush (--ns NS | --all)", valued: ["--ns"], switches: ["--all"], positionals: 0) { o, c in
+    "flush": ClientCommand(usage: """
+                           strata flush (--ns NS | --all) [--tiers memory|disk|all]
+                             --tiers memory: empty memory only (the disk keeps everything; later reads find it there)
+                             --tiers disk: empty the disk only (memory copies stay until evicted)
+                           """, valued: ["--ns", "--tiers"], switches: ["--all"], positionals: 0) { o, c in
         let all = o.switches.contains("--all")
         guard all != (o.string("--ns") != nil) else { throw UsageError(message: "say which: --ns NS or --all") }
-        let f = try c.call(.flush(namespace: try nsArg(o), all: all))
+        let tiers = try tiersOption(o)
+        let f = try c.call(.flush(namespace: try nsArg(o), all: all, tiers: tiers))
         try NodeConnection.check(f, allow: [.ok])
-        printOut(all ? "flushed everything" : "flushed namespace '\(o.string("--ns")!)'")
+        printOut((all ? "flushed everything" : "flushed namespace '\(o.string("--ns")!)'") + tiersSuffix(tiers))
         return 0
     },
 ]
@@ -311,255 +330,4 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     let conn = try NodeConnection(host: host, port: port, timeout: timeout, token: token)
     defer { conn.close() }
     return try spec.run(o, conn)
-}
-
-// MARK: Cluster mode (--nodes)
-
-let clusterOptions: Set<String> = ["--nodes", "--replicas", "--ack", "--read"]
-
-func clusterConfiguration(_ o: ParsedOptions) throws -> ClusterConfiguration {
-    let list = o.string("--nodes") ?? ""
-    var nodes: [NodeAddress] = []
-    for part in list.split(separator: ",") {
-        let item = String(part.trimmingCharacters(in: .whitespaces))
-        // dns:NAME:PORT — every address NAME resolves to (a Kubernetes headless service).
-        if item.hasPrefix("dns:") {
-            guard let a = NodeAddress.parse(String(item.dropFirst(4))) else {
-                throw UsageError(message: "--nodes entry '\(item)' must be dns:NAME:PORT")
-            }
-            do { nodes += try NodeAddress.resolve(a.host, port: a.port) } catch {
-                throw ClientError(.connection, "\(error)")
-            }
-            continue
-        }
-        guard let a = NodeAddress.parse(item) else {
-            throw UsageError(message: "--nodes must be HOST:PORT,HOST:PORT,… or dns:NAME:PORT; '\(part)' is not")
-        }
-        nodes.append(a)
-    }
-    guard !nodes.isEmpty else { throw UsageError(message: "--nodes needs at least one HOST:PORT") }
-    var c = ClusterConfiguration(nodes: nodes)
-    if let r = try o.int("--replicas", min: 1) { c.replicas = r }
-    if let a = o.string("--ack") {
-        guard let p = AckPolicy(rawValue: a) else { throw UsageError(message: "--ack must be one, majority or all, got '\(a)'") }
-        c.ack = p
-    }
-    if let r = o.string("--read") {
-        guard let p = ReadPolicy(rawValue: r) else { throw UsageError(message: "--read must be owner or quorum, got '\(r)'") }
-        c.read = p
-    }
-    c.timeout = try o.double("--timeout") ?? 2
-    c.token = try o.string("--auth-token-file").map(readToken)
-    return c
-}
-
-/// Runs a client command against a cluster. Exit codes as for one node; a write exits 0 only
-/// when its acknowledgement policy was met.
-func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
-    let cluster = try ClusterClient(configuration: try clusterConfiguration(o))
-    let ns = try nsArg(o)
-    switch name {
-    case "ping":
-        var failed = 0
-        for n in cluster.configuration.nodes {
-            do { try cluster.onNode(n.name) { try $0.ping() }; printOut("\(n.name) PONG") } catch {
-                printOut("\(n.name) DOWN: \(error)"); failed += 1
-            }
-        }
-        return failed == 0 ? 0 : 3
-    case "set":
-        let key = try keyArg(o, "strata set KEY [VALUE]")
-        let value = o.positionals.count > 1 ? Array(o.positionals[1].utf8) : [UInt8](FileHandle.standardInput.readDataToEndOfFile())
-        var flags: UInt32 = 0
-        if let f = try o.int("--flags") {
-            guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
-            flags = UInt32(f)
-        }
-        let out = try cluster.set(key, value, namespace: ns, expiry: try ttlArg(o) ?? .storeDefault, flags: flags)
-        guard case .stored(let v) = out else { throw ClientError(.server, "not stored: \(out)") }
-        printOut("stored \(value.count) bytes on \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", ")), version \(v)")
-        return 0
-    case "get":
-        if o.string("--or-run") != nil { return try getOrRun(o, cluster) }
-        let key = try keyArg(o, "strata get KEY")
-        guard let item = try cluster.get(key, namespace: ns) else {
-            printErr("not found: \(o.positionals[0])")
-            return 1
-        }
-        return printItem(item, o)
-    case "invalidate":
-        let key = try keyArg(o, "strata invalidate KEY")
-        if try cluster.invalidate(key, namespace: ns) { return 0 }
-        printErr("not found: \(o.positionals[0])")
-        return 1
-    case "del":
-        let key = try keyArg(o, "strata del KEY")
-        if try cluster.delete(key, namespace: ns) { return 0 }
-        printErr("not found: \(o.positionals[0])")
-        return 1
-    case "exists":
-        let key = try keyArg(o, "strata exists KEY")
-        if try cluster.exists(key, namespace: ns) { printOut("exists"); return 0 }
-        printErr("not found: \(o.positionals[0])")
-        return 1
-    case "touch":
-        let key = try keyArg(o, "strata touch KEY --ttl S")
-        guard let e = try ttlArg(o) else { throw UsageError(message: "--ttl is required") }
-        if try cluster.touch(key, namespace: ns, expiry: e) { return 0 }
-        printErr("not found: \(o.positionals[0])")
-        return 1
-    case "incr", "decr":
-        let key = try keyArg(o, "strata \(name) KEY [BY]")
-        var by: UInt64 = 1
-        if o.positionals.count > 1 {
-            guard let n = UInt64(o.positionals[1]) else { throw UsageError(message: "BY must be a non-negative integer") }
-            by = n
-        }
-        let initial = try o.string("--initial").map { (s: String) -> UInt64 in
-            guard let n = UInt64(s) else { throw UsageError(message: "--initial must be a non-negative integer") }
-            return n
-        }
-        guard let v = try cluster.counter(key, delta: by, decrement: name == "decr", namespace: ns, initial: initial) else {
-            printErr("not found: \(o.positionals[0])")
-            return 1
-        }
-        printOut(String(v))
-        return 0
-    case "meta":
-        let key = try keyArg(o, "strata meta KEY")
-        guard let m = try cluster.meta(key, namespace: ns) else { printErr("not found: \(o.positionals[0])"); return 1 }
-        printOut("nodes         \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", "))")
-        printOut("size          \(m.size)")
-        printOut("version       \(m.version)")
-        printOut("expires       \(formatExpiry(m.expiresAt))")
-        return 0
-    case "stats":
-        var totals: [String: Double] = [:]
-        var down = 0
-        for n in cluster.configuration.nodes {
-            do {
-                let json = try cluster.onNode(n.name) { try $0.stats() }
-                let obj = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:]
-                if o.switches.contains("--json") { printOut("{\"node\":\"\(n.name)\",\"stats\":\(json)}"); continue }
-                printOut("== \(n.name)")
-                for k in obj.keys.sorted() { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + "\(obj[k]!)") }
-                for (k, v) in obj { if let d = (v as? NSNumber)?.doubleValue, !k.hasPrefix("latency") { totals[k, default: 0] += d } }
-            } catch {
-                printOut("== \(n.name) DOWN: \(error)")
-                down += 1
-            }
-        }
-        if !o.switches.contains("--json") {
-            printOut("== cluster totals (\(cluster.configuration.nodes.count - down) of \(cluster.configuration.nodes.count) nodes answering)")
-            for k in totals.keys.sorted() where k != "uptime_s" { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + String(Int64(totals[k]!))) }
-        }
-        return down == 0 ? 0 : 3
-    case "keys":
-        var all = Set<[UInt8]>()
-        for n in cluster.configuration.nodes {
-            var cursor: [UInt8] = []
-            repeat {
-                let page = try cluster.onNode(n.name) { c -> (keys: [[UInt8]], next: [UInt8]?) in
-                    let f = try c.call(.scan(namespace: ns, cursor: cursor, limit: 1000))
-                    try NodeConnection.check(f, allow: [.ok])
-                    return try Responses.parseScan(f)
-                }
-                all.formUnion(page.keys)
-                cursor = page.next ?? []
-            } while !cursor.isEmpty
-        }
-        for k in all.sorted(by: { $0.lexicographicallyPrecedes($1) }) { printOut(String(decoding: k, as: UTF8.self)) }
-        return 0
-    case "flush":
-        let all = o.switches.contains("--all")
-        guard all != (o.string("--ns") != nil) else { throw UsageError(message: "say which: --ns NS or --all") }
-        for n in cluster.configuration.nodes {
-            let f = try cluster.onNode(n.name) { try $0.call(.flush(namespace: ns, all: all)) }
-            try NodeConnection.check(f, allow: [.ok])
-        }
-        printOut(all ? "flushed everything on every node" : "flushed namespace '\(o.string("--ns")!)' on every node")
-        return 0
-    default:
-        throw UsageError(message: "\(name) does not take --nodes")
-    }
-}
-
-/// `strata ring`: where keys live, or how evenly a node set shares them.
-func ringCommand(_ args: [String]) throws -> Int32 {
-    let o = try ParsedOptions(args, valued: ["--nodes", "--replicas", "--keys", "--ns"], switches: ["--balance", "--help"], maxPositionals: 10_000)
-    if o.switches.contains("--help") {
-        printOut("""
-        usage: strata ring --nodes HOST:PORT,… [--replicas N] [--ns NS] KEY…
-               strata ring --nodes HOST:PORT,… --balance [--keys 100000]
-
-        Prints each KEY's owner and replicas (proto-spec/RING.md), or, with --balance, one line
-        per node: HOST:PORT COUNT PERCENT% for the keys key-0 … key-(N-1) it owns. Needs no node
-        to be running.
-        """)
-        return 0
-    }
-    var c = try clusterConfiguration(o)
-    if let r = try o.int("--replicas", min: 1) { c.replicas = r }
-    let ring = HashRing(members: c.nodes.map { .init(name: $0.name) }, pointsPerWeight: c.pointsPerWeight)
-    if o.switches.contains("--balance") {
-        let n = try o.int("--keys", min: 1) ?? 100_000
-        var counts: [String: Int] = [:]
-        for i in 0..<n { counts[ring.owner(for: Array("key-\(i)".utf8))!.name, default: 0] += 1 }
-        for m in c.nodes {
-            let count = counts[m.name] ?? 0
-            printOut("\(m.name) \(count) " + String(format: "%.2f%%", Double(count) * 100 / Double(n)))
-        }
-        return 0
-    }
-    guard !o.positionals.isEmpty else { throw UsageError(message: "give KEYs, or --balance") }
-    let ns = try nsArg(o)
-    for k in o.positionals {
-        let nodes = ring.nodes(for: Array(k.utf8), namespace: ns, count: c.replicas).map(\.name)
-        printOut("\(k) owner \(nodes.first ?? "-") replicas \(nodes.dropFirst().joined(separator: ","))")
-    }
-    return 0
-}
-
-/// `strata stats --watch [SECONDS]`: ops/s, hit ratio and p99 per operation, refreshed in place.
-func watchStats(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
-    var interval = 2.0
-    if let p = o.positionals.first {
-        guard let v = Double(p), v >= 0.1 else { throw UsageError(message: "--watch takes a number of seconds ≥ 0.1, got '\(p)'") }
-        interval = v
-    }
-    let rounds = try o.int("--count", min: 1) ?? Int.max
-    func snapshot() throws -> [String: Double] {
-        let obj = (try? JSONSerialization.jsonObject(with: Data(try c.stats().utf8))) as? [String: Any] ?? [:]
-        return obj.compactMapValues { ($0 as? NSNumber)?.doubleValue }
-    }
-    var before = try snapshot()
-    var t0 = monotonicSeconds()
-    for round in 0..<rounds {
-        usleep(UInt32(interval * 1_000_000))
-        let now = try snapshot()
-        let t1 = monotonicSeconds()
-        let dt = max(0.001, t1 - t0)
-        var lines = ["strata stats --watch: \(c.address), every \(interval) s (Ctrl-C to stop)", ""]
-        let hits = (now["memory_hits"] ?? 0) + (now["disk_hits"] ?? 0) - (before["memory_hits"] ?? 0) - (before["disk_hits"] ?? 0)
-        let misses = (now["memory_misses"] ?? 0) + (now["disk_misses"] ?? 0) - (before["memory_misses"] ?? 0) - (before["disk_misses"] ?? 0)
-        lines.append(String(format: "connections %.0f   memory items %.0f   disk items %.0f   hit ratio %@",
-                            now["connections_current"] ?? 0, now["memory_items"] ?? 0, now["disk_items"] ?? 0,
-                            hits + misses > 0 ? String(format: "%.1f %%", hits * 100 / (hits + misses)) : "-"))
-        lines.append("")
-        lines.append("op        ops/s       p99 µs")
-        for op in Opcode.allCases {
-            let key = "ops_\(op.name)"
-            let rate = ((now[key] ?? 0) - (before[key] ?? 0)) / dt
-            guard (now[key] ?? 0) > 0 else { continue }
-            let p99 = now["latency_us_\(op.name)_p99"].map { String(format: "%.1f", $0) } ?? "-"
-            lines.append(op.name.padding(toLength: 10, withPad: " ", startingAt: 0)
-                         + String(format: "%-12.1f", rate) + p99)
-        }
-        // Clear the screen and redraw, as top does.
-        printOut("\u{1B}[H\u{1B}[2J" + lines.joined(separator: "\n"))
-        before = now
-        t0 = t1
-        _ = round
-    }
-    return 0
 }

@@ -17,6 +17,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
                     [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest]
+                    [--max-age SECONDS] [--memory-count-limit N] [--disk-count-limit N]
+                    [--idle-age SECONDS] [--namespace-stats-limit 100]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -32,7 +34,8 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "metrics-host", "image-pixel-limit",
                                "auth-timeout", "max-unauthenticated",
                                "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit",
-                               "disk-trim-to", "disk-evict"]
+                               "disk-trim-to", "disk-evict",
+                               "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -159,6 +162,15 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = s["disk-evict"] {
         guard let e = DiskEviction(rawValue: v) else { throw UsageError(message: "--disk-evict must be lru or oldest, got '\(v)'") }
         c.diskEviction = e
+    }
+    // The seed libraries' limits: 0 = none, as for --default-ttl.
+    if let v = try seconds("max-age") { c.maxAge = v > 0 ? v : nil }
+    if let v = try seconds("idle-age") { c.idleAge = v > 0 ? v : nil }
+    if let v = try int("memory-count-limit") { c.memoryCountLimit = v > 0 ? v : nil }
+    if let v = try int("disk-count-limit") { c.diskCountLimit = v > 0 ? v : nil }
+    if let v = try int("namespace-stats-limit", min: 1) {
+        guard v <= 1000 else { throw UsageError(message: "--namespace-stats-limit must be 1…1000, got \(v)") }
+        c.namespaceStatsLimit = v
     }
     if let v = s["log-level"] {
         guard let l = LogLevel(name: v) else { throw UsageError(message: "--log-level must be debug, info, warn or error, got '\(v)'") }

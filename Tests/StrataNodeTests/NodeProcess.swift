@@ -17,8 +17,9 @@ final class NodeProcess: @unchecked Sendable {
     private var errText = ""
 
     /// `launcher` runs the node through another program that execs it (`["/usr/bin/prlimit",
-    /// "--nofile=256:256"]`), so the process is still the node's.
-    init(dataDir: String, port: UInt16 = 0, extra: [String] = [], launcher: [String] = [],
+    /// "--nofile=256:256"]`), so the process is still the node's. `env`: variables added to the
+    /// test's environment for the node (STRATA_* settings).
+    init(dataDir: String, port: UInt16 = 0, extra: [String] = [], env: [String: String] = [:], launcher: [String] = [],
          file: StaticString = #filePath, line: UInt = #line) throws {
         self.dataDir = dataDir
         let exe = try XCTUnwrap(builtExecutable("strata"), "strata is not built", file: file, line: line)
@@ -30,6 +31,7 @@ final class NodeProcess: @unchecked Sendable {
             process.executableURL = URL(fileURLWithPath: exe)
             process.arguments = args
         }
+        if !env.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 } }
         process.standardOutput = stdoutPipe
         process.standardError = stderrPipe
         stderrPipe.fileHandleForReading.readabilityHandler = { [weak self] h in

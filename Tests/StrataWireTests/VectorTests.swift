@@ -156,6 +156,11 @@ final class VectorTests: XCTestCase {
             ("flush_ns", .flush(namespace: Array("alice".utf8), all: false), { Responses.status(to: $0, .ok) }),
             ("flush_all", .flush(namespace: [], all: true), { Responses.status(to: $0, .ok) }),
             ("stats", .stats, { Responses.stats(to: $0, json: "{\"version\":\"0.1.0\",\"uptime_s\":5}") }),
+            ("flush_memory", .flush(namespace: Array("alice".utf8), all: false, tiers: 1), { Responses.status(to: $0, .ok) }),
+            ("stats_namespace", .namespaceStats(.one(Array("alice".utf8))),
+             { Responses.stats(to: $0, json: #"{"namespace":"alice","namespace_hex":"616c696365","items":2,"bytes":8,"hits":1,"misses":1,"sets":2,"writes":2}"#) }),
+            ("stats_namespaces", .namespaceStats(.top),
+             { Responses.stats(to: $0, json: #"{"namespaces_known":3,"namespaces_listed":1,"limit":1,"namespaces":[{"namespace":"alice","namespace_hex":"616c696365","items":2,"bytes":8,"hits":1,"misses":1,"sets":2,"writes":2}],"other":{"namespaces":2,"items":1,"bytes":1,"hits":0,"misses":0,"sets":1,"writes":1}}"#) }),
         ]
     }
 

@@ -176,6 +176,19 @@ case("stats", "STATS: a JSON object (a small sample; real nodes send many more c
      frame(REQ, OPS["STATS"], 80),
      frame(RESP, OPS["STATS"], 80, value=b'{"version":"0.1.0","uptime_s":5}'),
      "value (the JSON) and body length")
+case("flush_memory", "FLUSH namespace alice in the memory tier only (tiers 1): memory emptied, the disk keeps every item (§7.12)",
+     frame(REQ, OPS["FLUSH"], 72, tiers=1, ns=b"alice"), frame(RESP, OPS["FLUSH"], 72))
+case("stats_namespace", "STATS group namespace (key `namespace`) for namespace alice: its counters as JSON (§7.13.1)",
+     frame(REQ, OPS["STATS"], 81, ns=b"alice", key=b"namespace"),
+     frame(RESP, OPS["STATS"], 81, value=b'{"namespace":"alice","namespace_hex":"616c696365","items":2,"bytes":8,'
+                                       b'"hits":1,"misses":1,"sets":2,"writes":2}'),
+     "value (the JSON) and body length")
+case("stats_namespaces", "STATS group namespaces (key `namespaces`): the busiest namespaces up to the node's limit, the rest summed (§7.13.1)",
+     frame(REQ, OPS["STATS"], 82, key=b"namespaces"),
+     frame(RESP, OPS["STATS"], 82, value=b'{"namespaces_known":3,"namespaces_listed":1,"limit":1,"namespaces":[{"namespace":"alice",'
+                                       b'"namespace_hex":"616c696365","items":2,"bytes":8,"hits":1,"misses":1,"sets":2,"writes":2}],'
+                                       b'"other":{"namespaces":2,"items":1,"bytes":1,"hits":0,"misses":0,"sets":1,"writes":1}}'),
+     "value (the JSON) and body length")
 # Read-through (§7.4.1, §7.17, §7.18).
 case("get_lease_granted", "GET with LEASE of a missing key: NOT_FOUND, response flag LEASE, the token in the key field",
      frame(REQ, OPS["GET"], 110, flags=LEASE, key=b"cold"),

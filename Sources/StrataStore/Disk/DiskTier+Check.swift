@@ -8,8 +8,15 @@ import Synchronization
 /// What an offline check of a data directory found.
 public struct DiskCheckReport: Sendable {
     public var rows = 0
+    /// Rows a read could return at the time of the check: not expired, not tombstones, of their
+    /// namespace's current generation. (A node's `--max-age` is not known offline.)
     public var liveItems = 0
+    /// Unexpired tombstones of versioned removes.
     public var tombstones = 0
+    /// Rows past their expiry (items and tombstones): never read, removed by the next sweeps.
+    public var expiredRows = 0
+    /// Rows of a flushed generation of their namespace: never read, collected by the sweeps.
+    public var flushedRows = 0
     public var badRows = 0
     public var namespaces = 0
     /// `PRAGMA integrity_check` output ("ok" when clean).
@@ -32,7 +39,7 @@ public struct DiskCheckReport: Sendable {
 extension DiskTier {
     /// Verifies a stopped node's database: SQLite's integrity check, then every row's checksum
     /// and encoding. Refuses a directory a running process holds.
-    static func check(directory: String, codec: ValueCodec = ValueCodec()) throws -> DiskCheckReport {
+    static func check(directory: String, codec: ValueCodec = ValueCodec(), now: Int64 = SystemClock().nowMicros()) throws -> DiskCheckReport {
         let dbPath = directory + "/" + fileName
         guard access(dbPath, R_OK) == 0 else { throw StoreError(.directory, "no database at \(dbPath)") }
         let lockPath = directory + "/LOCK"
@@ -54,7 +61,11 @@ extension DiskTier {
             applied = UInt64(bitPattern: (try? db.scalarInt("SELECT value FROM counters WHERE name='log_applied'")) ?? 0)
             report.integrity = try db.textRows("PRAGMA integrity_check")
             report.namespaces = Int(try db.scalarInt("SELECT count(*) FROM namespaces") ?? 0)
-            let s = try db.statement("SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, key FROM items")
+            var generations: [Int64: Int64] = [:]
+            let g = try db.statement("SELECT id, generation FROM namespaces")
+            while try g.step() { generations[g.int(0)] = g.int(1) }
+            g.reset()
+            let s = try db.statement("SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, key, ns FROM items")
             while try s.step() {
                 report.rows += 1
                 let key = s.bytes(10)
@@ -69,7 +80,10 @@ extension DiskTier {
                                                    encoding: enc, size: size, extended: s.bytes(5), stored: stored)
                     return sum == s.int(9) && codec.decode(enc, stored, size: size) != nil
                 }
-                if !ok { report.badRows += 1 } else if tombstone { report.tombstones += 1 } else { report.liveItems += 1 }
+                let expiry = s.int(6)
+                if !ok { report.badRows += 1 } else if generations[s.int(11)] != s.int(0) { report.flushedRows += 1 }
+                else if expiry != 0 && expiry <= now { report.expiredRows += 1 }
+                else if tombstone { report.tombstones += 1 } else { report.liveItems += 1 }
             }
         } catch let e as SQLiteError {
             report.integrity.append("sqlite: \(e.message)")
@@ -86,7 +100,8 @@ extension DiskTier {
 
 extension TieredCache {
     /// Verifies a stopped store's data directory offline (see `DiskCheckReport`).
-    public static func check(directory: String) throws -> DiskCheckReport {
-        try DiskTier.check(directory: directory)
+    /// `now`: the time expiries are judged at (µs; the system clock by default).
+    public static func check(directory: String, now: Int64 = SystemClock().nowMicros()) throws -> DiskCheckReport {
+        try DiskTier.check(directory: directory, now: now)
     }
 }

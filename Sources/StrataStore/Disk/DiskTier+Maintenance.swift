@@ -25,12 +25,14 @@ extension DiskTier {
         } catch {}
     }
 
-    /// Looks at the next `sweepBatch` rows: drops expired items, expired tombstones, rows of
-    /// flushed generations and (with an age limit) rows not accessed for too long.
+    /// Looks at the next `sweepBatch` rows: drops expired items and items past `maxAge` (both
+    /// counted as expirations), expired tombstones, rows of flushed generations and (with an
+    /// age limit) rows not accessed for too long.
     func sweepStep(_ db: SQLiteConnection) throws {
         let now = clock.nowMicros()
         let ageCutoff = config.diskAgeLimit > 0 ? now / 1_000_000 - Int64(config.diskAgeLimit) : Int64.min
-        let s = try db.statement("SELECT id, ns, gen, expiry, tombstone, access FROM items WHERE id > ? ORDER BY id LIMIT ?")
+        let oldest = maxAge.oldestVersion(now: now)
+        let s = try db.statement("SELECT id, ns, gen, expiry, tombstone, access, version FROM items WHERE id > ? ORDER BY id LIMIT ?")
         s.bind(1, sweepCursor)
         s.bind(2, config.sweepBatch)
         var doomed: [Int64] = []
@@ -42,8 +44,9 @@ extension DiskTier {
             let id = s.int(0)
             last = id
             let expiry = s.int(3)
-            if expiry != 0 && expiry <= now {
-                doomed.append(id); if s.int(4) & 1 == 0 { expired += 1 }
+            let tombstone = s.int(4) & 1 != 0
+            if (expiry != 0 && expiry <= now) || (!tombstone && UInt64(bitPattern: s.int(6)) < oldest) {
+                doomed.append(id); if !tombstone { expired += 1 }
             } else if registry.generation(ofDiskID: s.int(1)) != s.int(2) {
                 doomed.append(id); collected += 1
             } else if s.int(5) < ageCutoff {

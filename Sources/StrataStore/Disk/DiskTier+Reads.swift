@@ -35,7 +35,10 @@ extension DiskTier {
         }
     }
 
-    /// The row for a key (tombstones included, expired rows excluded), or nil. A row whose
+    /// The store's `maxAge` (rows written before `now − maxAge` read as expired).
+    var maxAge: MaxAge { MaxAge(seconds: config.maxAge) }
+
+    /// The row for a key (tombstones included, expired rows and rows past `maxAge` excluded), or nil. A row whose
     /// checksum fails is reported, scheduled for removal, and read as nil.
     func read(namespace: [UInt8], key: [UInt8], withValue: Bool, countStats: Bool) throws -> DiskRow? {
         guard let ns = registry.lookup(namespace), let nsID = ns.diskID else {
@@ -62,7 +65,8 @@ extension DiskTier {
             enqueue(DiskJob(.removeIfChecksum(nsID: nsID, key: key, checksum: checksum), inline: true) { _ in })
             return nil
         }
-        guard let f = found, f.row.state.expiry == 0 || f.row.state.expiry > now else {
+        guard let f = found, f.row.state.expiry == 0 || f.row.state.expiry > now,
+              !f.row.state.isAged(oldestVersion: maxAge.oldestVersion(now: now)) else {
             if countStats { counters.misses.add(1, ordering: .relaxed) }
             return nil
         }
@@ -81,8 +85,9 @@ extension DiskTier {
         let now = clock.nowMicros()
         return try withReader { db in
             let s = try db.statement(
-                "SELECT key FROM items WHERE ns=? AND key>? AND gen=? AND tombstone&1=0 AND (expiry=0 OR expiry>?) ORDER BY key LIMIT ?")
-            s.bind(1, nsID); s.bind(2, cursor ?? []); s.bind(3, ns.generation); s.bind(4, now); s.bind(5, limit)
+                "SELECT key FROM items WHERE ns=? AND key>? AND gen=? AND tombstone&1=0 AND (expiry=0 OR expiry>?) AND version>=? ORDER BY key LIMIT ?")
+            s.bind(1, nsID); s.bind(2, cursor ?? []); s.bind(3, ns.generation); s.bind(4, now)
+            s.bind(5, Int64(bitPattern: maxAge.oldestVersion(now: now))); s.bind(6, limit)
             defer { s.reset() }
             var out: [[UInt8]] = []
             while try s.step() { out.append(s.bytes(0)) }
@@ -96,13 +101,33 @@ extension DiskTier {
         return try withReader { db in
             let s = try db.statement("""
                 SELECT n.name, count(*), sum(i.size) FROM items i JOIN namespaces n ON i.ns = n.id
-                WHERE i.gen = n.generation AND i.tombstone & 1 = 0 AND (i.expiry = 0 OR i.expiry > ?) GROUP BY n.name
+                WHERE i.gen = n.generation AND i.tombstone & 1 = 0 AND (i.expiry = 0 OR i.expiry > ?) AND i.version >= ?
+                GROUP BY n.name
                 """)
             s.bind(1, now)
+            s.bind(2, Int64(bitPattern: maxAge.oldestVersion(now: now)))
             defer { s.reset() }
             var out: [[UInt8]: (Int, Int)] = [:]
             while try s.step() { out[s.bytes(0)] = (Int(s.int(1)), Int(s.int(2))) }
             return out
+        }
+    }
+
+    /// Live rows of one namespace and their value bytes: one count over the namespace's rows
+    /// through the `(ns, key)` index — O(items of the namespace). (0, 0) when it has no rows.
+    func namespaceUsage(_ namespace: [UInt8]) throws -> (items: Int, bytes: Int) {
+        guard let ns = registry.lookup(namespace), let nsID = ns.diskID else { return (0, 0) }
+        let now = clock.nowMicros()
+        return try withReader { db in
+            let s = try db.statement("""
+                SELECT count(*), coalesce(sum(size), 0) FROM items
+                WHERE ns = ? AND gen = ? AND tombstone & 1 = 0 AND (expiry = 0 OR expiry > ?) AND version >= ?
+                """)
+            s.bind(1, nsID); s.bind(2, ns.generation); s.bind(3, now)
+            s.bind(4, Int64(bitPattern: maxAge.oldestVersion(now: now)))
+            defer { s.reset() }
+            guard try s.step() else { return (0, 0) }
+            return (Int(s.int(0)), Int(s.int(1)))
         }
     }
 }

@@ -197,14 +197,16 @@ extension DiskTier {
                 if let end { try setLogApplied(db, end) }
                 try db.commit()
                 if let end { appliedCommitted = end }
+                // A flush of the disk tier alone keeps the memory tags (and so memory copies).
+                let newTag = !flush.keepsMemory
                 switch flush.kind {
                 case .flushNamespace(let name):
                     let e = registry.lookup(name)
-                    registry.bump(name, generation: e?.diskID != nil ? e!.generation + 1 : nil)
+                    registry.bump(name, generation: e?.diskID != nil ? e!.generation + 1 : nil, newTag: newTag)
                 default:
                     for name in registry.allNames() {
                         let g = registry.lookup(name).map { $0.diskID != nil ? $0.generation + 1 : $0.generation }
-                        registry.bump(name, generation: g)
+                        registry.bump(name, generation: g, newTag: newTag)
                     }
                 }
                 return finish(job, .success(nil))

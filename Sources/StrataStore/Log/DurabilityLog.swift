@@ -17,6 +17,9 @@ struct LoggedWrite: Sendable {
     let kind: Kind
     /// The item's index entry (its LRU time: when it was written, or last read while pending).
     var entry: PendingIndex.Entry? = nil
+    /// A flush of the disk tier alone: applying it leaves the memory tier's tags (not in the
+    /// record: a replay at open, with memory empty, flushes both).
+    var keepsMemory = false
 
     var item: ItemKey? {
         switch kind {
@@ -218,7 +221,7 @@ final class DurabilityLog: @unchecked Sendable {
     /// position after the record: the write is durable once `written` passes it. With
     /// `flushedByCaller` the caller will call `flush()` soon (an event loop at the end of its
     /// iteration, a writer about to wait): nobody else is woken for it.
-    func append(_ kind: LoggedWrite.Kind, at now: Int64, flushedByCaller: Bool = true) -> UInt64 {
+    func append(_ kind: LoggedWrite.Kind, at now: Int64, flushedByCaller: Bool = true, keepsMemory: Bool = false) -> UInt64 {
         let record: LogRecord
         switch kind {
         case let .put(id, s, encoding, stored):
@@ -247,7 +250,7 @@ final class DurabilityLog: @unchecked Sendable {
             index.put(id, e)
         default: break
         }
-        buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry))
+        buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry, keepsMemory: keepsMemory))
         cond.unlock()
         if !flushedByCaller { wakeFlusherThread() }
         return end

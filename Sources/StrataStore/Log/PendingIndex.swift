@@ -112,14 +112,15 @@ final class PendingIndex: @unchecked Sendable {
     }
 
     /// Every item of `namespace` with an unapplied write: the key and whether it is live at
-    /// `now` (a removed row, a tombstone or an expired item is not). O(entries).
-    func keys(namespace: [UInt8], now: Int64) -> [(key: [UInt8], live: Bool)] {
+    /// `now` (a removed row, a tombstone, an expired item or one older than `oldestVersion` is
+    /// not). O(entries).
+    func keys(namespace: [UInt8], now: Int64, oldestVersion: UInt64 = 0) -> [(key: [UInt8], live: Bool)] {
         guard entries.load(ordering: .relaxed) > 0 else { return [] }
         var out: [(key: [UInt8], live: Bool)] = []
         for s in shards {
             s.lock.withLock {
                 for (id, e) in s.map where id.namespace == namespace {
-                    out.append((id.key, e.state?.isLive(now: now) ?? false))
+                    out.append((id.key, e.state?.isLive(now: now, oldestVersion: oldestVersion) ?? false))
                 }
             }
         }

@@ -82,6 +82,9 @@ final class MemoryShard {
     var countLimit: Int
     var costLimit: Int
     var ageLimitSeconds: Int64
+    /// The store's `maxAge` in µs (0 = none): a record whose version is older than
+    /// `now − maxAgeMicros` reads as expired (tombstones excepted).
+    var maxAgeMicros: Int64 = 0
 
     // Counters (read under the lock by stats).
     var hits = 0, misses = 0, evictions = 0, expirations = 0
@@ -290,9 +293,12 @@ final class MemoryShard {
         deleteEpoch &+= 1
     }
 
-    private func isExpired(_ p: UnsafeMutableRawPointer, now: Int64) -> Bool {
+    /// Past its expiry, or (with a `maxAge`) written too long ago.
+    func isExpired(_ p: UnsafeMutableRawPointer, now: Int64) -> Bool {
         let e = p.load(fromByteOffset: Self.oExpiry, as: Int64.self)
-        return e != 0 && e <= now
+        if e != 0 && e <= now { return true }
+        guard maxAgeMicros > 0, p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone == 0 else { return false }
+        return p.load(fromByteOffset: Self.oVersion, as: UInt64.self) < UInt64(max(0, now - maxAgeMicros))
     }
 
     /// The live item, marking it most recently used; nil on a miss (expired items are removed).
@@ -401,11 +407,14 @@ final class MemoryShard {
         while tail != 0 && (count > toCount || usedBytes > toBytes) { evictTail() }
     }
 
-    /// Removes expired items and items of namespaces flushed since (`isLiveTag` false), looking
-    /// at up to `budget` index slots from `cursor`. Returns the next cursor (0 after a full pass).
+    /// Removes expired items (and, with `maxAgeMicros`, items written too long ago), items of
+    /// namespaces flushed since (`isLiveTag` false) and, with an age limit, items not used
+    /// for longer (evictions), looking at up to `budget` index slots from `cursor`. Returns the
+    /// next cursor (0 after a full pass).
     func sweep(from cursor: Int, budget: Int, now: Int64, isLiveTag: (UInt32) -> Bool) -> Int {
         var i = cursor
         var looked = 0
+        let idleCutoff = ageLimitSeconds > 0 ? now / 1_000_000 - ageLimitSeconds : Int64.min
         while i <= mask && looked < budget {
             let r = index[i]
             if r != 0 {
@@ -416,6 +425,11 @@ final class MemoryShard {
                     looked += 1
                     continue // the backward shift may have moved another record into slot i
                 } else if !isLiveTag(u32(p, Self.oTag)) {
+                    remove(ref: r, slot: i)
+                    looked += 1
+                    continue
+                } else if Int64(u32(p, Self.oAccess)) < idleCutoff {
+                    evictions += 1
                     remove(ref: r, slot: i)
                     looked += 1
                     continue
@@ -433,9 +447,10 @@ final class MemoryShard {
         while r != 0 { body(ptr(r)); r = next(r) }
     }
 
-    /// Drops everything.
+    /// Drops everything (and moves `deleteEpoch`, so no disk read begun before is promoted).
     func removeAll() {
         while tail != 0 { remove(ref: tail, slot: slotOf(tail)) }
+        deleteEpoch &+= 1
     }
 
     #if DEBUG

@@ -16,7 +16,12 @@ final class MemoryTier: @unchecked Sendable {
         let countShare = config.memoryCountLimit == Int.max ? Int.max : max(1, config.memoryCountLimit / n)
         let costShare = max(0, config.memoryCostLimit / n)
         let age = Int64(config.memoryAgeLimit)
-        shards = (0..<n).map { _ in MemoryShard(countLimit: countShare, costLimit: costShare, ageLimitSeconds: age) }
+        let maxAge = MaxAge(seconds: config.maxAge).micros
+        shards = (0..<n).map { _ in
+            let s = MemoryShard(countLimit: countShare, costLimit: costShare, ageLimitSeconds: age)
+            s.maxAgeMicros = maxAge
+            return s
+        }
         shardMask = n - 1
         maxRecordBytes = costShare
     }
@@ -60,9 +65,7 @@ extension MemoryShard {
     func collectKeys(tag: UInt32, now: Int64, into out: inout [[UInt8]]) {
         forEachRecord { p in
             guard p.load(fromByteOffset: Self.oTag, as: UInt32.self) == tag,
-                  p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone == 0 else { return }
-            let e = p.load(fromByteOffset: Self.oExpiry, as: Int64.self)
-            if e != 0 && e <= now { return }
+                  p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone == 0, !isExpired(p, now: now) else { return }
             let n = Int(p.load(fromByteOffset: Self.oKeyLen, as: UInt16.self))
             out.append([UInt8](UnsafeRawBufferPointer(start: p + Self.headerSize, count: n)))
         }

@@ -150,6 +150,11 @@ struct ItemState: Sendable {
     var negative: Bool { marks & ItemMarks.negative != 0 }
 
     func isLive(now: Int64) -> Bool { !tombstone && (expiry == 0 || expiry > now) }
+    /// Live, and written at or after `oldestVersion` (a store's `maxAge`: `MaxAge.oldestVersion`).
+    func isLive(now: Int64, oldestVersion: UInt64) -> Bool { isLive(now: now) && version >= oldestVersion }
+    /// Whether a store's `maxAge` hides this item: older than `oldestVersion`, not a tombstone
+    /// (tombstones keep their own lifetime).
+    func isAged(oldestVersion: UInt64) -> Bool { !tombstone && version < oldestVersion }
     /// Whether this state still guards against older writes (live, or an unexpired tombstone).
     func guards(now: Int64) -> Bool { expiry == 0 || expiry > now }
 }
@@ -163,4 +168,24 @@ enum ItemMarks {
     static let stale: UInt8 = 2
     /// A negative entry: "this key failed to load"; the value is the failure's message.
     static let negative: UInt8 = 4
+}
+
+/// A store's `maxAge` (SDWebImage's `maxCacheAge`) in the units items carry: an item whose
+/// version (its write's time in µs) is older than `now − maxAge` is treated as expired.
+struct MaxAge: Sendable {
+    /// 0 = no limit.
+    let micros: Int64
+
+    init(seconds: Double) { micros = seconds > 0 ? Int64(min(seconds, 1e12) * 1_000_000) : 0 }
+
+    /// The oldest version a live item may have at `now` (0 when there is no limit).
+    @inline(__always)
+    func oldestVersion(now: Int64) -> UInt64 { micros > 0 && now > micros ? UInt64(now - micros) : 0 }
+
+    /// The expiry a reader is told: the earlier of the item's own and the moment it turns too old.
+    func effectiveExpiry(_ s: ItemState) -> Int64? {
+        guard micros > 0, !s.tombstone else { return s.expiry == 0 ? nil : s.expiry }
+        let agedAt = Int64(clamping: s.version) &+ micros
+        return s.expiry == 0 ? agedAt : min(s.expiry, agedAt)
+    }
 }

@@ -6,6 +6,8 @@ public final class NamespaceCounters: Sendable {
     let hits = Atomic<Int>(0)
     let misses = Atomic<Int>(0)
     let writes = Atomic<Int>(0)
+    /// SETs of any mode (stored or not), a subset of `writes`.
+    let sets = Atomic<Int>(0)
     init() {}
 }
 
@@ -59,16 +61,31 @@ final class NamespaceRegistry: @unchecked Sendable {
         }
     }
 
-    /// A new generation and memory tag for `name` (flush). Returns the new entry.
+    /// A new generation and (with `newTag`) memory tag for `name` (flush). Returns the new
+    /// entry. The disk tier's flush keeps the tag (memory is flushed on its own, so a flush of
+    /// the disk tier alone leaves memory copies).
     @discardableResult
-    func bump(_ name: [UInt8], generation: Int64?) -> Entry {
+    func bump(_ name: [UInt8], generation: Int64?, newTag: Bool = true) -> Entry {
         lock.withLock {
             var e = byName[name] ?? Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
-            liveTags.remove(e.tag)
-            e.tag = takeTag()
+            if newTag {
+                liveTags.remove(e.tag)
+                e.tag = takeTag()
+            }
             if let g = generation { e.generation = g }
             byName[name] = e
             return e
+        }
+    }
+
+    /// A new memory tag for every namespace: every memory record stops matching at once.
+    func bumpAllTags() {
+        lock.withLock {
+            for (k, var e) in byName {
+                liveTags.remove(e.tag)
+                e.tag = takeTag()
+                byName[k] = e
+            }
         }
     }
 

@@ -10,7 +10,9 @@ public struct StoreConfiguration: Sendable {
     public var memoryCountLimit: Int = Int.max
     /// Bytes the memory tier may account (record headers + keys + values, rounded to slab chunks).
     public var memoryCostLimit: Int = 256 << 20
-    /// Items not used for this many seconds are dropped from memory (0 = no limit).
+    /// Items not read or written for this many seconds are dropped from memory (0 = no limit):
+    /// when an insert makes room and by the background sweeper (YYMemoryCache's `ageLimit`). A
+    /// trim by last access, not a promise to readers: see `maxAge` for that.
     public var memoryAgeLimit: Double = 0
     /// Shards of the memory tier (a power of two); each has its own lock and its share of the limits.
     public var memoryShards: Int = 16
@@ -26,7 +28,9 @@ public struct StoreConfiguration: Sendable {
     public var diskTrimTo: Double = 0.9
     /// Which items go first when a disk limit (bytes or count) is reached.
     public var diskEviction: DiskEviction = .lru
-    /// Items not read or written for this many seconds are trimmed from disk (0 = no limit).
+    /// Items not read or written for this many seconds are trimmed from disk by the background
+    /// sweep (0 = no limit; YYDiskCache's `ageLimit`). A trim by last access, not a promise to
+    /// readers: see `maxAge` for that.
     public var diskAgeLimit: Double = 0
     /// Keep at least this many bytes free on the disk holding `directory` by evicting items
     /// (YYCache's `freeDiskSpaceLimit`; 0 = no floor).
@@ -103,6 +107,16 @@ public struct StoreConfiguration: Sendable {
     public var quickCheckOnOpen = true
 
     // Items.
+    /// Items whose write is more than this many seconds old are never returned, in either tier
+    /// (0 = no limit; SDWebImage's `maxCacheAge`). An item's age counts from its version — the
+    /// write's time in µs from the node's hybrid logical clock, or the caller's version for a
+    /// replicated write (a cluster client's clock), so replicas agree on it. It holds for items
+    /// already stored when the limit is set or lowered: reads, EXISTS, META, SCAN and the
+    /// conditions of writes (add, replace, cas, counters) treat such an item as expired, and the
+    /// background sweeps remove it. TOUCH, INVALIDATE and counters give a new version, so a new
+    /// age. Tombstones keep their own lifetime (`tombstoneTTL`). Unlike `defaultTTL`, which
+    /// only gives new writes an expiry, it costs nothing per write and nothing on disk.
+    public var maxAge: Double = 0
     public var maxItemBytes: Int = ItemLimits.defaultMaxItemBytes
     /// TTL applied when a write says `.storeDefault` (nil = never expire).
     public var defaultTTL: Double? = nil

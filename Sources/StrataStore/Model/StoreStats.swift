@@ -11,10 +11,17 @@ public struct StoreStats: Sendable {
         public var evictions = 0
         public var expirations = 0
     }
-    public struct Namespace: Sendable {
+    /// One namespace: reads that found a live item or did not (`get` and everything built on
+    /// it: GET, MGET, touch reads; not EXISTS or META), writes of every kind, and SETs of any
+    /// mode (stored or not) — counted since the store opened, for namespaces it has seen.
+    public struct Namespace: Sendable, Equatable {
         public var hits = 0
         public var misses = 0
         public var writes = 0
+        public var sets = 0
+        /// Reads plus SETs: what the top-N views rank namespaces by.
+        public var traffic: Int { hits + misses + sets }
+        public init() {}
         /// Live items and value bytes on disk (nil unless asked for).
         public var diskItems: Int?
         public var diskBytes: Int?
@@ -108,6 +115,7 @@ extension TieredCache {
             n.hits = e.counters.hits.load(ordering: .relaxed)
             n.misses = e.counters.misses.load(ordering: .relaxed)
             n.writes = e.counters.writes.load(ordering: .relaxed)
+            n.sets = e.counters.sets.load(ordering: .relaxed)
             if includeNamespaceUsage {
                 n.diskItems = usage[name]?.items ?? 0
                 n.diskBytes = usage[name]?.bytes ?? 0

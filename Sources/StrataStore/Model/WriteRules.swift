@@ -27,8 +27,11 @@ enum WriteEffect: Sendable {
 /// The rules of every write, as one pure function: modes, CAS, newer-version-wins,
 /// tombstones, counters. Both tiers apply writes through it, so they agree.
 enum WriteRules {
-    static func decide(_ op: WriteOp, existing: ItemState?, now: Int64, newVersion: UInt64) -> (WriteResult, WriteEffect) {
-        let live = existing.flatMap { $0.isLive(now: now) ? $0 : nil }
+    /// `oldestLive`: an existing item with an older version counts as absent (the store's
+    /// `maxAge`); it still guards against caller versions not newer than its own.
+    static func decide(_ op: WriteOp, existing: ItemState?, now: Int64, newVersion: UInt64,
+                       oldestLive: UInt64 = 0) -> (WriteResult, WriteEffect) {
+        let live = existing.flatMap { $0.isLive(now: now, oldestVersion: oldestLive) ? $0 : nil }
         let guardVersion = existing.flatMap { $0.guards(now: now) ? $0.version : nil }
         switch op {
         case let .set(value, mode, flags, extended, expiry, callerVersion, marks):

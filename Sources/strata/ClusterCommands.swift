@@ -1,0 +1,233 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import StrataClient
+import StrataCore
+import StrataWire
+
+// `--nodes`: client commands against a cluster, and `strata ring`.
+
+let clusterOptions: Set<String> = ["--nodes", "--replicas", "--ack", "--read"]
+
+func clusterConfiguration(_ o: ParsedOptions) throws -> ClusterConfiguration {
+    let list = o.string("--nodes") ?? ""
+    var nodes: [NodeAddress] = []
+    for part in list.split(separator: ",") {
+        let item = String(part.trimmingCharacters(in: .whitespaces))
+        // dns:NAME:PORT — every address NAME resolves to (a Kubernetes headless service).
+        if item.hasPrefix("dns:") {
+            guard let a = NodeAddress.parse(String(item.dropFirst(4))) else {
+                throw UsageError(message: "--nodes entry '\(item)' must be dns:NAME:PORT")
+            }
+            do { nodes += try NodeAddress.resolve(a.host, port: a.port) } catch {
+                throw ClientError(.connection, "\(error)")
+            }
+            continue
+        }
+        guard let a = NodeAddress.parse(item) else {
+            throw UsageError(message: "--nodes must be HOST:PORT,HOST:PORT,… or dns:NAME:PORT; '\(part)' is not")
+        }
+        nodes.append(a)
+    }
+    guard !nodes.isEmpty else { throw UsageError(message: "--nodes needs at least one HOST:PORT") }
+    var c = ClusterConfiguration(nodes: nodes)
+    if let r = try o.int("--replicas", min: 1) { c.replicas = r }
+    if let a = o.string("--ack") {
+        guard let p = AckPolicy(rawValue: a) else { throw UsageError(message: "--ack must be one, majority or all, got '\(a)'") }
+        c.ack = p
+    }
+    if let r = o.string("--read") {
+        guard let p = ReadPolicy(rawValue: r) else { throw UsageError(message: "--read must be owner or quorum, got '\(r)'") }
+        c.read = p
+    }
+    c.timeout = try o.double("--timeout") ?? 2
+    c.token = try o.string("--auth-token-file").map(readToken)
+    return c
+}
+
+/// Runs a client command against a cluster. Exit codes as for one node; a write exits 0 only
+/// when its acknowledgement policy was met.
+func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
+    let cluster = try ClusterClient(configuration: try clusterConfiguration(o))
+    let ns = try nsArg(o)
+    // The cluster client picks each node's tiers itself (the owner all, replicas disk).
+    if o.string("--tiers") != nil && name != "flush" { throw UsageError(message: "--tiers needs --server (with --nodes only flush takes it)") }
+    if o.switches.contains("--write-behind") { throw UsageError(message: "--write-behind needs --server") }
+    switch name {
+    case "ping":
+        var failed = 0
+        for n in cluster.configuration.nodes {
+            do { try cluster.onNode(n.name) { try $0.ping() }; printOut("\(n.name) PONG") } catch {
+                printOut("\(n.name) DOWN: \(error)"); failed += 1
+            }
+        }
+        return failed == 0 ? 0 : 3
+    case "set":
+        let key = try keyArg(o, "strata set KEY [VALUE]")
+        let value = o.positionals.count > 1 ? Array(o.positionals[1].utf8) : [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+        var flags: UInt32 = 0
+        if let f = try o.int("--flags") {
+            guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
+            flags = UInt32(f)
+        }
+        let out = try cluster.set(key, value, namespace: ns, expiry: try ttlArg(o) ?? .storeDefault, flags: flags, extended: try extFileArg(o))
+        guard case .stored(let v) = out else { throw ClientError(.server, "not stored: \(out)") }
+        printOut("stored \(value.count) bytes on \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", ")), version \(v)")
+        return 0
+    case "get":
+        if o.string("--or-run") != nil { return try getOrRun(o, cluster) }
+        let key = try keyArg(o, "strata get KEY")
+        guard let item = try cluster.get(key, namespace: ns) else {
+            printErr("not found: \(o.positionals[0])")
+            return 1
+        }
+        return printItem(item, o)
+    case "invalidate":
+        let key = try keyArg(o, "strata invalidate KEY")
+        if try cluster.invalidate(key, namespace: ns) { return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
+    case "del":
+        let key = try keyArg(o, "strata del KEY")
+        if try cluster.delete(key, namespace: ns) { return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
+    case "exists":
+        let key = try keyArg(o, "strata exists KEY")
+        if try cluster.exists(key, namespace: ns) { printOut("exists"); return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
+    case "touch":
+        let key = try keyArg(o, "strata touch KEY --ttl S")
+        guard let e = try ttlArg(o) else { throw UsageError(message: "--ttl is required") }
+        if try cluster.touch(key, namespace: ns, expiry: e) { return 0 }
+        printErr("not found: \(o.positionals[0])")
+        return 1
+    case "incr", "decr":
+        let key = try keyArg(o, "strata \(name) KEY [BY]")
+        var by: UInt64 = 1
+        if o.positionals.count > 1 {
+            guard let n = UInt64(o.positionals[1]) else { throw UsageError(message: "BY must be a non-negative integer") }
+            by = n
+        }
+        let initial = try o.string("--initial").map { (s: String) -> UInt64 in
+            guard let n = UInt64(s) else { throw UsageError(message: "--initial must be a non-negative integer") }
+            return n
+        }
+        guard let v = try cluster.counter(key, delta: by, decrement: name == "decr", namespace: ns, initial: initial) else {
+            printErr("not found: \(o.positionals[0])")
+            return 1
+        }
+        printOut(String(v))
+        return 0
+    case "meta":
+        let key = try keyArg(o, "strata meta KEY")
+        guard let m = try cluster.meta(key, namespace: ns) else { printErr("not found: \(o.positionals[0])"); return 1 }
+        printOut("nodes         \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", "))")
+        printOut("size          \(m.size)")
+        printOut("version       \(m.version)")
+        printOut("expires       \(formatExpiry(m.expiresAt))")
+        return 0
+    case "stats":
+        if let q = try namespaceQuery(o) {
+            var down = 0
+            for n in cluster.configuration.nodes {
+                do {
+                    let json = try cluster.onNode(n.name) { try $0.stats(q) }
+                    if !o.switches.contains("--json") { printOut("== \(n.name)") }
+                    _ = try printNamespaceStats(json, o, from: n.name)
+                } catch {
+                    printOut("== \(n.name) DOWN: \(error)")
+                    down += 1
+                }
+            }
+            return down == 0 ? 0 : 3
+        }
+        var totals: [String: Double] = [:]
+        var down = 0
+        for n in cluster.configuration.nodes {
+            do {
+                let json = try cluster.onNode(n.name) { try $0.stats() }
+                let obj = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:]
+                if o.switches.contains("--json") { printOut("{\"node\":\"\(n.name)\",\"stats\":\(json)}"); continue }
+                printOut("== \(n.name)")
+                for k in obj.keys.sorted() { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + "\(obj[k]!)") }
+                for (k, v) in obj { if let d = (v as? NSNumber)?.doubleValue, !k.hasPrefix("latency") { totals[k, default: 0] += d } }
+            } catch {
+                printOut("== \(n.name) DOWN: \(error)")
+                down += 1
+            }
+        }
+        if !o.switches.contains("--json") {
+            printOut("== cluster totals (\(cluster.configuration.nodes.count - down) of \(cluster.configuration.nodes.count) nodes answering)")
+            for k in totals.keys.sorted() where k != "uptime_s" { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + String(Int64(totals[k]!))) }
+        }
+        return down == 0 ? 0 : 3
+    case "keys":
+        var all = Set<[UInt8]>()
+        for n in cluster.configuration.nodes {
+            var cursor: [UInt8] = []
+            repeat {
+                let page = try cluster.onNode(n.name) { c -> (keys: [[UInt8]], next: [UInt8]?) in
+                    let f = try c.call(.scan(namespace: ns, cursor: cursor, limit: 1000))
+                    try NodeConnection.check(f, allow: [.ok])
+                    return try Responses.parseScan(f)
+                }
+                all.formUnion(page.keys)
+                cursor = page.next ?? []
+            } while !cursor.isEmpty
+        }
+        for k in all.sorted(by: { $0.lexicographicallyPrecedes($1) }) { printOut(String(decoding: k, as: UTF8.self)) }
+        return 0
+    case "flush":
+        let all = o.switches.contains("--all")
+        guard all != (o.string("--ns") != nil) else { throw UsageError(message: "say which: --ns NS or --all") }
+        for n in cluster.configuration.nodes {
+            let tiers = try tiersOption(o)
+            let f = try cluster.onNode(n.name) { try $0.call(.flush(namespace: ns, all: all, tiers: tiers)) }
+            try NodeConnection.check(f, allow: [.ok])
+        }
+        printOut((all ? "flushed everything on every node" : "flushed namespace '\(o.string("--ns")!)' on every node")
+                 + tiersSuffix(try tiersOption(o)))
+        return 0
+    default:
+        throw UsageError(message: "\(name) does not take --nodes")
+    }
+}
+
+/// `strata ring`: where keys live, or how evenly a node set shares them.
+func ringCommand(_ args: [String]) throws -> Int32 {
+    let o = try ParsedOptions(args, valued: ["--nodes", "--replicas", "--keys", "--ns"], switches: ["--balance", "--help"], maxPositionals: 10_000)
+    if o.switches.contains("--help") {
+        printOut("""
+        usage: strata ring --nodes HOST:PORT,… [--replicas N] [--ns NS] KEY…
+               strata ring --nodes HOST:PORT,… --balance [--keys 100000]
+
+        Prints each KEY's owner and replicas (proto-spec/RING.md), or, with --balance, one line
+        per node: HOST:PORT COUNT PERCENT% for the keys key-0 … key-(N-1) it owns. Needs no node
+        to be running.
+        """)
+        return 0
+    }
+    var c = try clusterConfiguration(o)
+    if let r = try o.int("--replicas", min: 1) { c.replicas = r }
+    let ring = HashRing(members: c.nodes.map { .init(name: $0.name) }, pointsPerWeight: c.pointsPerWeight)
+    if o.switches.contains("--balance") {
+        let n = try o.int("--keys", min: 1) ?? 100_000
+        var counts: [String: Int] = [:]
+        for i in 0..<n { counts[ring.owner(for: Array("key-\(i)".utf8))!.name, default: 0] += 1 }
+        for m in c.nodes {
+            let count = counts[m.name] ?? 0
+            printOut("\(m.name) \(count) " + String(format: "%.2f%%", Double(count) * 100 / Double(n)))
+        }
+        return 0
+    }
+    guard !o.positionals.isEmpty else { throw UsageError(message: "give KEYs, or --balance") }
+    let ns = try nsArg(o)
+    for k in o.positionals {
+        let nodes = ring.nodes(for: Array(k.utf8), namespace: ns, count: c.replicas).map(\.name)
+        printOut("\(k) owner \(nodes.first ?? "-") replicas \(nodes.dropFirst().joined(separator: ","))")
+    }
+    return 0
+}
