@@ -157,7 +157,7 @@ public enum ClusterSetOutcome: Equatable, Sendable {
 public final class ClusterClient: @unchecked Sendable {
     public let configuration: ClusterConfiguration
     public let ring: HashRing
-    private let handles: [String: NodeHandle]
+    let handles: [String: NodeHandle]
     let hlc: HybridLogicalClock
     /// Concurrent `getOrLoad` calls for one key in this process share one load.
     let loadFlights = SingleFlight<ItemKey, LoadedValue>()
@@ -217,47 +217,17 @@ public final class ClusterClient: @unchecked Sendable {
         let version = hlc.next()
         var s = SetRequest(key: key, value: value, namespace: namespace)
         s.expiry = expiry; s.flags = flags; s.extended = extended; s.mode = mode; s.casVersion = casVersion; s.version = version
-        return try replicate(s)
+        return try replicate(s).outcome
     }
 
-    /// Writes `s` (with its version) to the first live node in all tiers, then to the others
-    /// in the disk tier as a plain versioned set.
-    func replicate(_ s: SetRequest) throws -> ClusterSetOutcome {
-        let nodes = targets(s.key, s.namespace)
-        var acks = 0
-        var failures: [(String, String)] = []
-        var primaryDone = false
-        for node in nodes {
-            var req = s
-            if primaryDone {
-                // Replicas get a plain versioned write (leases are the owner's business).
-                req.mode = .set; req.casVersion = 0; req.tiers = 2
-            } else {
-                req.tiers = 0
-            }
-            do {
-                let f = try node.run { try $0.set(req) }
-                switch f.statusCode {
-                case .ok, .superseded:
-                    acks += 1
-                    primaryDone = true
-                case .exists where !primaryDone: return .exists
-                case .notFound where !primaryDone: return .notFound
-                case .casMismatch where !primaryDone: return .casMismatch(current: f.cas)
-                case .leaseLost where !primaryDone: return .leaseLost
-                default:
-                    failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
-                }
-            } catch {
-                failures.append((node.address.name, "\(error)"))
-            }
-        }
-        if !failures.isEmpty { hint(s.namespace, s.key, s.version) }
-        guard acks >= needed(nodes.count), acks > 0 else {
-            throw ClusterError(message: "write of \(keyText(s.key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
-                               failures: failures)
-        }
-        return .stored(version: s.version)
+    /// Like `set`, and also says which nodes acknowledged the write (and why others did not).
+    public func setReporting(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
+                             flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set,
+                             casVersion: UInt64 = 0) throws -> ClusterWriteReport {
+        let version = hlc.next()
+        var s = SetRequest(key: key, value: value, namespace: namespace)
+        s.expiry = expiry; s.flags = flags; s.extended = extended; s.mode = mode; s.casVersion = casVersion; s.version = version
+        return try replicate(s)
     }
 
     /// Deletes the key everywhere with one version, leaving tombstones so a late, older write
@@ -280,32 +250,6 @@ public final class ClusterClient: @unchecked Sendable {
         try versionedEverywhere("invalidate", key, namespace) { tiers, version in
             .invalidate(namespace: namespace, key: key, tiers: tiers, version: version)
         }
-    }
-
-    /// Sends one versioned request (DELETE or INVALIDATE) to each of the key's nodes (`tiers`
-    /// is 0, all, for the owner and 2, disk, for the others): OK means a node held the key.
-    private func versionedEverywhere(_ what: String, _ key: [UInt8], _ namespace: [UInt8],
-                                     _ request: (_ tiers: UInt8, _ version: UInt64) -> Request) throws -> Bool {
-        let version = hlc.next()
-        let nodes = targets(key, namespace)
-        var acks = 0, found = false
-        var failures: [(String, String)] = []
-        for (i, node) in nodes.enumerated() {
-            do {
-                let f = try node.run { try $0.call(request(i == 0 ? 0 : 2, version)) }
-                switch f.statusCode {
-                case .ok: acks += 1; found = true
-                case .notFound, .superseded: acks += 1
-                default: failures.append((node.address.name, "\(f.statusCode)"))
-                }
-            } catch { failures.append((node.address.name, "\(error)")) }
-        }
-        if !failures.isEmpty { hint(namespace, key, version) }
-        guard acks >= needed(nodes.count), acks > 0 else {
-            throw ClusterError(message: "\(what) of \(keyText(key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
-                               failures: failures)
-        }
-        return found
     }
 
     /// INCR/DECR on the first live node (it assigns the version), then the resulting item is

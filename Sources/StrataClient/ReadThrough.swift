@@ -191,7 +191,7 @@ extension ClusterClient {
         s.flags = options.flags
         s.version = hlc.next()
         if let t = token { s.mode = .lease; s.casVersion = t }
-        if case .stored(let v) = try replicate(s) { return v }
+        if case .stored(let v) = try replicate(s).outcome { return v }
         return nil
     }
 

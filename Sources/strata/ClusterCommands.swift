@@ -71,9 +71,12 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
             guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
             flags = UInt32(f)
         }
-        let out = try cluster.set(key, value, namespace: ns, expiry: try ttlArg(o) ?? .storeDefault, flags: flags, extended: try extFileArg(o))
-        guard case .stored(let v) = out else { throw ClientError(.server, "not stored: \(out)") }
-        printOut("stored \(value.count) bytes on \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", ")), version \(v)")
+        let report = try cluster.setReporting(key, value, namespace: ns, expiry: try ttlArg(o) ?? .storeDefault, flags: flags,
+                                              extended: try extFileArg(o))
+        guard case .stored(let v) = report.outcome else { throw ClientError(.server, "not stored: \(report.outcome)") }
+        // The nodes that acknowledged it (not merely the key's nodes); the others on stderr.
+        printOut("stored \(value.count) bytes on \(report.acknowledged.map(\.name).joined(separator: ", ")), version \(v)")
+        for f in report.failures { printErr("warning: not on \(f)") }
         return 0
     case "get":
         if o.string("--or-run") != nil { return try getOrRun(o, cluster) }

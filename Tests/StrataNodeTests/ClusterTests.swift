@@ -224,4 +224,43 @@ final class ClusterTests: XCTestCase {
         XCTAssertEqual(try runCLI(["set", "x", "v", "--server", "127.0.0.1:1", "--nodes", nodes]).code, 2)
         XCTAssertEqual(try runCLI(["set", "x", "v", "--ack", "one"]).code, 2)
     }
+
+    /// Issue 17: `set` names the nodes that acknowledged the write, not merely the key's nodes;
+    /// the others are reported on stderr.
+    func testSetPrintsTheNodesThatAcknowledged() throws {
+        let cluster = try Cluster()
+        let nodes = cluster.nodesFlag
+        let client = try cluster.client()
+        // A key whose replica is node 2, which is then killed.
+        let key = try XCTUnwrap((0..<200).map { "ack-\($0)" }.first { k in
+            let n = client.nodes(for: b(k)).map(\.name)
+            return n.count == 2 && n[1] == cluster.addresses[2].name
+        })
+        let owner = client.nodes(for: b(key))[0].name
+        cluster.kill(2)
+        let r = try runCLI(["set", key, "v", "--nodes", nodes, "--ack", "one", "--timeout", "1"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertEqual(String(decoding: r.out, as: UTF8.self).split(separator: ",").first.map(String.init)?
+                        .hasPrefix("stored 1 bytes on \(owner)"), true, String(decoding: r.out, as: UTF8.self))
+        XCTAssertFalse(String(decoding: r.out, as: UTF8.self).contains(cluster.addresses[2].name), "the dead replica did not acknowledge")
+        XCTAssertTrue(r.err.contains("not on \(cluster.addresses[2].name)"), r.err)
+    }
+
+    /// Issue 17: a write goes to all of its nodes at once, so with two replicas stopped it
+    /// waits about one timeout, not one per stopped node (as when they were written in turn).
+    func testReplicaWritesGoOutInParallel() throws {
+        let cluster = try Cluster()
+        let client = try cluster.client { $0.replicas = 3; $0.ack = .one; $0.timeout = 1 }
+        let key = b("parallel")
+        let owner = cluster.index(of: client.nodes(for: key)[0].name)
+        let stopped = (0..<3).filter { $0 != owner }.map { cluster.nodes[$0]!.process.processIdentifier }
+        for p in stopped { kill(p, SIGSTOP) }
+        defer { for p in stopped { kill(p, SIGCONT) } }
+        let t0 = monotonicSeconds()
+        let report = try client.setReporting(key, b("v"))
+        let took = monotonicSeconds() - t0
+        XCTAssertEqual(report.acknowledged.map(\.name), [cluster.addresses[owner].name])
+        XCTAssertEqual(report.failures.count, 2)
+        XCTAssertLessThan(took, 1.9, "two stopped replicas written in turn would take 2 timeouts (\(took) s)")
+    }
 }
