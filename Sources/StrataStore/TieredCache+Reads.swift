@@ -186,14 +186,21 @@ extension TieredCache {
     }
 
     /// Empties one namespace in O(1): its generation changes; old items are collected later.
+    /// A namespace the store does not know (never written since open, not on disk, no write in
+    /// the log) holds nothing: its flush records nothing — no registry entry, no log record —
+    /// and returns at once. A write racing such a flush is ordered after it.
     public func flush(namespace: [UInt8]) throws {
         if namespace.count > ItemLimits.maxNamespaceBytes {
             throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
         }
         if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
-        _ = registry.entry(namespace)
+        guard registry.lookup(namespace) != nil else { return }
         try logAndApply(.flushNamespace(namespace))
     }
+
+    /// Namespaces the store keeps an entry for (those written since open, on disk, or in the
+    /// log); a flush of an unknown one does not add to it.
+    public var knownNamespaceCount: Int { registry.count }
 
     /// Empties every namespace (O(namespaces)).
     public func flushAll() throws {
