@@ -31,6 +31,7 @@ public final class TieredCache: @unchecked Sendable {
 
     let writeBehindPending = Counter()
     let writeBehindWrites = Counter()
+    let writeBehindBudget: WriteBehindBudget
     let sweeper = ConditionLock()
     var sweeperStop = false
     let sweeperDone = Completion<Void>()
@@ -43,6 +44,7 @@ public final class TieredCache: @unchecked Sendable {
             throw StoreError(.invalidArgument, "maxItemBytes, memoryShards and maxBatch must be positive")
         }
         self.configuration = configuration
+        writeBehindBudget = WriteBehindBudget(limit: configuration.maxWriteBehindBytes)
         self.clock = clock
         self.hlc = HybridLogicalClock(clock: clock)
         self.memory = MemoryTier(config: configuration)
