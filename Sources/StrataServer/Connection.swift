@@ -322,7 +322,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             }
             return
         }
-        let pool = imageCheck ? node.imageWorkers : node.workers
+        let pool = !imageCheck ? node.workers : Dispatcher.isSmallImageJob(request) ? node.smallImageWorkers : node.imageWorkers
         let accepted = pool.submit { [self] in
             let resp = dispatcher.execute(request, f)
             stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)

@@ -25,6 +25,7 @@ public final class Node: @unchecked Sendable {
     let dispatcher: Dispatcher
     let workers: WorkerPool
     let imageWorkers: WorkerPool
+    let smallImageWorkers: WorkerPool
     private var loops: [EventLoop] = []
     private var listenFD: Int32 = -1
     private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
@@ -59,6 +60,7 @@ public final class Node: @unchecked Sendable {
         sc.defaultTTL = config.defaultTTL
         sc.fsync = config.fsync
         sc.logLimit = config.logLimit
+        sc.maxWriteBehindBytes = config.maxWriteBehindBytes
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.
@@ -74,11 +76,15 @@ public final class Node: @unchecked Sendable {
         d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit
+        d.imageDecodeLimit = config.imageDecodeLimit
         d.leases = LeaseTable(timeout: config.leaseTimeout, capacity: config.maxLeases)
         dispatcher = d
         workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)
-        // Image decodes are CPU work: one thread per core, a short queue, BUSY past it.
+        // Image decodes are CPU work: one thread per core, a short queue, BUSY past it; images
+        // whose headers promise a small decode have a lane of their own, so they never wait
+        // behind large ones (each decode's work is bounded by its header: ImageCodec).
         imageWorkers = WorkerPool(threads: processorCount, queueLimit: 64)
+        smallImageWorkers = WorkerPool(threads: 1, queueLimit: 64)
         let pool = workers
         d.background = { job in pool.submit(job) }
     }
@@ -212,6 +218,7 @@ public final class Node: @unchecked Sendable {
         metrics?.stop()
         workers.stop()
         imageWorkers.stop()
+        smallImageWorkers.stop()
         store.close()
         log.info("stopped", [("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed)))])
     }
@@ -259,6 +266,7 @@ public final class Node: @unchecked Sendable {
             ("disk_wal_copies", String(s.walCopies)), ("disk_writer_checkpoints", String(s.writerCheckpoints)),
             ("corrupt_items", String(s.corruptItems)), ("quarantines", String(s.quarantines)),
             ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
+            ("write_behind_pending_bytes", String(s.writeBehindPendingBytes)), ("write_behind_peak_bytes", String(s.writeBehindPeakBytes)),
             ("log_bytes", String(s.logBytes)), ("log_backlog_records", String(s.logBacklogRecords)),
             ("log_backlog_bytes", String(s.logBacklogBytes)), ("log_syncs", String(s.logSyncs)),
             ("log_backpressure_waits", String(s.logBackpressureWaits)), ("log_write_errors", String(s.logWriteErrors)),

@@ -14,6 +14,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
                     [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 64MiB]
+                    [--max-output-bytes 256MiB] [--max-write-behind-bytes 64MiB]
+                    [--image-decode-limit 128MiB]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -26,7 +28,8 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-limit", "max-item", "default-ttl",
                                "threads", "auth-token-file", "log-level", "max-connections", "idle-timeout",
                                "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "image-pixel-limit",
-                               "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit"]
+                               "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit",
+                               "max-output-bytes", "max-write-behind-bytes", "image-decode-limit"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -134,6 +137,15 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try size("log-limit") {
         guard v >= 1 << 20 else { throw UsageError(message: "--log-limit must be at least 1MiB, got '\(s["log-limit"]!)'") }
         c.logLimit = v
+    }
+    if let v = try size("max-output-bytes") {
+        guard v >= 1 << 20 else { throw UsageError(message: "--max-output-bytes must be at least 1MiB, got '\(s["max-output-bytes"]!)'") }
+        c.maxOutputBytes = v
+    }
+    if let v = try size("max-write-behind-bytes") { c.maxWriteBehindBytes = v }
+    if let v = try size("image-decode-limit") {
+        guard v > 0 else { throw UsageError(message: "--image-decode-limit must be positive") }
+        c.imageDecodeLimit = v
     }
     if let v = s["log-level"] {
         guard let l = LogLevel(name: v) else { throw UsageError(message: "--log-level must be debug, info, warn or error, got '\(v)'") }
