@@ -49,3 +49,33 @@ final class NamespaceBoundTests: XCTestCase {
         XCTAssertEqual(try f.store.get(bytes("k3"), namespace: bytes("bob"))?.value, bytes("b"))
     }
 }
+
+final class WriteBehindBytesTests: XCTestCase {
+    /// Eight threads write 1 MiB write-behind values as fast as they can against a 4 MiB
+    /// bound: the bytes answered and not yet in the log never pass it (the peak is recorded
+    /// at every reservation), every write is kept, and a value larger than the bound is
+    /// never written behind (it waits for the log, like a durable write).
+    func testPendingWriteBehindBytesNeverPassTheBound() throws {
+        let limit = 4 << 20
+        let f = try StoreFixture { $0.maxWriteBehindBytes = limit }
+        let value = [UInt8](repeating: 7, count: 1 << 20)
+        let store = f.store!
+        DispatchQueue.concurrentPerform(iterations: 8) { t in
+            for i in 0..<40 {
+                _ = try? store.set(bytes("t\(t)-\(i)"), value, options: SetOptions(writeBehind: true))
+                XCTAssertLessThanOrEqual(store.stats().writeBehindPendingBytes, limit)
+            }
+        }
+        let s = store.stats()
+        XCTAssertLessThanOrEqual(s.writeBehindPeakBytes, limit, "peak write-behind bytes")
+        XCTAssertGreaterThan(s.writeBehindPeakBytes, 0)
+        XCTAssertGreaterThan(s.writeBehindTotal, 0, "some writes went behind")
+        let total = s.writeBehindTotal
+        _ = try store.set(bytes("huge"), [UInt8](repeating: 1, count: limit + 1), options: SetOptions(writeBehind: true))
+        XCTAssertEqual(store.stats().writeBehindTotal, total, "a value past the bound waited for the log")
+        XCTAssertTrue(eventually { store.stats().writeBehindPendingBytes == 0 }, "every reservation was released")
+        try f.reopen()
+        for t in 0..<8 { for i in stride(from: 0, to: 40, by: 13) { XCTAssertEqual(try f.store.get(bytes("t\(t)-\(i)"))?.value.count, 1 << 20) } }
+        XCTAssertEqual(try f.store.get(bytes("huge"))?.value.count, limit + 1)
+    }
+}
