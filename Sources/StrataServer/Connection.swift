@@ -14,6 +14,12 @@ import StrataWire
 /// when it comes back (responses are matched by request id, so order may differ). Closes on
 /// a fatal protocol error (after answering it), on a frame that takes longer than the frame
 /// timeout, on idleness past the idle timeout, and when unsent output passes the cap.
+///
+/// Memory it may hold: its input (the frame being received, or 256 KiB of read-ahead),
+/// requests waiting their turn (at most 4096 and 8 MiB of frame bodies, then reading stops)
+/// and its unsent output (`OutputQueue`; bounded per connection by `--output-cap` and across
+/// connections by `--max-output-bytes`, see `OutputBudget`). Output and closing live in
+/// Connection+Output.swift.
 final class Connection: EventHandler, @unchecked Sendable {
     let fd: Int32
     // Strong, not `unowned`: every request reads `node` several times, and each load of an
@@ -23,18 +29,23 @@ final class Connection: EventHandler, @unchecked Sendable {
     let node: Node
     let id: Int
 
-    private var input: [UInt8] = []
-    private var inputStart = 0
-    private var output: [UInt8] = []
-    private var outputStart = 0
-    private var accounted = 0
-    private var wantWrite = false
+    var input: [UInt8] = []
+    var inputStart = 0
+    var output = OutputQueue()
+    /// What this connection has added to the node's buffered bytes (its output is in the
+    /// output budget as it is queued and sent).
+    var accounted = 0
+    var wantWrite = false
 
     private(set) var authenticated: Bool
-    private(set) var closed = false
-    private var closeAfterFlush = false
+    var closed = false
+    var closeAfterFlush = false
     /// Disk jobs submitted and not yet answered.
-    private(set) var inFlight = 0
+    var inFlight = 0
+    var flushScheduled = false
+    var peerFinished = false
+    var registered: EventLoop.Interest = .read
+    var lastWriteProgress = monotonicSeconds()
     /// When the frame now being received started to arrive (nil when between frames).
     private(set) var frameStarted: Double?
     private(set) var lastActive = monotonicSeconds()
@@ -47,12 +58,12 @@ final class Connection: EventHandler, @unchecked Sendable {
         authenticated = node.config.authToken == nil
     }
 
-    var idle: Bool { inFlight == 0 && deferred.isEmpty && outputStart == output.count }
+    var idle: Bool { inFlight == 0 && deferred.isEmpty && output.isEmpty }
 
     // MARK: Events
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
-        if writable { flush() }
+        if writable { flushAndResume() }
         if readable { readAvailable() }
         if hangup && !closed && !readable { close(reason: "hangup") }
     }
@@ -61,7 +72,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         guard !closed else { return }
         let scratch = node.scratch(for: loop)
         var sawEOF = false
-        while !closed && !readPaused && input.count - inputStart <= node.config.maxFrame + Wire.headerSize {
+        while !closed && !readPaused && input.count - inputStart < readTarget() {
             let r: IOResult
             do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
                 close(reason: "read: \(error)")
@@ -84,10 +95,55 @@ final class Connection: EventHandler, @unchecked Sendable {
         updateAccounting()
     }
 
-    private func processFrames() {
+    /// How much input to hold: the whole frame being received (as its header says, up to
+    /// the largest frame), else 256 KiB of read-ahead for pipelined small frames. A large
+    /// frame's buffer is reserved once, at its size, instead of doubling as it arrives.
+    private func readTarget() -> Int {
+        let available = input.count - inputStart
+        guard available >= Wire.headerSize else { return 256 << 10 }
+        let body = input.withUnsafeBytes { p in
+            Int(UInt32(bigEndian: p.loadUnaligned(fromByteOffset: inputStart + 12, as: UInt32.self)))
+        }
+        let frame = min(Wire.headerSize + body, node.config.maxFrame + Wire.headerSize)
+        if frame > 1 << 20 && input.capacity - inputStart < frame {
+            if inputStart > 0 { input.removeFirst(inputStart); inputStart = 0 }
+            input.reserveCapacity(frame + (64 << 10))
+        }
+        return max(frame, 256 << 10)
+    }
+
+    /// Requests wait in `deferred` (their order, or the output budget); past 4096 of them or
+    /// 8 MiB of their frames the connection stops parsing and reading.
+    var deferredFull: Bool { deferred.count >= 4096 || deferredBytes >= 8 << 20 }
+
+    /// Requests whose answer may carry values (GET, MGET, SCAN, IMAGE_VARIANT): the ones the
+    /// output bound holds even on a connection with nothing pending.
+    static func answersWithValues(_ r: Request) -> Bool {
+        switch r {
+        case .get, .mget, .scan, .imageVariant: return true
+        default: return false
+        }
+    }
+
+    /// Whether `r` may start now (OutputBudget): any request while the node is under its
+    /// output bound; past it, only a request with a small answer on a connection with nothing
+    /// unsent and nothing in flight (so PING, HELLO, STATS and writes from other clients are
+    /// still served).
+    func mayStart(_ r: Request) -> Bool {
+        !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
+    }
+
+    /// Held by the output bound: the first waiting request waits for it, and nothing more is
+    /// parsed or read.
+    var heldByOutput: Bool {
+        guard let first = deferred.first else { return false }
+        return !mayStart(first.request)
+    }
+
+    func processFrames() {
         // A client that pipelines many requests on one key waits here (its bytes stay in the
         // input buffer) rather than growing the deferred list without bound.
-        while !closed && !closeAfterFlush && deferred.count < 4096 {
+        while !closed && !closeAfterFlush && !deferredFull && !heldByOutput {
             let available = input.count - inputStart
             if available == 0 { break }
             // Built per frame: a HELLO earlier in the same batch may have lifted the pre-auth cap.
@@ -135,12 +191,12 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// What a request must wait for: requests on the same key run in the order they were
     /// sent; keyless operations (PING, STATS, SCAN, FLUSH, HELLO, QUIT) wait for everything
     /// sent before them, and everything after them waits for them.
-    private enum Scope {
+    enum Scope {
         case keys([ItemKey])
         case barrier
     }
 
-    private struct Pending {
+    struct Pending {
         let frame: Frame
         let request: Request
         /// Computed only when the request has to wait or goes to a worker (it allocates).
@@ -148,7 +204,8 @@ final class Connection: EventHandler, @unchecked Sendable {
         let received: Double
     }
 
-    private var deferred: [Pending] = []
+    var deferred: [Pending] = []
+    var deferredBytes = 0
     private var inFlightKeys: [ItemKey: Int] = [:]
     private var barriersInFlight = 0
 
@@ -182,26 +239,47 @@ final class Connection: EventHandler, @unchecked Sendable {
             send(Responses.error(to: f, error.status, error.message))
             return
         }
-        // Nothing in flight and nothing waiting: any request may run now (the common case).
-        if deferred.isEmpty && inFlight == 0 {
+        // Nothing in flight, nothing waiting, nothing unsent: any request may run now (the
+        // common case).
+        if deferred.isEmpty && inFlight == 0 && output.isEmpty && mayStart(request) {
             run(Pending(frame: f, request: request, scope: nil, received: received))
             return
         }
         let p = Pending(frame: f, request: request, scope: Self.scope(of: request), received: received)
         // Keep the connection's order: once something waits, everything after it waits too.
-        if !deferred.isEmpty || !canRun(p.scope!) {
-            deferred.append(p)
+        let allowed = mayStart(request)
+        if !deferred.isEmpty || !canRun(p.scope!) || !allowed {
+            if deferred.isEmpty && !allowed { node.outputBudget.heldRequests.add(1, ordering: .relaxed) }
+            hold(p, first: false)
             return
         }
         run(p)
     }
 
-    /// Runs deferred requests that no longer conflict, in order.
-    private func runDeferred() {
-        while !closed, let first = deferred.first, canRun(first.scope!) {
+    func hold(_ p: Pending, first: Bool) {
+        if first { deferred.insert(p, at: 0) } else { deferred.append(p) }
+        deferredBytes += p.frame.bodyLength
+    }
+
+    /// Runs deferred requests that no longer conflict, in order, while the output bound
+    /// allows.
+    func runDeferred() {
+        while !closed, let first = deferred.first, canRun(first.scope!), mayStart(first.request) {
             deferred.removeFirst()
+            deferredBytes -= first.frame.bodyLength
             run(first)
         }
+    }
+
+    /// Starts what waits once the reason it waited is gone (output sent, the node back
+    /// under its output bound): deferred requests, then frames already read.
+    func resume() {
+        guard !closed else { return }
+        runDeferred()
+        if !deferredFull && !heldByOutput && inputStart < input.count { processFrames() }
+        if closeAfterFlush { flushAndMaybeClose() }
+        updateInterest()
+        updateAccounting()
     }
 
     private func run(_ p: Pending) {
@@ -323,10 +401,22 @@ final class Connection: EventHandler, @unchecked Sendable {
             return
         }
         let pool = !imageCheck ? node.workers : Dispatcher.isSmallImageJob(request) ? node.smallImageWorkers : node.imageWorkers
+        // A request whose answer may carry values goes back to its connection if the node is
+        // over its output bound by the time a worker takes it (OutputBudget): so answers
+        // being made when the bound is crossed are at most one per busy worker.
+        let mayHold = Self.answersWithValues(request)
+        let budget = node.outputBudget
         let accepted = pool.submit { [self] in
+            if mayHold && budget.over {
+                loop.execute { [self] in heldByWorker(Pending(frame: f, request: request, scope: scope, received: started)) }
+                return
+            }
             let resp = dispatcher.execute(request, f)
+            // Counted from now: an answer on its way to the loop is output too.
+            let size = resp?.encodedSize ?? 0
+            budget.add(size)
             stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
-            loop.execute { [self] in completed(resp, scope) }
+            loop.execute { [self] in completed(resp, scope, inTransit: size) }
         }
         if !accepted {
             release(scope)
@@ -347,149 +437,24 @@ final class Connection: EventHandler, @unchecked Sendable {
         }
     }
 
-    private func completed(_ resp: Frame?, _ scope: Scope) {
+    private func completed(_ resp: Frame?, _ scope: Scope, inTransit: Int = 0) {
         release(scope)
+        // The answer moves from "on its way" to this connection's output (counted by `send`).
+        node.outputBudget.add(-inTransit)
         guard !closed else { return }
         if let r = resp { send(r) }
-        runDeferred()
-        if deferred.count < 4096 && inputStart < input.count { processFrames() }
-        if closeAfterFlush { flushAndMaybeClose() }
-        updateInterest()
         updateAccounting()
+        resume()
     }
 
-    // MARK: Output
-
-    func send(_ frame: Frame) {
+    /// A worker gave the request back (the node was over its output bound): it waits first
+    /// in line, as if it had not started.
+    private func heldByWorker(_ p: Pending) {
+        release(p.scope!)
         guard !closed else { return }
-        if outputStart == output.count { output.removeAll(keepingCapacity: output.capacity <= 1 << 20); outputStart = 0 }
-        frame.encode(into: &output)
-        if output.count - outputStart > node.config.outputCap {
-            node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
-            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count - outputStart))])
-            close(reason: "output cap")
-            return
-        }
-        // Responses produced in one loop iteration leave in one send.
-        if !flushScheduled {
-            flushScheduled = true
-            loop.atEndOfIteration { [self] in
-                flushScheduled = false
-                flush()
-            }
-        }
-    }
-
-    private var flushScheduled = false
-
-    private func flush() {
-        guard !closed else { return }
-        while outputStart < output.count {
-            let r: IOResult
-            do {
-                r = try output.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + outputStart, output.count - outputStart) }
-            } catch {
-                close(reason: "send: \(error)")
-                return
-            }
-            guard case .done(let n) = r else { break }
-            outputStart += n
-            if n > 0 { lastWriteProgress = monotonicSeconds() }
-            node.stats.bytesOut.add(n, ordering: .relaxed)
-        }
-        // Sent bytes are dropped even when the buffer never drains completely.
-        if outputStart > (1 << 20) && outputStart * 2 > output.count {
-            output.removeFirst(outputStart)
-            outputStart = 0
-        }
-        let pending = outputStart < output.count
-        wantWrite = pending
-        updateInterest()
-        if pending { lastWriteProgress = monotonicSeconds() }
-        if !pending && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
-        updateAccounting()
-    }
-
-    private func flushAndMaybeClose() {
-        flush()
-    }
-
-    /// Reading pauses while requests wait behind others (or the connection is finishing), so
-    /// the input buffer cannot grow without bound, and stops for good at end of stream (a
-    /// level-triggered EOF would otherwise wake the loop forever).
-    private var readPaused: Bool { peerFinished || closeAfterFlush || deferred.count >= 4096 }
-    private var peerFinished = false
-    private var registered: EventLoop.Interest = .read
-    private var lastWriteProgress = monotonicSeconds()
-
-    private func updateInterest() {
-        guard !closed else { return }
-        var want: EventLoop.Interest = []
-        if !readPaused { want.insert(.read) }
-        if wantWrite { want.insert(.write) }
-        if want != registered {
-            registered = want
-            loop.modify(fd, want)
-        }
-    }
-
-    private func updateAccounting() {
-        guard !closed else { return }
-        let now = (input.count - inputStart) + (output.count - outputStart)
-        if now != accounted {
-            node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
-            accounted = now
-        }
-    }
-
-    // MARK: Timers and closing
-
-    /// Called by the loop's tick.
-    func checkTimers(now: Double) {
-        guard !closed else { return }
-        if let started = frameStarted, now - started > node.config.frameTimeout {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "frame timeout")
-            return
-        }
-        // Output that makes no progress for a frame timeout (a peer that stopped reading after
-        // it finished sending, say) closes the connection.
-        if outputStart < output.count && now - lastWriteProgress > max(node.config.frameTimeout, 1) {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "output stalled")
-            return
-        }
-        if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "idle timeout")
-        }
-    }
-
-    /// SIGTERM: tells the peer why the connection ends — one unsolicited SHUTTING_DOWN frame
-    /// (opcode 0, request id 0; PROTOCOL.md §3), sent once without waiting — then closes.
-    func closeForShutdown() {
-        guard !closed else { return }
-        var f = Frame(magic: Wire.responseMagic, opcode: 0, requestID: 0)
-        f.status = Status.shuttingDown.rawValue
-        f.value = Array("the node is shutting down".utf8)
-        f.encode(into: &output)
-        flush()
-        close(reason: "shutdown")
-    }
-
-    func close(reason: String) {
-        guard !closed else { return }
-        closed = true
-        loop.unregister(fd)
-        Sys.close(fd)
-        node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
-        accounted = 0
-        input = []
-        inputStart = 0
-        output = []
-        outputStart = 0
-        node.connectionClosed(self)
-        node.log.debug("connection_closed", [("conn", String(id)), ("reason", reason)])
+        node.outputBudget.heldRequests.add(1, ordering: .relaxed)
+        hold(p, first: true)
+        resume()
     }
 }
 

@@ -22,6 +22,7 @@ public final class Node: @unchecked Sendable {
     public let store: TieredCache
     let log: Logger
     let stats = NodeStats()
+    let outputBudget: OutputBudget
     let dispatcher: Dispatcher
     let workers: WorkerPool
     let imageWorkers: WorkerPool
@@ -53,6 +54,7 @@ public final class Node: @unchecked Sendable {
         }
         self.config = config
         self.log = Logger(level: config.logLevel)
+        outputBudget = OutputBudget(limit: config.maxOutputBytes)
         var sc = StoreConfiguration(directory: config.dataDirectory)
         sc.memoryCostLimit = config.memoryLimit
         sc.diskByteLimit = config.diskLimit
@@ -250,6 +252,8 @@ public final class Node: @unchecked Sendable {
             ("bytes_in", String(stats.bytesIn.load(ordering: .relaxed))),
             ("bytes_out", String(stats.bytesOut.load(ordering: .relaxed))),
             ("buffered_bytes", String(stats.bufferedBytes.load(ordering: .relaxed))),
+            ("output_bytes", String(outputBudget.bytes)), ("output_peak_bytes", String(outputBudget.peakBytes)),
+            ("output_held_requests", String(outputBudget.heldRequests.load(ordering: .relaxed))),
             ("busy_refusals", String(stats.busyRefusals.load(ordering: .relaxed))),
             ("malformed_frames", String(stats.malformedFrames.load(ordering: .relaxed))),
             ("output_cap_cutoffs", String(stats.outputCapCutoffs.load(ordering: .relaxed))),
