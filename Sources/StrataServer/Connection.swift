@@ -97,7 +97,8 @@ final class Connection: EventHandler, @unchecked Sendable {
 
     /// How much input to hold: the whole frame being received (as its header says, up to
     /// the largest frame), else 256 KiB of read-ahead for pipelined small frames. A large
-    /// frame's buffer is reserved once, at its size, instead of doubling as it arrives.
+    /// frame's buffer is reserved once, at its size, instead of doubling as it arrives — only
+    /// once the decoder has accepted its header (nothing is allocated from a bad header).
     private func readTarget() -> Int {
         let available = input.count - inputStart
         guard available >= Wire.headerSize else { return 256 << 10 }
@@ -105,11 +106,24 @@ final class Connection: EventHandler, @unchecked Sendable {
             Int(UInt32(bigEndian: p.loadUnaligned(fromByteOffset: inputStart + 12, as: UInt32.self)))
         }
         let frame = min(Wire.headerSize + body, node.config.maxFrame + Wire.headerSize)
-        if frame > 1 << 20 && input.capacity - inputStart < frame {
+        if frame > max(available, 1 << 20) && input.capacity - inputStart < frame && headerAccepted() {
             if inputStart > 0 { input.removeFirst(inputStart); inputStart = 0 }
             input.reserveCapacity(frame + (64 << 10))
         }
         return max(frame, 256 << 10)
+    }
+
+    /// Whether the decoder accepts the header at the front of the input (its lengths within
+    /// this connection's limits).
+    private func headerAccepted() -> Bool {
+        let decoder = FrameDecoder(magic: Wire.requestMagic,
+                                   maxBody: authenticated ? node.config.maxFrame : min(node.config.maxFrame, node.config.preAuthFrameLimit))
+        return input.withUnsafeBytes { all in
+            do throws(WireError) {
+                _ = try decoder.decode(UnsafeRawBufferPointer(rebasing: all[inputStart..<(inputStart + Wire.headerSize)]))
+                return true
+            } catch { return false }
+        }
     }
 
     /// Requests wait in `deferred` (their order, or the output budget); past 4096 of them or
