@@ -42,7 +42,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StrataCoreTests", dependencies: ["StrataCore"]),
         .testTarget(name: "StrataWireTests", dependencies: ["StrataWire"]),
-        .testTarget(name: "StrataImageTests", dependencies: ["StrataImage"]),
+        .testTarget(name: "StrataImageTests", dependencies: ["StrataImage", "TestSupport"]),
         .testTarget(name: "StrataFuzzTests", dependencies: ["StrataFuzzEntries"]),
         .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.

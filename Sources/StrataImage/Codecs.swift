@@ -6,8 +6,20 @@ import CWebP
 /// Header inspection, full-decode validation and encoding for PNG and WebP; header-only for
 /// GIF and JPEG (no decoder for them is in the stack). Every decode is refused before any
 /// pixel memory is allocated when the header claims more than `pixelLimit` pixels.
+///
+/// The work of a PNG decode is bounded by its header, not by its data: the bytes its IDAT
+/// stream must inflate to (rows of a filter byte and packed pixels, from IHDR) must be at most
+/// `decodeLimit`, and the stream is inflated once (zlib, 64 KiB at a time, output discarded)
+/// before libpng sees it — a stream that inflates past what the header needs (a decompression
+/// bomb: libpng would inflate it all) is refused as corrupt after at most 64 KiB too many.
+/// So a PNG costs two inflates of at most `decodeLimit` bytes and one conversion to RGBA
+/// (≈ 0.3 s of CPU at the default 128 MiB, 2 vCPU EPYC; see RELIABILITY.md). A WebP's work is
+/// bounded by its pixels.
 public enum ImageCodec {
     public static let defaultPixelLimit = 25_000_000
+    /// Bytes a PNG's pixel data may inflate to (128 MiB: 25 MP of 8-bit RGBA fits, 25 MP of
+    /// 16-bit RGBA does not).
+    public static let defaultDecodeLimit = 128 << 20
 
     /// Format, dimensions, alpha, animation and frame count from the headers only.
     public static func inspect(_ bytes: [UInt8], pixelLimit: Int = defaultPixelLimit) throws(ImageError) -> ImageInfo {
@@ -39,11 +51,12 @@ public enum ImageCodec {
     /// Inspects and, for PNG and WebP, fully decodes (so a truncated or corrupt file is
     /// refused); GIF and JPEG are checked for their header and trailer.
     @discardableResult
-    public static func validate(_ bytes: [UInt8], pixelLimit: Int = defaultPixelLimit) throws(ImageError) -> ImageInfo {
+    public static func validate(_ bytes: [UInt8], pixelLimit: Int = defaultPixelLimit,
+                                decodeLimit: Int = defaultDecodeLimit) throws(ImageError) -> ImageInfo {
         let info = try inspect(bytes, pixelLimit: pixelLimit)
         switch info.format {
         case .png, .apng:
-            _ = try decodePNG(bytes, info)
+            _ = try decodePNG(bytes, info, decodeLimit: decodeLimit)
         case .webpLossy, .webpLossless, .webpAnimated:
             if info.format == .webpAnimated {
                 // Animated WebP: the demuxer must accept every frame (first-frame decode is the variant source).
@@ -79,8 +92,9 @@ public enum ImageCodec {
                          animated: format == .apng, frameCount: frames)
     }
 
-    /// Decodes to RGBA (the first frame of an APNG).
-    static func decodePNG(_ bytes: [UInt8], _ info: ImageInfo) throws(ImageError) -> [UInt8] {
+    /// Decodes to RGBA (the first frame of an APNG), after `checkPNGWork`.
+    static func decodePNG(_ bytes: [UInt8], _ info: ImageInfo, decodeLimit: Int) throws(ImageError) -> [UInt8] {
+        try checkPNGWork(bytes, decodeLimit: decodeLimit)
         var image = png_image()
         image.version = png_uint_32(strata_PNG_IMAGE_VERSION)
         let ok = bytes.withUnsafeBytes { png_image_begin_read_from_memory(&image, $0.baseAddress, $0.count) }
@@ -91,6 +105,77 @@ public enum ImageCodec {
         defer { png_image_free(&image) }
         guard done != 0 else { throw ImageError(.corrupt, "PNG does not decode (truncated or corrupt): \(message(&image))") }
         return pixels
+    }
+
+    /// The bytes a PNG's IDAT stream inflates to by its IHDR (each row of each pass: a filter
+    /// byte and the packed pixels); nil when IHDR is missing or invalid.
+    static func pngRawBytes(_ b: [UInt8]) -> Int? {
+        guard b.count >= 33, b[12] == 0x49, b[13] == 0x48, b[14] == 0x44, b[15] == 0x52 else { return nil }
+        let w = Int(b[16]) << 24 | Int(b[17]) << 16 | Int(b[18]) << 8 | Int(b[19])
+        let h = Int(b[20]) << 24 | Int(b[21]) << 16 | Int(b[22]) << 8 | Int(b[23])
+        let channels: Int
+        switch b[25] { case 0, 3: channels = 1; case 2: channels = 3; case 4: channels = 2; case 6: channels = 4; default: return nil }
+        let bits = channels * Int(b[24])
+        guard w > 0, h > 0, bits > 0, w <= 1 << 31, h <= 1 << 31 else { return nil }
+        func rows(_ pw: Int, _ ph: Int) -> Int { pw > 0 && ph > 0 ? ph * (1 + (pw * bits + 7) / 8) : 0 }
+        guard b[28] == 1 else { return rows(w, h) }
+        // Adam7: (x0, y0, dx, dy) of the seven passes.
+        let passes = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+        return passes.reduce(0) { $0 + rows((w - $1.0 + $1.2 - 1) / $1.2, (h - $1.1 + $1.3 - 1) / $1.3) }
+    }
+
+    /// What decoding `bytes` costs by their headers alone, in bytes: a PNG's pixel data
+    /// inflated, a WebP's RGBA pixels, 0 for GIF and JPEG (never decoded); nil when not an
+    /// image or the header does not parse. Never runs libpng (cheap enough for an event loop).
+    public static func declaredDecodeBytes(_ bytes: [UInt8]) -> Int? {
+        switch ImageSniffer.sniff(bytes) {
+        case .png?, .apng?: return pngRawBytes(bytes)
+        case .webpLossy?, .webpLossless?, .webpAnimated?:
+            var f = WebPBitstreamFeatures()
+            let status = bytes.withUnsafeBufferPointer { WebPGetFeatures($0.baseAddress, $0.count, &f) }
+            guard status == VP8_STATUS_OK else { return nil }
+            return Int(f.width) * Int(f.height) * 4
+        case .gif?, .jpeg?: return 0
+        case nil: return nil
+        }
+    }
+
+    /// Refuses a PNG whose decode would cost more than its header allows: pixel data past
+    /// `decodeLimit` bytes (`tooManyPixels`), or an IDAT stream that inflates past what IHDR
+    /// needs (`corrupt`; found after at most 64 KiB too many). A stream that ends early or is
+    /// damaged is left to libpng, which reports it.
+    static func checkPNGWork(_ bytes: [UInt8], decodeLimit: Int) throws(ImageError) {
+        guard let expected = pngRawBytes(bytes) else { throw ImageError(.corrupt, "PNG has no valid IHDR") }
+        if expected > decodeLimit {
+            throw ImageError(.tooManyPixels, "PNG pixel data is \(expected) bytes decoded; the limit is \(decodeLimit)")
+        }
+        var z = z_stream()
+        guard strata_inflateInit(&z) == Z_OK else { throw ImageError(.corrupt, "zlib cannot start") }
+        defer { inflateEnd(&z) }
+        var inflated = 0
+        var ended = false, failed = false, seenIDAT = false
+        var out = [UInt8](repeating: 0, count: 64 << 10)
+        bytes.withUnsafeBufferPointer { src in
+            out.withUnsafeMutableBufferPointer { o in
+                PNGChunks.forEach(bytes) { type, data, len in
+                    guard type == "IDAT" else { return !seenIDAT } // IDAT chunks are consecutive
+                    seenIDAT = true
+                    z.next_in = UnsafeMutablePointer(mutating: src.baseAddress! + data)
+                    z.avail_in = UInt32(len)
+                    while z.avail_in > 0 && !ended && !failed && inflated <= expected {
+                        z.next_out = o.baseAddress
+                        z.avail_out = UInt32(o.count)
+                        let r = inflate(&z, Z_NO_FLUSH)
+                        inflated += o.count - Int(z.avail_out)
+                        if r == Z_STREAM_END { ended = true } else if r != Z_OK { failed = true }
+                    }
+                    return !ended && !failed && inflated <= expected
+                }
+            }
+        }
+        if inflated > expected {
+            throw ImageError(.corrupt, "PNG pixel data inflates past the \(expected) bytes its header needs (a decompression bomb)")
+        }
     }
 
     private static func message(_ image: inout png_image) -> String {
@@ -242,13 +327,13 @@ extension ImageCodec {
     /// A resized variant of a PNG or WebP (the first frame of an animation): `contain` keeps
     /// the aspect ratio inside the box, `cover` fills the box and crops the centre; images are
     /// never enlarged. Decoding is refused past `pixelLimit`.
-    public static func variant(_ bytes: [UInt8], _ spec: VariantSpec,
-                               pixelLimit: Int = defaultPixelLimit) throws(ImageError) -> (bytes: [UInt8], width: Int, height: Int) {
+    public static func variant(_ bytes: [UInt8], _ spec: VariantSpec, pixelLimit: Int = defaultPixelLimit,
+                               decodeLimit: Int = defaultDecodeLimit) throws(ImageError) -> (bytes: [UInt8], width: Int, height: Int) {
         guard spec.maxWidth > 0, spec.maxHeight > 0, spec.maxWidth * spec.maxHeight <= pixelLimit else {
             throw ImageError(.tooManyPixels, "variant box \(spec.maxWidth)×\(spec.maxHeight) is empty or over the pixel limit")
         }
         let info = try inspect(bytes, pixelLimit: pixelLimit)
-        let rgba = try decodeRGBA(bytes, info)
+        let rgba = try decodeRGBA(bytes, info, decodeLimit: decodeLimit)
         let w = Double(info.width), h = Double(info.height)
         let bw = Double(spec.maxWidth), bh = Double(spec.maxHeight)
         var cropX = 0, cropY = 0, cropW = info.width, cropH = info.height
@@ -312,10 +397,10 @@ extension ImageCodec {
     }
 
     /// RGBA pixels of a PNG (first frame) or a WebP (first frame).
-    static func decodeRGBA(_ bytes: [UInt8], _ info: ImageInfo) throws(ImageError) -> [UInt8] {
+    static func decodeRGBA(_ bytes: [UInt8], _ info: ImageInfo, decodeLimit: Int = defaultDecodeLimit) throws(ImageError) -> [UInt8] {
         switch info.format {
         case .png, .apng:
-            return try decodePNG(bytes, info)
+            return try decodePNG(bytes, info, decodeLimit: decodeLimit)
         case .webpLossy, .webpLossless:
             return try decodeWebPFrame(bytes)
         case .webpAnimated:

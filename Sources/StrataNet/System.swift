@@ -51,6 +51,15 @@ public enum Sys {
         try syscall("send") { Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL)) }
     }
 
+    /// Sends the buffers in order with one `sendmsg` (gathered, like `writev`; MSG_NOSIGNAL,
+    /// since `writev` takes no flags).
+    public static func sendv(_ fd: Int32, _ buffers: UnsafeMutableBufferPointer<iovec>) throws(SystemError) -> IOResult {
+        var msg = msghdr()
+        msg.msg_iov = buffers.baseAddress
+        msg.msg_iovlen = buffers.count
+        return try syscall("sendmsg") { Glibc.sendmsg(fd, &msg, Int32(MSG_NOSIGNAL)) }
+    }
+
     public static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
     /// Ends the sending side (the peer reads end of stream); reading still works.

@@ -5,66 +5,72 @@ import StrataCore
 import StrataNet
 import StrataWire
 
-// A connection's output, timers and closing (the state lives in Connection.swift).
+// A connection's output (queue, flush, interest in the socket), its accounting in the node's
+// buffered bytes and output budget, its timers, and closing. Loop thread only.
 extension Connection {
     // MARK: Output
 
+    /// Queues a response. Responses produced in one loop iteration leave in one send (a flush
+    /// scheduled for the end of the iteration). Unsent bytes past `--output-cap` close the
+    /// connection.
     func send(_ frame: Frame) {
         guard !closed else { return }
-        if outputStart == output.count { output.removeAll(keepingCapacity: output.capacity <= 1 << 20); outputStart = 0 }
-        frame.encode(into: &output)
-        if output.count - outputStart > node.config.outputCap {
+        if output.isEmpty { lastWriteProgress = monotonicSeconds() }
+        output.append(frame)
+        node.outputBudget.add(frame.encodedSize)
+        if output.count > node.config.outputCap {
             node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
-            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count - outputStart))])
+            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count))])
             close(reason: "output cap")
             return
         }
-        // Responses produced in one loop iteration leave in one send.
         if !flushScheduled {
             flushScheduled = true
             loop.atEndOfIteration { [self] in
                 flushScheduled = false
-                flush()
+                flushAndResume()
             }
         }
     }
 
+    /// Writes what the socket takes (gathered: small frames and shared values in one
+    /// `sendmsg`); EPOLLOUT is asked for only while bytes remain.
     func flush() {
         guard !closed else { return }
-        while outputStart < output.count {
+        while !output.isEmpty {
             let r: IOResult
-            do {
-                r = try output.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + outputStart, output.count - outputStart) }
-            } catch {
+            do { r = try output.send(fd) } catch {
                 close(reason: "send: \(error)")
                 return
             }
-            guard case .done(let n) = r else { break }
-            outputStart += n
-            if n > 0 { lastWriteProgress = monotonicSeconds() }
+            guard case .done(let n) = r, n > 0 else { break }
+            node.outputBudget.add(-n)
+            lastWriteProgress = monotonicSeconds()
             node.stats.bytesOut.add(n, ordering: .relaxed)
         }
-        // Sent bytes are dropped even when the buffer never drains completely.
-        if outputStart > (1 << 20) && outputStart * 2 > output.count {
-            output.removeFirst(outputStart)
-            outputStart = 0
-        }
-        let pending = outputStart < output.count
+        let pending = !output.isEmpty
         wantWrite = pending
         updateInterest()
-        if pending { lastWriteProgress = monotonicSeconds() }
         if !pending && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
         updateAccounting()
+    }
+
+    /// A flush from the loop (writable, or the end of an iteration); once the output has
+    /// drained, requests held by the output bound may start.
+    func flushAndResume() {
+        flush()
+        if !closed && output.isEmpty && (!deferred.isEmpty || inputStart < input.count) { resume() }
     }
 
     func flushAndMaybeClose() {
         flush()
     }
 
-    /// Reading pauses while requests wait behind others (or the connection is finishing), so
-    /// the input buffer cannot grow without bound, and stops for good at end of stream (a
-    /// level-triggered EOF would otherwise wake the loop forever).
-    var readPaused: Bool { peerFinished || closeAfterFlush || deferred.count >= 4096 }
+    /// Reading pauses while requests wait behind others (or the connection is finishing, or
+    /// the node's output bound holds it), so the input buffer cannot grow without bound, and
+    /// stops for good at end of stream (a level-triggered EOF would otherwise wake the loop
+    /// forever).
+    var readPaused: Bool { peerFinished || closeAfterFlush || deferredFull || heldByOutput }
 
     func updateInterest() {
         guard !closed else { return }
@@ -77,9 +83,10 @@ extension Connection {
         }
     }
 
+    /// Brings the node's buffered bytes (input + output) up to date with this connection.
     func updateAccounting() {
         guard !closed else { return }
-        let now = (input.count - inputStart) + (output.count - outputStart)
+        let now = (input.count - inputStart) + output.count
         if now != accounted {
             node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
             accounted = now
@@ -88,7 +95,8 @@ extension Connection {
 
     // MARK: Timers and closing
 
-    /// Called by the loop's tick with the monotonic time.
+    /// Called by the loop's tick: timeouts, and requests held by the output bound once the
+    /// node is back under it.
     func checkTimers(now: Double) {
         guard !closed else { return }
         // A token is set and no HELLO carried it in time: counted from the accept, whatever the
@@ -104,8 +112,10 @@ extension Connection {
             return
         }
         // Output that makes no progress for a frame timeout (a peer that stopped reading after
-        // it finished sending, say) closes the connection.
-        if outputStart < output.count && now - lastWriteProgress > max(node.config.frameTimeout, 1) {
+        // it finished sending, say) closes the connection; while the node is over its output
+        // bound, one second without progress does (its bytes hold everyone's answers back).
+        let stallLimit = node.outputBudget.over ? 1 : max(node.config.frameTimeout, 1)
+        if !output.isEmpty && now - lastWriteProgress > stallLimit {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "output stalled")
             return
@@ -113,7 +123,9 @@ extension Connection {
         if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "idle timeout")
+            return
         }
+        if let first = deferred.first, mayStart(first.request) { resume() }
     }
 
     /// SIGTERM: tells the peer why the connection ends, then closes.
@@ -126,7 +138,8 @@ extension Connection {
         var f = Frame(magic: Wire.responseMagic, opcode: 0, requestID: 0)
         f.status = status.rawValue
         f.value = Array(message.utf8)
-        f.encode(into: &output)
+        output.append(f)
+        node.outputBudget.add(f.encodedSize)
         flush()
         close(reason: reason)
     }
@@ -137,11 +150,13 @@ extension Connection {
         loop.unregister(fd)
         Sys.close(fd)
         node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
+        node.outputBudget.add(-output.count)
         accounted = 0
         input = []
         inputStart = 0
-        output = []
-        outputStart = 0
+        output.removeAll()
+        deferred = []
+        deferredBytes = 0
         if awaitingAuth {
             awaitingAuth = false
             node.leftAuthQueue(on: loop)
@@ -149,16 +164,4 @@ extension Connection {
         node.connectionClosed(self)
         node.log.debug("connection_closed", [("conn", String(id)), ("reason", reason)])
     }
-}
-
-/// Compares without an early exit, so the time taken does not reveal how much matched.
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    var diff = UInt8(a.count == b.count ? 0 : 1)
-    let n = max(a.count, b.count)
-    for i in 0..<n {
-        let x = i < a.count ? a[i] : 0
-        let y = i < b.count ? b[i] : 0
-        diff |= x ^ y
-    }
-    return diff == 0
 }

@@ -14,6 +14,12 @@ import StrataWire
 /// when it comes back (responses are matched by request id, so order may differ). Closes on
 /// a fatal protocol error (after answering it), on a frame that takes longer than the frame
 /// timeout, on idleness past the idle timeout, and when unsent output passes the cap.
+///
+/// Memory it may hold: its input (the frame being received, or 256 KiB of read-ahead),
+/// requests waiting their turn (at most 4096 and 8 MiB of frame bodies, then reading stops)
+/// and its unsent output (`OutputQueue`; bounded per connection by `--output-cap` and across
+/// connections by `--max-output-bytes`, see `OutputBudget`). Output and closing live in
+/// Connection+Output.swift.
 final class Connection: EventHandler, @unchecked Sendable {
     let fd: Int32
     // Strong, not `unowned`: every request reads `node` several times, and each load of an
@@ -23,18 +29,13 @@ final class Connection: EventHandler, @unchecked Sendable {
     let node: Node
     let id: Int
 
-    // Buffers and state shared with Connection+Output.swift (output, timers, closing): the
-    // loop thread only, like everything here.
     var input: [UInt8] = []
     var inputStart = 0
-    var output: [UInt8] = []
-    var outputStart = 0
+    var output = OutputQueue()
+    /// What this connection has added to the node's buffered bytes (its output is in the
+    /// output budget as it is queued and sent).
     var accounted = 0
     var wantWrite = false
-    var flushScheduled = false
-    var peerFinished = false
-    var registered: EventLoop.Interest = .read
-    var lastWriteProgress = monotonicSeconds()
 
     private(set) var authenticated: Bool
     /// A token is set and this connection has not authenticated yet, nor closed: it counts
@@ -45,7 +46,11 @@ final class Connection: EventHandler, @unchecked Sendable {
     var closed = false
     var closeAfterFlush = false
     /// Disk jobs submitted and not yet answered.
-    private(set) var inFlight = 0
+    var inFlight = 0
+    var flushScheduled = false
+    var peerFinished = false
+    var registered: EventLoop.Interest = .read
+    var lastWriteProgress = monotonicSeconds()
     /// When the frame now being received started to arrive (nil when between frames).
     private(set) var frameStarted: Double?
     private(set) var lastActive: Double
@@ -61,12 +66,12 @@ final class Connection: EventHandler, @unchecked Sendable {
         lastActive = now
     }
 
-    var idle: Bool { inFlight == 0 && deferred.isEmpty && outputStart == output.count }
+    var idle: Bool { inFlight == 0 && deferred.isEmpty && output.isEmpty }
 
     // MARK: Events
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
-        if writable { flush() }
+        if writable { flushAndResume() }
         if readable { readAvailable() }
         if hangup && !closed && !readable { close(reason: "hangup") }
     }
@@ -75,7 +80,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         guard !closed else { return }
         let scratch = node.scratch(for: loop)
         var sawEOF = false
-        while !closed && !readPaused && input.count - inputStart <= node.config.maxFrame + Wire.headerSize {
+        while !closed && !readPaused && input.count - inputStart < readTarget() {
             let r: IOResult
             do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
                 close(reason: "read: \(error)")
@@ -98,10 +103,69 @@ final class Connection: EventHandler, @unchecked Sendable {
         updateAccounting()
     }
 
-    private func processFrames() {
+    /// How much input to hold: the whole frame being received (as its header says, up to
+    /// the largest frame), else 256 KiB of read-ahead for pipelined small frames. A large
+    /// frame's buffer is reserved once, at its size, instead of doubling as it arrives — only
+    /// once the decoder has accepted its header (nothing is allocated from a bad header).
+    private func readTarget() -> Int {
+        let available = input.count - inputStart
+        guard available >= Wire.headerSize else { return 256 << 10 }
+        let body = input.withUnsafeBytes { p in
+            Int(UInt32(bigEndian: p.loadUnaligned(fromByteOffset: inputStart + 12, as: UInt32.self)))
+        }
+        let frame = min(Wire.headerSize + body, node.config.maxFrame + Wire.headerSize)
+        if frame > max(available, 1 << 20) && input.capacity - inputStart < frame && headerAccepted() {
+            if inputStart > 0 { input.removeFirst(inputStart); inputStart = 0 }
+            input.reserveCapacity(frame + (64 << 10))
+        }
+        return max(frame, 256 << 10)
+    }
+
+    /// Whether the decoder accepts the header at the front of the input (its lengths within
+    /// this connection's limits).
+    private func headerAccepted() -> Bool {
+        let decoder = FrameDecoder(magic: Wire.requestMagic,
+                                   maxBody: authenticated ? node.config.maxFrame : min(node.config.maxFrame, node.config.preAuthFrameLimit))
+        return input.withUnsafeBytes { all in
+            do throws(WireError) {
+                _ = try decoder.decode(UnsafeRawBufferPointer(rebasing: all[inputStart..<(inputStart + Wire.headerSize)]))
+                return true
+            } catch { return false }
+        }
+    }
+
+    /// Requests wait in `deferred` (their order, or the output budget); past 4096 of them or
+    /// 8 MiB of their frames the connection stops parsing and reading.
+    var deferredFull: Bool { deferred.count >= 4096 || deferredBytes >= 8 << 20 }
+
+    /// Requests whose answer may carry values (GET, MGET, SCAN, IMAGE_VARIANT): the ones the
+    /// output bound holds even on a connection with nothing pending.
+    static func answersWithValues(_ r: Request) -> Bool {
+        switch r {
+        case .get, .mget, .scan, .imageVariant: return true
+        default: return false
+        }
+    }
+
+    /// Whether `r` may start now (OutputBudget): any request while the node is under its
+    /// output bound; past it, only a request with a small answer on a connection with nothing
+    /// unsent and nothing in flight (so PING, HELLO, STATS and writes from other clients are
+    /// still served).
+    func mayStart(_ r: Request) -> Bool {
+        !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
+    }
+
+    /// Held by the output bound: the first waiting request waits for it, and nothing more is
+    /// parsed or read.
+    var heldByOutput: Bool {
+        guard let first = deferred.first else { return false }
+        return !mayStart(first.request)
+    }
+
+    func processFrames() {
         // A client that pipelines many requests on one key waits here (its bytes stay in the
         // input buffer) rather than growing the deferred list without bound.
-        while !closed && !closeAfterFlush && deferred.count < 4096 {
+        while !closed && !closeAfterFlush && !deferredFull && !heldByOutput {
             let available = input.count - inputStart
             if available == 0 { break }
             // Built per frame: a HELLO earlier in the same batch may have lifted the pre-auth cap.
@@ -146,48 +210,10 @@ final class Connection: EventHandler, @unchecked Sendable {
 
     // MARK: Requests
 
-    /// What a request must wait for: requests on the same key run in the order they were
-    /// sent; keyless operations (PING, STATS, SCAN, FLUSH, HELLO, QUIT) wait for everything
-    /// sent before them, and everything after them waits for them.
-    enum Scope {
-        case keys([ItemKey])
-        case barrier
-    }
-
-    struct Pending {
-        let frame: Frame
-        let request: Request
-        /// Computed only when the request has to wait or goes to a worker (it allocates).
-        let scope: Scope?
-        let received: Double
-    }
-
     var deferred: [Pending] = []
-    private var inFlightKeys: [ItemKey: Int] = [:]
-    private var barriersInFlight = 0
-
-    private static func keyID(_ ns: [UInt8], _ key: [UInt8]) -> ItemKey { ItemKey(namespace: ns, key: key) }
-
-    private static func scope(of r: Request) -> Scope {
-        switch r {
-        case .get(let g): return .keys([keyID(g.namespace, g.key)])
-        case .set(let s): return .keys([keyID(s.namespace, s.key)])
-        case .delete(let ns, let key, _, _, _), .touch(let ns, let key, _, _), .exists(let ns, let key, _), .meta(let ns, let key, _):
-            return .keys([keyID(ns, key)])
-        case .counter(let c): return .keys([keyID(c.namespace, c.key)])
-        case .mget(let ns, let keys, _): return .keys(keys.map { keyID(ns, $0) })
-        case .imageInfo(let ns, let key), .invalidate(let ns, let key, _, _), .release(let ns, let key, _): return .keys([keyID(ns, key)])
-        case .imageVariant(let v): return .keys([keyID(v.namespace, v.key)])
-        case .ping, .hello, .quit, .stats, .namespaceStats, .scan, .flush: return .barrier
-        }
-    }
-
-    private func canRun(_ scope: Scope) -> Bool {
-        switch scope {
-        case .barrier: return inFlight == 0
-        case .keys(let keys): return barriersInFlight == 0 && !keys.contains { inFlightKeys[$0] != nil }
-        }
-    }
+    var deferredBytes = 0
+    var inFlightKeys: [ItemKey: Int] = [:]
+    var barriersInFlight = 0
 
     private func handleFrame(_ f: Frame) {
         let received = monotonicSeconds()
@@ -196,29 +222,35 @@ final class Connection: EventHandler, @unchecked Sendable {
             send(Responses.error(to: f, error.status, error.message))
             return
         }
-        // Nothing in flight and nothing waiting: any request may run now (the common case).
-        if deferred.isEmpty && inFlight == 0 {
+        // Nothing in flight, nothing waiting, nothing unsent: any request may run now (the
+        // common case).
+        if deferred.isEmpty && inFlight == 0 && output.isEmpty && mayStart(request) {
             run(Pending(frame: f, request: request, scope: nil, received: received))
             return
         }
         let p = Pending(frame: f, request: request, scope: Self.scope(of: request), received: received)
         // Keep the connection's order: once something waits, everything after it waits too.
-        if !deferred.isEmpty || !canRun(p.scope!) {
-            deferred.append(p)
+        let allowed = mayStart(request)
+        if !deferred.isEmpty || !canRun(p.scope!) || !allowed {
+            if deferred.isEmpty && !allowed { node.outputBudget.heldRequests.add(1, ordering: .relaxed) }
+            hold(p, first: false)
             return
         }
         run(p)
     }
 
-    /// Runs deferred requests that no longer conflict, in order.
-    private func runDeferred() {
-        while !closed, let first = deferred.first, canRun(first.scope!) {
-            deferred.removeFirst()
-            run(first)
-        }
+    /// Starts what waits once the reason it waited is gone (output sent, the node back
+    /// under its output bound): deferred requests, then frames already read.
+    func resume() {
+        guard !closed else { return }
+        runDeferred()
+        if !deferredFull && !heldByOutput && inputStart < input.count { processFrames() }
+        if closeAfterFlush { flushAndMaybeClose() }
+        updateInterest()
+        updateAccounting()
     }
 
-    private func run(_ p: Pending) {
+    func run(_ p: Pending) {
         let f = p.frame
         let started = p.received
         let request = p.request
@@ -340,11 +372,23 @@ final class Connection: EventHandler, @unchecked Sendable {
             }
             return
         }
-        let pool = imageCheck ? node.imageWorkers : node.workers
+        let pool = !imageCheck ? node.workers : Dispatcher.isSmallImageJob(request) ? node.smallImageWorkers : node.imageWorkers
+        // A request whose answer may carry values goes back to its connection if the node is
+        // over its output bound by the time a worker takes it (OutputBudget): so answers
+        // being made when the bound is crossed are at most one per busy worker.
+        let mayHold = Self.answersWithValues(request)
+        let budget = node.outputBudget
         let accepted = pool.submit { [self] in
+            if mayHold && budget.over {
+                loop.execute { [self] in heldByWorker(Pending(frame: f, request: request, scope: scope, received: started)) }
+                return
+            }
             let resp = dispatcher.execute(request, f)
+            // Counted from now: an answer on its way to the loop is output too.
+            let size = resp?.encodedSize ?? 0
+            budget.add(size)
             stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
-            loop.execute { [self] in completed(resp, scope) }
+            loop.execute { [self] in completed(resp, scope, inTransit: size) }
         }
         if !accepted {
             release(scope)
@@ -353,26 +397,35 @@ final class Connection: EventHandler, @unchecked Sendable {
         }
     }
 
-    private func release(_ scope: Scope) {
-        inFlight -= 1
-        switch scope {
-        case .barrier: barriersInFlight -= 1
-        case .keys(let keys):
-            for k in keys {
-                let n = (inFlightKeys[k] ?? 1) - 1
-                inFlightKeys[k] = n == 0 ? nil : n
-            }
-        }
-    }
-
-    private func completed(_ resp: Frame?, _ scope: Scope) {
+    private func completed(_ resp: Frame?, _ scope: Scope, inTransit: Int = 0) {
         release(scope)
+        // The answer moves from "on its way" to this connection's output (counted by `send`).
+        node.outputBudget.add(-inTransit)
         guard !closed else { return }
         if let r = resp { send(r) }
-        runDeferred()
-        if deferred.count < 4096 && inputStart < input.count { processFrames() }
-        if closeAfterFlush { flushAndMaybeClose() }
-        updateInterest()
         updateAccounting()
+        resume()
     }
+
+    /// A worker gave the request back (the node was over its output bound): it waits first
+    /// in line, as if it had not started.
+    private func heldByWorker(_ p: Pending) {
+        release(p.scope!)
+        guard !closed else { return }
+        node.outputBudget.heldRequests.add(1, ordering: .relaxed)
+        hold(p, first: true)
+        resume()
+    }
+}
+
+/// Compares without an early exit, so the time taken does not reveal how much matched.
+func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    var diff = UInt8(a.count == b.count ? 0 : 1)
+    let n = max(a.count, b.count)
+    for i in 0..<n {
+        let x = i < a.count ? a[i] : 0
+        let y = i < b.count ? b[i] : 0
+        diff |= x ^ y
+    }
+    return diff == 0
 }

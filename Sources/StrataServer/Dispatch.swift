@@ -44,6 +44,7 @@ final class Dispatcher: @unchecked Sendable {
     var namespaceStatsLimit = 100
     /// /metrics' per-namespace disk usage, counted at most once a minute.
     let namespaceUsage = NamespaceUsageCache()
+    var imageDecodeLimit = ImageCodec.defaultDecodeLimit
 
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
@@ -100,6 +101,17 @@ final class Dispatcher: @unchecked Sendable {
     /// image worker pool, never on the event loop).
     func needsImageValidation(_ s: SetRequest) -> Bool {
         s.validateImage || (validateImages && ImageSniffer.sniff(s.value) != nil)
+    }
+
+    /// Whether an image job's decode is small by the headers it carries (a SET to validate
+    /// whose image promises at most 4 MiB decoded, or IMAGE_INFO, which reads headers only):
+    /// such jobs run on their own lane and never wait behind large decodes.
+    static func isSmallImageJob(_ r: Request) -> Bool {
+        switch r {
+        case .set(let s): return (ImageCodec.declaredDecodeBytes(s.value) ?? 0) <= 4 << 20
+        case .imageInfo: return true
+        default: return false
+        }
     }
 
     /// True when the request can be answered on the event loop without touching the disk.
@@ -244,7 +256,7 @@ final class Dispatcher: @unchecked Sendable {
                     // (and stored it) between the lookup above and this one starting.
                     if let hit = try stored() { return hit }
                     let t0 = monotonicSeconds()
-                    let r = try ImageCodec.variant(original.value, spec, pixelLimit: imagePixelLimit)
+                    let r = try ImageCodec.variant(original.value, spec, pixelLimit: imagePixelLimit, decodeLimit: imageDecodeLimit)
                     stats?.variantsComputed.add()
                     stats?.transformMicros.add(Int((monotonicSeconds() - t0) * 1e6))
                     let ext: [UInt8] = [UInt8(r.width >> 8 & 0xFF), UInt8(r.width & 0xFF), UInt8(r.height >> 8 & 0xFF), UInt8(r.height & 0xFF)]
@@ -299,7 +311,7 @@ final class Dispatcher: @unchecked Sendable {
                 return Responses.mget(to: f, items.map { $0.map { MGetItem(flags: $0.flags, expiresAt: $0.expiresAt ?? 0, version: $0.version, value: $0.value) } })
             case .set(let s):
                 if needsImageValidation(s) {
-                    do { try ImageCodec.validate(s.value, pixelLimit: imagePixelLimit) } catch {
+                    do { try ImageCodec.validate(s.value, pixelLimit: imagePixelLimit, decodeLimit: imageDecodeLimit) } catch {
                         return Responses.error(to: f, .invalidImage, error.message)
                     }
                 }

@@ -22,9 +22,11 @@ public final class Node: @unchecked Sendable {
     public let store: TieredCache
     let log: Logger
     let stats = NodeStats()
+    let outputBudget: OutputBudget
     let dispatcher: Dispatcher
     let workers: WorkerPool
     let imageWorkers: WorkerPool
+    let smallImageWorkers: WorkerPool
     private var loops: [EventLoop] = []
     var listenFD: Int32 = -1
     private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
@@ -62,6 +64,7 @@ public final class Node: @unchecked Sendable {
         }
         self.config = config
         self.log = Logger(level: config.logLevel)
+        outputBudget = OutputBudget(limit: config.maxOutputBytes)
         var sc = StoreConfiguration(directory: config.dataDirectory)
         sc.memoryCostLimit = config.memoryLimit
         sc.diskByteLimit = config.diskLimit
@@ -77,6 +80,7 @@ public final class Node: @unchecked Sendable {
         sc.diskCountLimit = config.diskCountLimit ?? Int.max
         sc.memoryAgeLimit = config.idleAge ?? 0
         sc.diskAgeLimit = config.idleAge ?? 0
+        sc.maxWriteBehindBytes = config.maxWriteBehindBytes
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.
@@ -93,11 +97,15 @@ public final class Node: @unchecked Sendable {
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit
         d.namespaceStatsLimit = config.namespaceStatsLimit
+        d.imageDecodeLimit = config.imageDecodeLimit
         d.leases = LeaseTable(timeout: config.leaseTimeout, capacity: config.maxLeases)
         dispatcher = d
         workers = WorkerPool(threads: config.diskWorkers, queueLimit: config.maxQueuedDiskJobs)
-        // Image decodes are CPU work: one thread per core, a short queue, BUSY past it.
+        // Image decodes are CPU work: one thread per core, a short queue, BUSY past it; images
+        // whose headers promise a small decode have a lane of their own, so they never wait
+        // behind large ones (each decode's work is bounded by its header: ImageCodec).
         imageWorkers = WorkerPool(threads: processorCount, queueLimit: 64)
+        smallImageWorkers = WorkerPool(threads: 1, queueLimit: 64)
         let pool = workers
         d.background = { job in pool.submit(job) }
     }
@@ -208,6 +216,7 @@ public final class Node: @unchecked Sendable {
         metrics?.stop()
         workers.stop()
         imageWorkers.stop()
+        smallImageWorkers.stop()
         store.close()
         log.info("stopped", [("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed)))])
     }
@@ -244,6 +253,8 @@ public final class Node: @unchecked Sendable {
             ("bytes_in", String(stats.bytesIn.load(ordering: .relaxed))),
             ("bytes_out", String(stats.bytesOut.load(ordering: .relaxed))),
             ("buffered_bytes", String(stats.bufferedBytes.load(ordering: .relaxed))),
+            ("output_bytes", String(outputBudget.bytes)), ("output_peak_bytes", String(outputBudget.peakBytes)),
+            ("output_held_requests", String(outputBudget.heldRequests.load(ordering: .relaxed))),
             ("busy_refusals", String(stats.busyRefusals.load(ordering: .relaxed))),
             ("malformed_frames", String(stats.malformedFrames.load(ordering: .relaxed))),
             ("output_cap_cutoffs", String(stats.outputCapCutoffs.load(ordering: .relaxed))),
@@ -260,6 +271,7 @@ public final class Node: @unchecked Sendable {
             ("disk_wal_copies", String(s.walCopies)), ("disk_writer_checkpoints", String(s.writerCheckpoints)),
             ("corrupt_items", String(s.corruptItems)), ("quarantines", String(s.quarantines)),
             ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
+            ("write_behind_pending_bytes", String(s.writeBehindPendingBytes)), ("write_behind_peak_bytes", String(s.writeBehindPeakBytes)),
             ("log_bytes", String(s.logBytes)), ("log_backlog_records", String(s.logBacklogRecords)),
             ("log_backlog_bytes", String(s.logBacklogBytes)), ("log_syncs", String(s.logSyncs)),
             ("log_backpressure_waits", String(s.logBackpressureWaits)), ("log_write_errors", String(s.logWriteErrors)),

@@ -50,6 +50,13 @@ public struct NodeConfiguration: Sendable {
     public var outputCap = 64 << 20
     /// Bytes buffered (in + out) across all connections before new requests get BUSY.
     public var maxBufferedBytes = 1 << 30
+    /// Unsent response bytes across all connections (`--max-output-bytes`): past it, a
+    /// connection that has unsent output or requests in flight takes no new request (its
+    /// bytes wait in the socket) until the sum falls below it. See `OutputBudget`.
+    public var maxOutputBytes = 256 << 20
+    /// Bytes of write-behind writes answered and not yet in the durability log
+    /// (`--max-write-behind-bytes`); past it, write-behind writes wait like durable ones.
+    public var maxWriteBehindBytes = 64 << 20
     /// Frame body limit before authentication when a token is set.
     public var preAuthFrameLimit = 16 << 10
     /// Seconds SIGTERM waits for in-flight requests.
@@ -59,6 +66,9 @@ public struct NodeConfiguration: Sendable {
     public var validateImages = false
     /// Largest image (in pixels) the node will decode or accept when validating.
     public var imagePixelLimit = 25_000_000
+    /// Most bytes a PNG's pixel data may inflate to when the node decodes it
+    /// (`--image-decode-limit`); a PNG whose data inflates past what its header needs is refused.
+    public var imageDecodeLimit = 128 << 20
     /// Serve /metrics and /healthz over HTTP on this port of `metricsHost` (nil = off; 0 = any
     /// free port).
     public var metricsPort: UInt16? = nil

@@ -23,6 +23,8 @@ final class WorkerPool: @unchecked Sendable {
     private var awake = 0
     private let minAwake: Int
 
+    private static let done: @Sendable () -> Void = {}
+
     init(threads: Int, queueLimit: Int) {
         limit = queueLimit
         minAwake = max(2, processorCount)
@@ -62,6 +64,8 @@ final class WorkerPool: @unchecked Sendable {
             }
             if head == queue.count && stopping { break }
             let job = queue[head]
+            // The slot lets go of the job at once: a job holds its request (a SET's value).
+            queue[head] = Self.done
             head += 1
             if head > 1024 && head * 2 > queue.count { queue.removeFirst(head); head = 0 }
             busy += 1

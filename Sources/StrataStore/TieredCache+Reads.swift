@@ -211,20 +211,26 @@ extension TieredCache {
     /// changes (through the log, like a write; rows are collected by the sweeps). With
     /// `.memory` alone the disk keeps its items and a later read finds them there (SDWebImage's
     /// `clearMemory`); with `.disk` alone memory copies stay, and are what a later read finds
-    /// until they are evicted (YYDiskCache's `removeAllObjects` beside a YYMemoryCache).
+    /// until they are evicted (YYDiskCache's `removeAllObjects` beside a YYMemoryCache). A
+    /// namespace the store does not know (never written since open, not on disk, no write in
+    /// the log) holds nothing: its flush records nothing — no registry entry, no log record.
     public func flush(namespace: [UInt8], tiers: Tiers = .all) throws {
         if namespace.count > ItemLimits.maxNamespaceBytes {
             throw StoreError(.invalidNamespace, "namespace is \(namespace.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
         }
         try check(tiers: tiers)
         if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
-        _ = registry.entry(namespace)
+        guard registry.lookup(namespace) != nil else { return }
         switch (tiers.contains(.memory), tiers.contains(.disk)) {
         case (true, true): try logAndApply(.flushNamespace(namespace)) // new generation and tag, in log order
         case (false, _): try logAndApply(.flushNamespace(namespace), keepsMemory: true)
         case (true, false): registry.bump(namespace, generation: nil)
         }
     }
+
+    /// Namespaces the store keeps an entry for (those written since open, on disk, or in the
+    /// log); a flush of an unknown one does not add to it.
+    public var knownNamespaceCount: Int { registry.count }
 
     /// Empties every namespace in the tiers named (O(namespaces) on disk; memory is freed at
     /// once, O(items in memory)). Tiers as for `flush(namespace:tiers:)`.

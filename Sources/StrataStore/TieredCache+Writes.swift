@@ -130,19 +130,32 @@ extension TieredCache {
             }
         }
 
-        // Write-behind is bounded: past `maxWriteBehindPending` writes not yet in the log file,
-        // a write-behind write waits like any other (backpressure instead of unbounded memory).
+        // Write-behind is bounded: past `maxWriteBehindPending` writes or `maxWriteBehindBytes`
+        // bytes not yet in the log file, a write-behind write waits like any other
+        // (backpressure instead of unbounded memory).
+        let cost = writeBehind ? WriteBehindBudget.cost(op, key: key, namespace: namespace) : 0
         let behind = writeBehind && writeBehindPending.load() < configuration.maxWriteBehindPending
+            && writeBehindBudget.tryReserve(cost)
         // A writer that waits flushes the batch itself (with everyone else's records); a
         // write-behind writer leaves its record to the log's flusher.
-        let (result, end) = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
-                                             callerVersion: callerVersion, preEncoded: preEncoded, flushedByCaller: !behind)
-        guard let end else { return result }
+        let decided: (WriteResult, UInt64?)
+        do {
+            decided = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
+                                       callerVersion: callerVersion, preEncoded: preEncoded, flushedByCaller: !behind)
+        } catch {
+            if behind { writeBehindBudget.release(cost) }
+            throw error
+        }
+        let (result, end) = decided
+        guard let end else {
+            if behind { writeBehindBudget.release(cost) }
+            return result
+        }
         if behind {
             writeBehindPending.add(1)
             writeBehindWrites.add(1)
-            let pending = writeBehindPending
-            log.onDurable(end) { _ in pending.add(-1) }
+            let pending = writeBehindPending, budget = writeBehindBudget
+            log.onDurable(end) { _ in pending.add(-1); budget.release(cost) }
             return result
         }
         try log.waitDurable(end)

@@ -35,6 +35,7 @@ public final class TieredCache: @unchecked Sendable {
 
     let writeBehindPending = Counter()
     let writeBehindWrites = Counter()
+    let writeBehindBudget: WriteBehindBudget
     let sweeper = ConditionLock()
     var sweeperStop = false
     let sweeperDone = Completion<Void>()
@@ -50,6 +51,7 @@ public final class TieredCache: @unchecked Sendable {
             throw StoreError(.invalidArgument, "maxItemBytes, memoryShards and maxBatch must be positive")
         }
         self.configuration = configuration
+        writeBehindBudget = WriteBehindBudget(limit: configuration.maxWriteBehindBytes)
         self.clock = clock
         self.hlc = HybridLogicalClock(clock: clock)
         self.maxAge = MaxAge(seconds: configuration.maxAge)

@@ -49,6 +49,13 @@ public struct Frame: Sendable, Equatable {
     /// encoder's callers check the protocol's limits first).
     public func encode(into out: inout [UInt8]) {
         out.reserveCapacity(out.count + encodedSize)
+        encodeHead(into: &out)
+        out.append(contentsOf: value)
+    }
+
+    /// Appends everything but the value (header, extras, namespace, key): a sender may then
+    /// send `value` from its own array instead of copying it.
+    public func encodeHead(into out: inout [UInt8]) {
         out.append(magic)
         out.append(protocolVersion)
         out.append(opcode)
@@ -65,7 +72,6 @@ public struct Frame: Sendable, Equatable {
         out.append(contentsOf: extras)
         out.append(contentsOf: namespace)
         out.append(contentsOf: key)
-        out.append(contentsOf: value)
     }
 
     public func encoded() -> [UInt8] {

@@ -19,6 +19,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest]
                     [--max-age SECONDS] [--memory-count-limit N] [--disk-count-limit N]
                     [--idle-age SECONDS] [--namespace-stats-limit 100]
+                    [--max-output-bytes 256MiB] [--max-write-behind-bytes 64MiB]
+                    [--image-decode-limit 128MiB]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -35,7 +37,8 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "auth-timeout", "max-unauthenticated",
                                "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit",
                                "disk-trim-to", "disk-evict",
-                               "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit"]
+                               "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
+                               "max-output-bytes", "max-write-behind-bytes", "image-decode-limit"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -171,6 +174,15 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try int("namespace-stats-limit", min: 1) {
         guard v <= 1000 else { throw UsageError(message: "--namespace-stats-limit must be 1…1000, got \(v)") }
         c.namespaceStatsLimit = v
+    }
+    if let v = try size("max-output-bytes") {
+        guard v >= 1 << 20 else { throw UsageError(message: "--max-output-bytes must be at least 1MiB, got '\(s["max-output-bytes"]!)'") }
+        c.maxOutputBytes = v
+    }
+    if let v = try size("max-write-behind-bytes") { c.maxWriteBehindBytes = v }
+    if let v = try size("image-decode-limit") {
+        guard v > 0 else { throw UsageError(message: "--image-decode-limit must be positive") }
+        c.imageDecodeLimit = v
     }
     if let v = s["log-level"] {
         guard let l = LogLevel(name: v) else { throw UsageError(message: "--log-level must be debug, info, warn or error, got '\(v)'") }

@@ -30,7 +30,7 @@ final class ImageTests: XCTestCase {
         XCTAssertEqual(ImageSniffer.sniff(png), .png)
         let info = try ImageCodec.validate(png)
         XCTAssertEqual(info, ImageInfo(format: .png, width: 40, height: 30, hasAlpha: true, animated: false, frameCount: 1))
-        let pixels = try ImageCodec.decodePNG(png, info)
+        let pixels = try ImageCodec.decodePNG(png, info, decodeLimit: ImageCodec.defaultDecodeLimit)
         XCTAssertEqual(pixels.count, 40 * 30 * 4)
         XCTAssertEqual(Array(pixels[0..<4]), [0, 0, 128, 200])
     }
@@ -129,7 +129,7 @@ final class VariantTests: XCTestCase {
         let info = try ImageCodec.validate(v.bytes)
         XCTAssertEqual(info.format, .png)
         // The centre crop keeps the middle columns: the red channel of the left edge is ~1/4 of 255.
-        let px = try ImageCodec.decodePNG(v.bytes, info)
+        let px = try ImageCodec.decodePNG(v.bytes, info, decodeLimit: ImageCodec.defaultDecodeLimit)
         XCTAssertEqual(Double(px[0]), 255.0 / 4, accuracy: 12)
     }
 

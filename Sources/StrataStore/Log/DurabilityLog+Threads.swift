@@ -184,7 +184,13 @@ extension DurabilityLog {
             var ready: [(StoreError?) -> Void] = []
             cond.lock()
             toApplyHead += batch.count
-            if toApplyHead > 4096 && toApplyHead * 2 > toApply.count {
+            // Applied records still hold their values: drop them now (once 4096 had gathered,
+            // 160 applied 8 MiB values stayed in memory: 1.5 GiB). Moving what is left costs
+            // less than what was dropped, so it is O(1) a record.
+            if toApplyHead == toApply.count {
+                toApply.removeAll(keepingCapacity: toApply.capacity <= 1 << 16)
+                toApplyHead = 0
+            } else if toApplyHead * 2 > toApply.count {
                 toApply.removeFirst(toApplyHead)
                 toApplyHead = 0
             }

@@ -122,6 +122,10 @@ public struct StoreConfiguration: Sendable {
     public var defaultTTL: Double? = nil
     /// Write-behind writes queued for the disk before further ones wait for their commit.
     public var maxWriteBehindPending: Int = 100_000
+    /// Bytes of write-behind writes (value, key, namespace, 64 for the record) answered and not
+    /// yet in the log file; past it a write-behind write waits for the log like a durable one
+    /// (so a value larger than this is never written behind).
+    public var maxWriteBehindBytes: Int = 64 << 20
     /// Caller-supplied versions (µs) more than this many seconds ahead of the clock are refused.
     public var maxVersionSkew: Double = 24 * 3600
     /// How long a versioned remove's tombstone is kept.

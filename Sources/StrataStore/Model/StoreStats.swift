@@ -41,6 +41,9 @@ public struct StoreStats: Sendable {
     public var diskWriteErrors = 0
     public var queuedDiskJobs = 0
     public var writeBehindPending = 0
+    /// Bytes of those writes (bounded by `maxWriteBehindBytes`), and the most at once since open.
+    public var writeBehindPendingBytes = 0
+    public var writeBehindPeakBytes = 0
     public var writeBehindTotal = 0
     public var flushedRowsCollected = 0
     /// WAL checkpoints done by the checkpoint thread, and by the writer alone (see DiskTier).
@@ -101,6 +104,7 @@ extension TieredCache {
         s.writerCheckpoints = c.writerCheckpoints.load(ordering: .relaxed)
         s.queuedDiskJobs = disk.queuedJobs
         (s.writeBehindPending, s.writeBehindTotal) = writeBehindCounts
+        (s.writeBehindPendingBytes, s.writeBehindPeakBytes) = (writeBehindBudget.bytes, writeBehindBudget.peakBytes)
         s.logBytes = log.files.bytesOnDisk
         (s.logBacklogRecords, s.logBacklogBytes) = log.backlog
         s.logSyncs = log.files.syncs.load()

@@ -1,0 +1,125 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataNet
+import StrataWire
+
+/// A connection's unsent responses, in order, sent with gathered writes (`sendmsg`).
+///
+/// Small frames are encoded into owned byte chunks; a value of `shareThreshold` bytes or more
+/// is not copied: the queue keeps a reference to the response's own array (Swift arrays are
+/// copy-on-write, so the stored or read value is shared, not duplicated) and sends from it.
+/// So a 32 MiB GET answer costs the queue 32 bytes of header plus a reference, and many
+/// connections answering the same value share one buffer.
+///
+/// Costs: one `sendmsg` per `send` call for up to `maxIovecs` chunks; appending a small frame
+/// copies it once into the tail chunk; sent chunks are dropped as soon as they are sent.
+/// Not thread-safe (a connection's loop owns it).
+struct OutputQueue {
+    /// Values at least this large are sent from their own array.
+    static let shareThreshold = 16 << 10
+    /// Owned chunks are not grown past this (a new one is started).
+    static let chunkLimit = 256 << 10
+    static let maxIovecs = 64
+
+    private var chunks: [[UInt8]] = []
+    /// Whether the last chunk is owned (small frames may be appended to it).
+    private var tailOwned = false
+    /// Index of the first unsent chunk, and the bytes of it already sent.
+    private var head = 0
+    private var offset = 0
+    /// Unsent bytes.
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ frame: Frame) {
+        let share = frame.value.count >= Self.shareThreshold
+        let ownedBytes = frame.encodedSize - (share ? frame.value.count : 0)
+        if !tailOwned || chunks[chunks.count - 1].count + ownedBytes > Self.chunkLimit {
+            var c: [UInt8] = []
+            c.reserveCapacity(max(ownedBytes, min(Self.chunkLimit, 4096)))
+            chunks.append(c)
+            tailOwned = true
+        }
+        let last = chunks.count - 1
+        if share {
+            frame.encodeHead(into: &chunks[last])
+            chunks.append(frame.value)
+            tailOwned = false
+        } else {
+            frame.encode(into: &chunks[last])
+        }
+        count += frame.encodedSize
+    }
+
+    /// Appends raw bytes already encoded (an unsolicited frame).
+    mutating func append(bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        chunks.append(bytes)
+        tailOwned = false
+        count += bytes.count
+    }
+
+    /// Sends what the socket takes: `.done(n)` with the bytes sent (0 when nothing was
+    /// pending), `.wouldBlock` when the socket took nothing.
+    mutating func send(_ fd: Int32) throws(SystemError) -> IOResult {
+        guard count > 0 else { return .done(0) }
+        let end = min(chunks.count, head + Self.maxIovecs)
+        let iov = UnsafeMutableBufferPointer<iovec>.allocate(capacity: end - head)
+        defer { iov.deallocate() }
+        let result: Result<IOResult, SystemError> = gather(from: head, to: end, into: iov, filled: 0, fd: fd)
+        let r = try result.get()
+        if case .done(let n) = r { consume(n) }
+        return r
+    }
+
+    /// Pins chunks `i..<end` one by one (nested `withUnsafeBytes`), then sends them all.
+    private func gather(from i: Int, to end: Int, into iov: UnsafeMutableBufferPointer<iovec>, filled: Int,
+                        fd: Int32) -> Result<IOResult, SystemError> {
+        if i == end {
+            do throws(SystemError) {
+                return .success(try Sys.sendv(fd, UnsafeMutableBufferPointer(rebasing: iov[0..<filled])))
+            } catch { return .failure(error) }
+        }
+        return chunks[i].withUnsafeBytes { p in
+            let skip = i == head ? offset : 0
+            iov[filled] = iovec(iov_base: UnsafeMutableRawPointer(mutating: p.baseAddress! + skip), iov_len: p.count - skip)
+            return gather(from: i + 1, to: end, into: iov, filled: filled + 1, fd: fd)
+        }
+    }
+
+    private mutating func consume(_ sent: Int) {
+        count -= sent
+        var n = sent
+        while n > 0 {
+            let left = chunks[head].count - offset
+            if n >= left {
+                n -= left
+                chunks[head] = [] // release the chunk (or this reference to a shared value) now
+                head += 1
+                offset = 0
+            } else {
+                offset += n
+                n = 0
+            }
+        }
+        if head == chunks.count {
+            chunks.removeAll(keepingCapacity: chunks.capacity <= 64)
+            head = 0
+            tailOwned = false
+        } else if head >= 64 && head * 2 >= chunks.count {
+            chunks.removeFirst(head)
+            head = 0
+        }
+    }
+
+    /// Drops everything (the connection closed).
+    mutating func removeAll() {
+        chunks = []
+        head = 0
+        offset = 0
+        count = 0
+        tailOwned = false
+    }
+}

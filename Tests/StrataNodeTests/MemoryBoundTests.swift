@@ -1,0 +1,137 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Issue 16: memory limits that hold against a real node — the node-wide bound on unsent
+/// output and the write-behind byte bound — measured as the node's peak RSS (VmHWM).
+final class MemoryBoundTests: XCTestCase {
+    /// A field of /proc/PID/status in bytes (VmRSS, VmHWM).
+    static func procStatus(_ pid: Int32, _ field: String) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            let kib = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 0
+            return kib << 10
+        }
+        return 0
+    }
+
+    /// Incompressible bytes (zstd stores them as they are), cheap to make.
+    static func noise(_ count: Int, seed: UInt64) -> [UInt8] {
+        var rng = SplitMix(seed: seed)
+        var out = [UInt8](repeating: 0, count: count)
+        out.withUnsafeMutableBytes { p in
+            let words = p.bindMemory(to: UInt64.self)
+            for i in 0..<words.count { words[i] = rng.next() }
+        }
+        return out
+    }
+
+    /// 160 write-behind SETs of 8 MiB (16 connections × 10, pipelined) against a node with
+    /// `--memory-limit 256MiB` and the default write-behind bound (64 MiB): peak RSS stays
+    /// within memory limit + log limit + write-behind bound + the frames being read.
+    func testWriteBehindFloodStaysWithinItsBound() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--memory-limit", "256MiB"])
+        let pid = node.process.processIdentifier
+        let conns = 16, perConn = 10, size = 8 << 20
+        let value = Self.noise(size, seed: 16)
+        try node.connect().ping()
+        let baseline = Self.procStatus(pid, "VmRSS")
+        let failures = SharedList<String>()
+        let t0 = monotonicSeconds()
+        DispatchQueue.concurrentPerform(iterations: conns) { c in
+            do {
+                let conn = try node.connect(timeout: 60)
+                for i in 0..<perConn {
+                    var s = SetRequest(key: b("wb-\(c)-\(i)"), value: value)
+                    s.writeBehind = true
+                    try conn.sendRaw(Request.set(s).frame(id: UInt32(i + 1)).encoded())
+                }
+                for _ in 0..<perConn {
+                    let f = try conn.readFrame()
+                    if f.statusCode != .ok { failures.append("\(f.statusCode)") }
+                }
+            } catch { failures.append("\(error)") }
+        }
+        let elapsed = monotonicSeconds() - t0
+        XCTAssertEqual(failures.all, [])
+        let peak = Self.procStatus(pid, "VmHWM")
+        let check = try node.connect()
+        let stats = try nodeStats(check)
+        XCTAssertLessThanOrEqual(stats["write_behind_pending_bytes"] as? Int ?? .max, 64 << 20)
+        XCTAssertEqual(try check.get(b("wb-3-7"))?.value.count, size)
+        // Bound: memory tier 256 MiB + log backlog 64 MiB (its values are held twice: the
+        // pending index and the record) + write-behind 64 MiB + one frame being read and
+        // parsed per connection (16 × 2 × 8 MiB) + 64 MiB for the runtime, SQLite's caches and
+        // allocator slack. (Before the applier let go of applied records: 1.6 GiB.)
+        let bound = (256 + 2 * 64 + 64 + 16 * 16 + 64) << 20
+        XCTAssertLessThan(peak, bound, "peak RSS \(peak >> 20) MiB")
+        reportFigure("write-behind flood", "\(conns * perConn) write-behind SETs of 8 MiB on \(conns) connections, --memory-limit 256MiB: peak RSS \(peak >> 20) MiB (baseline \(baseline >> 20) MiB; asserted < \(bound >> 20) MiB); \(String(format: "%.1f", elapsed)) s")
+    }
+
+    /// 24 connections each send 4 GETs of a 32 MiB value and never read (the issue's attack,
+    /// which drove RSS from 337 MiB to 1.9–3.2 GiB): unsent output stays near
+    /// `--max-output-bytes` (256 MiB), RSS within it + a documented margin, a new client's
+    /// PING is answered at once and its GET once the stuck connections are cut off.
+    func testNeverReadingConnectionsStayWithinTheOutputBound() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let pid = node.process.processIdentifier
+        let size = 32 << 20
+        let setter = try node.connect(timeout: 30)
+        XCTAssertEqual(try setter.set(SetRequest(key: b("big"), value: Self.noise(size, seed: 1))).statusCode, .ok)
+        XCTAssertEqual(try setter.get(b("big"))?.value.count, size)
+        setter.close()
+        let baseline = Self.procStatus(pid, "VmRSS")
+        let baselinePeak = Self.procStatus(pid, "VmHWM")
+        var stuck: [NodeConnection] = []
+        for _ in 0..<24 {
+            let c = try node.connect(timeout: 30)
+            var batch: [UInt8] = []
+            for i in 0..<4 { batch += Request.get(GetRequest(key: b("big"))).frame(id: UInt32(i + 1)).encoded() }
+            try c.sendRaw(batch)
+            stuck.append(c)
+        }
+        // While they are stuck: fresh PINGs, and the node's unsent output.
+        var worstPing = 0.0
+        var worstOutput = 0
+        var worstAnon = 0
+        let watch = try node.connect()
+        let until = monotonicSeconds() + 3
+        while monotonicSeconds() < until {
+            let fresh = try node.connect()
+            let t0 = monotonicSeconds()
+            try fresh.ping()
+            worstPing = max(worstPing, monotonicSeconds() - t0)
+            worstOutput = max(worstOutput, try nodeStats(watch)["output_bytes"] as? Int ?? 0)
+            worstAnon = max(worstAnon, Self.procStatus(pid, "RssAnon"))
+            usleep(100_000)
+        }
+        let stats = try nodeStats(watch)
+        let peak = Self.procStatus(pid, "VmHWM")
+        // A new client's GET is answered once the stuck connections are cut off (1 s without
+        // progress while the node is over its bound).
+        let t0 = monotonicSeconds()
+        let reader = try node.connect(timeout: 30)
+        XCTAssertEqual(try reader.get(b("big"))?.value.count, size)
+        let getWait = monotonicSeconds() - t0
+        withExtendedLifetime(stuck) {}
+        XCTAssertLessThan(worstPing, 1, "a fresh PING waited \(worstPing) s")
+        XCTAssertGreaterThan(stats["output_held_requests"] as? Int ?? 0, 0, "the bound held requests back")
+        // Margin (docs/OPERATING.md "Memory bounds"): the answers being made when the bound
+        // was crossed, one per disk worker (8 in these tests) — 256 MiB + 8 × 32 MiB of output.
+        // Anonymous memory adds SQLite's own copy of the value for each read in progress
+        // (8 × 32 MiB) + 128 MiB of runtime and allocator slack; RSS adds the database pages
+        // each reader has mapped (page cache: up to 8 × 32 MiB) + 128 MiB more slack.
+        let outputBound = (256 + 8 * 32) << 20 + 8 * (64 << 10) // + each answer's header
+        XCTAssertLessThanOrEqual(stats["output_peak_bytes"] as? Int ?? .max, outputBound)
+        let anonBound = baseline + outputBound + (8 * 32 + 128) << 20
+        XCTAssertLessThan(worstAnon, anonBound, "sampled anonymous RSS \(worstAnon >> 20) MiB")
+        let rssBound = anonBound + (8 * 32 + 128) << 20
+        XCTAssertLessThan(peak, rssBound, "peak RSS \(peak >> 20) MiB")
+        XCTAssertLessThan(getWait, 5, "a new client's GET waited \(getWait) s")
+        reportFigure("output bound", "24 connections × 4 GETs of a 32 MiB value, never reading, --max-output-bytes 256MiB (default), 8 disk workers: unsent output peaked at \((stats["output_peak_bytes"] as? Int ?? 0) >> 20) MiB (sampled max \(worstOutput >> 20) MiB), \(stats["output_held_requests"] ?? 0) requests held; RSS \(baseline >> 20) MiB → peak \(peak >> 20) MiB (peak before the attack \(baselinePeak >> 20) MiB; asserted < \(rssBound >> 20) MiB), sampled anonymous max \(worstAnon >> 20) MiB (asserted < \(anonBound >> 20) MiB); fresh PING worst \(String(format: "%.1f", worstPing * 1000)) ms; a new client's 32 MiB GET answered after \(String(format: "%.2f", getWait)) s")
+    }
+}
