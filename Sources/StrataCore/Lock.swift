@@ -116,3 +116,34 @@ public final class Completion<T>: @unchecked Sendable {
         return value
     }
 }
+
+/// A counting gate on bytes: `acquire(n)` waits while others hold more than `limit - n` (one
+/// acquisition larger than the limit runs alone). For bounding the memory of work in flight.
+public final class ByteGate: @unchecked Sendable {
+    private let cond = ConditionLock()
+    private var held = 0
+    public let limit: Int
+    public init(limit: Int) { self.limit = max(1, limit) }
+
+    /// With `mayStart`, also waits (looking every 10 ms, for at most `maxWait` seconds) while
+    /// it says no — memory held elsewhere that this acquisition must not add to.
+    public func acquire(_ n: Int, mayStart: (() -> Bool)? = nil, maxWait: Double = 5) {
+        let deadline = monotonicSeconds() + maxWait
+        cond.lock()
+        while (held > 0 && held + n > limit) || (mayStart.map { !$0() } ?? false && monotonicSeconds() < deadline) {
+            cond.wait(seconds: 0.01)
+        }
+        held += n
+        cond.unlock()
+    }
+
+    public func release(_ n: Int) {
+        cond.lock()
+        held -= n
+        cond.unlock()
+        cond.broadcast()
+    }
+
+    /// Bytes held now.
+    public var inUse: Int { cond.withLock { held } }
+}

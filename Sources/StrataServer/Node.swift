@@ -81,6 +81,10 @@ public final class Node: @unchecked Sendable {
         sc.memoryAgeLimit = config.idleAge ?? 0
         sc.diskAgeLimit = config.idleAge ?? 0
         sc.maxWriteBehindBytes = config.maxWriteBehindBytes
+        // Large values are read one gate-full at a time, and not while unsent output is over
+        // its bound (each would add a whole value to it).
+        let output = outputBudget
+        sc.largeReadsMayStart = { !output.over }
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.

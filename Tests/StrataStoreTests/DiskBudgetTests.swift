@@ -186,4 +186,39 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(b.highWater, (4 << 30) - (256 << 10), "eviction still follows the configured limit")
         XCTAssertLessThan(b.maxStoredItem, 6 << 20)
     }
+
+    /// Large values are read a gate-full at a time: eight threads reading a 3 MiB value never
+    /// hold more than `maxLargeReadBytes` of them at once, and every read is whole.
+    func testLargeReadsAreBoundedInMemoryAndWhole() throws {
+        let f = try StoreFixture { $0.maxLargeReadBytes = 8 << 20 }
+        let big = Self.noise(3, 3 << 20)
+        _ = try f.store.set(bytes("big"), big, options: SetOptions(tiers: .disk))
+        _ = try f.store.set(bytes("small"), bytes("s"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        let gate = f.store.disk.largeReads
+        let maxHeld = Counter(), wrong = Counter(), left = Counter()
+        let done = Completion<Void>()
+        left.add(8)
+        for _ in 0..<8 {
+            startThread(name: "reader") { [store = f.store!] in
+                for _ in 0..<5 {
+                    if (try? store.get(bytes("big"), tiers: .disk))??.value != big { wrong.add() }
+                    if (try? store.get(bytes("small"), tiers: .disk))??.value != bytes("s") { wrong.add() }
+                }
+                left.add(-1)
+                if left.load() == 0 { done.fulfil(()) }
+            }
+        }
+        var finished = false
+        while !finished {
+            let held = gate.inUse
+            if held > maxHeld.load() { maxHeld.add(held - maxHeld.load()) }
+            finished = left.load() == 0
+        }
+        done.wait()
+        XCTAssertEqual(wrong.load(), 0)
+        XCTAssertGreaterThan(maxHeld.load(), 0, "the gate was used")
+        XCTAssertLessThanOrEqual(maxHeld.load(), 8 << 20)
+        XCTAssertEqual(gate.inUse, 0)
+    }
 }

@@ -35,6 +35,9 @@ extension DiskTier {
         }
     }
 
+    /// Values stored larger than this are read one gate-full at a time (`largeReads`).
+    static let largeValueBytes = 1 << 20
+
     /// The store's `maxAge` (rows written before `now − maxAge` read as expired).
     var maxAge: MaxAge { MaxAge(seconds: config.maxAge) }
 
@@ -47,14 +50,35 @@ extension DiskTier {
         }
         let now = clock.nowMicros()
         let found: FoundRow? = try withReader { db in
-            let s = try db.statement(
-                "SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length(value), access FROM items WHERE ns=? AND key=?")
-            s.bind(1, nsID)
-            s.bind(2, key)
+            // A large value is not loaded by this statement (length() reads only the row's
+            // header): it is read below, once `largeReads` lets it.
+            let s = try db.statement("""
+                SELECT gen, CASE WHEN length(value) <= ? THEN value END, codec, size, flags, ext, expiry, version, tombstone,
+                  checksum, length(value), access, id FROM items WHERE ns=? AND key=?
+                """)
+            s.bind(1, Self.largeValueBytes)
+            s.bind(2, nsID)
+            s.bind(3, key)
             defer { s.reset() }
             guard try s.step() else { return nil }
             if s.int(0) != ns.generation { return nil }
-            if var row = decodeRow(s, key: key, withValue: withValue) {
+            let decoded: FoundRow?
+            let stored = Int(s.int(10))
+            if withValue && stored > Self.largeValueBytes {
+                // Its stored bytes (SQLite's copy) and the value made from them are in memory
+                // together: both count. Read while `s` is open: the same snapshot.
+                let cost = stored + Int(s.int(3))
+                largeReads.acquire(cost, mayStart: config.largeReadsMayStart)
+                defer { largeReads.release(cost) }
+                let v = try db.statement("SELECT value FROM items WHERE id=?")
+                v.bind(1, s.int(12))
+                defer { v.reset() }
+                guard try v.step() else { return nil }
+                decoded = decodeRow(s, key: key, withValue: true, valueFrom: v, column: 0)
+            } else {
+                decoded = decodeRow(s, key: key, withValue: withValue)
+            }
+            if var row = decoded {
                 row.access = s.int(11)
                 return row
             }

@@ -93,7 +93,9 @@ extension DiskTier {
 
     /// Turns a row into item state, verifying the checksum and decoding the value when asked.
     /// Columns: gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, length.
-    func decodeRow(_ s: SQLiteStatement, key: [UInt8], withValue: Bool) -> FoundRow? {
+    /// The stored value comes from column 1 of `s`, or from `column` of `valueFrom`.
+    func decodeRow(_ s: SQLiteStatement, key: [UInt8], withValue: Bool, valueFrom: SQLiteStatement? = nil,
+                   column: Int32 = 1) -> FoundRow? {
         let encoding = ValueEncoding(rawValue: UInt8(truncatingIfNeeded: s.int(2))) ?? .raw
         let size = Int(s.int(3))
         let ext = s.bytes(5)
@@ -101,7 +103,7 @@ extension DiskTier {
                               expiry: s.int(6), version: UInt64(bitPattern: s.int(7)), marks: UInt8(truncatingIfNeeded: s.int(8)))
         let checksum = s.int(9)
         if withValue {
-            let ok: Bool = s.withBytes(1) { stored in
+            let ok: Bool = (valueFrom ?? s).withBytes(valueFrom == nil ? 1 : column) { stored in
                 let sum = ItemChecksum.compute(key: key, flags: state.flags, expiry: state.expiry, version: state.version,
                                                marks: state.marks, encoding: encoding, size: size,
                                                extended: ext, stored: stored)

@@ -180,6 +180,9 @@ final class DiskTier: @unchecked Sendable {
     var readerEpoch = 0
     var readerEpochOf: [ObjectIdentifier: Int] = [:]
 
+    /// Bounds the memory of large values being read at once (`maxLargeReadBytes`).
+    let largeReads: ByteGate
+
     let accessLock = Lock()
     var accessBuffer: [AccessKey: Int64] = [:]
     struct AccessKey: Hashable { let ns: Int64; let key: [UInt8] }
@@ -187,6 +190,7 @@ final class DiskTier: @unchecked Sendable {
     init(config: StoreConfiguration, budget: DiskBudget? = nil, clock: any Clock, registry: NamespaceRegistry) throws {
         self.config = config
         self.budget = budget ?? DiskBudget(config)
+        self.largeReads = ByteGate(limit: config.maxLargeReadBytes)
         self.clock = clock
         self.registry = registry
         self.codec = ValueCodec(level: config.compressionLevel)

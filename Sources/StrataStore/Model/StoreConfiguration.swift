@@ -52,6 +52,15 @@ public struct StoreConfiguration: Sendable {
     public var writerCacheKiB: Int = 2048
     /// SQLite page cache of each reader connection, in KiB.
     public var readerCacheKiB: Int = 16384
+    /// Values over 1 MiB stored are read from disk at most this many bytes at a time (their
+    /// stored bytes plus the value made from them), so a burst of reads of large values holds
+    /// about this much memory, not one copy per reading thread. One read larger than it still
+    /// runs, alone.
+    public var maxLargeReadBytes: Int = 64 << 20
+    /// Asked before a large value is read (after its turn at `maxLargeReadBytes`): while it
+    /// says no, the read waits (up to 5 s). A node says no while its unsent output is over
+    /// `--max-output-bytes`, so values already admitted do not pile onto it.
+    public var largeReadsMayStart: (@Sendable () -> Bool)? = nil
     /// Bytes of the database SQLite may memory-map (reads without a copy through `pread`).
     public var mmapBytes: Int = 1 << 30
     /// A disk read updates the item's access time (the disk tier's LRU order) only when the
