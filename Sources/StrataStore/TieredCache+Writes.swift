@@ -100,6 +100,13 @@ extension TieredCache {
     /// (at once with `writeBehind`).
     func write(_ op: WriteOp, key: [UInt8], namespace: [UInt8], tiers: Tiers, writeBehind: Bool,
                        callerVersion: UInt64?, preEncoded: (ValueEncoding, [UInt8])?) throws -> WriteResult {
+        // A write that can only change an existing item, in a namespace the store does not
+        // know (nothing written since open, nothing on disk or in the log), finds nothing and
+        // records nothing — no registry entry for a name that holds nothing (an attacker's
+        // 200,000 deletes of made-up namespaces would otherwise each keep one).
+        if registry.lookup(namespace) == nil && Self.onlyChangesExisting(op) {
+            return WriteRules.decide(op, existing: nil, now: clock.nowMicros(), newVersion: 0).0
+        }
         let ns = registry.entry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
         if case .set = op { ns.counters.sets.add(1, ordering: .relaxed) }
@@ -275,5 +282,15 @@ extension TieredCache {
         guard case .set(let outcome) = result else { return completion(.failure(StoreError(.io, "internal: unexpected result kind"))) }
         guard let end else { return completion(.success(outcome)) }
         log.onDurable(end) { error in completion(error.map { .failure($0) } ?? .success(outcome)) }
+    }
+
+    /// Whether `op` leaves everything as it is when the item does not exist: unversioned
+    /// removes and invalidates, touches, counters without an initial value, replace and cas.
+    static func onlyChangesExisting(_ op: WriteOp) -> Bool {
+        switch op {
+        case .remove(nil, _), .invalidate(nil), .touch, .counter(_, _, nil, _): return true
+        case .set(_, .replace, _, _, _, _, _), .set(_, .cas, _, _, _, _, _): return true
+        default: return false
+        }
     }
 }

@@ -23,6 +23,29 @@ final class NamespaceBoundTests: XCTestCase {
         XCTAssertEqual(f.store.knownNamespaceCount, before, "no ghost namespace reached the database")
     }
 
+    /// Deletes, touches, counters without an initial value, replaces and invalidates in
+    /// namespaces that hold nothing find nothing and leave no entry either; in a real namespace
+    /// they work as before, and a versioned delete (a replica's tombstone) is still recorded.
+    func testWritesThatOnlyChangeExistingItemsLeaveNoEntryForUnknownNamespaces() throws {
+        let f = try StoreFixture()
+        _ = try f.store.set(bytes("k"), bytes("1"), namespace: bytes("real"))
+        let before = f.store.knownNamespaceCount
+        for i in 0..<5_000 {
+            let ns = bytes("ghost-\(i)")
+            XCTAssertEqual(try f.store.remove(bytes("k"), namespace: ns), .notFound)
+            XCTAssertFalse(try f.store.touch(bytes("k"), namespace: ns, expiry: .seconds(60)))
+            XCTAssertEqual(try f.store.increment(bytes("k"), namespace: ns), .notFound)
+            XCTAssertEqual(try f.store.set(bytes("k"), bytes("v"), namespace: ns, options: SetOptions(mode: .replace)), .notFound)
+            _ = try f.store.invalidate(bytes("k"), namespace: ns)
+        }
+        XCTAssertEqual(f.store.knownNamespaceCount, before, "writes that found nothing left registry entries")
+        guard case .value(2, _) = try f.store.increment(bytes("k"), namespace: bytes("real")) else { return XCTFail("incr in a real namespace") }
+        XCTAssertEqual(try f.store.remove(bytes("k"), namespace: bytes("real")), .removed)
+        // A versioned delete may arrive before the write it orders against: it is kept.
+        _ = try f.store.remove(bytes("late"), namespace: bytes("replica-ns"), version: UInt64(f.clock.nowMicros()))
+        XCTAssertEqual(f.store.knownNamespaceCount, before + 1)
+    }
+
     /// A namespace whose items are only on disk (memory empty after a reopen) is known and its
     /// flush still works: items gone from disk and after another reopen.
     func testFlushingANamespaceWithItemsOnDiskStillWorks() throws {
