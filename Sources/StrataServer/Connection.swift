@@ -299,8 +299,9 @@ final class Connection: EventHandler, @unchecked Sendable {
                     node.leftAuthQueue(on: loop)
                 }
             }
+            node.checkPause() // a SIGCONT's first requests may come before the loop's first tick
             send(Responses.hello(to: f, version: Wire.version, authenticated: authenticated,
-                                 startVersion: node.store.openedWithData ? node.store.openedVersion : 0,
+                                 startVersion: node.verifiedSince.load(ordering: .relaxed),
                                  server: "strata \(Node.version)"))
             return
         case .stats:

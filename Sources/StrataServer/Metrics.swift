@@ -26,6 +26,7 @@ extension Node {
         metric("connections_refused", "counter", "Connections refused over the limit, out of descriptors, or while draining.", Double(stats.connectionsRefused.load(ordering: .relaxed)))
         metric("max_connections", "gauge", "The connection limit in force (--max-connections, lowered to fit the descriptor limit).", Double(effectiveMaxConnections))
         metric("connections_unauthenticated", "gauge", "Open connections that have not authenticated (a token is set).", Double(stats.connectionsUnauthenticated.load(ordering: .relaxed)))
+        metric("pauses_noticed", "counter", "Times the node noticed it had been paused (no event loop ran for --pause-threshold): HELLO then reports a new start version.", Double(stats.pausesNoticed.load(ordering: .relaxed)))
         metric("auth_timeouts", "counter", "Connections closed for sending no HELLO with the token within --auth-timeout.", Double(stats.authTimeouts.load(ordering: .relaxed)))
         metric("auth_evictions", "counter", "Unauthenticated connections closed to make room past --max-unauthenticated.", Double(stats.authEvictions.load(ordering: .relaxed)))
         metric("accept_errors", "counter", "accept() calls that failed (out of file descriptors, or refused by the kernel).", Double(stats.acceptErrors.load(ordering: .relaxed)))

@@ -23,6 +23,12 @@ public final class Node: @unchecked Sendable {
     let log: Logger
     let stats = NodeStats()
     let outputBudget: OutputBudget
+    /// The start version HELLO reports (PROTOCOL.md §7.1): the store's opened version when it
+    /// opened on data (0 on a fresh directory), or a version taken when the node noticed it had
+    /// been paused — items older than it may have missed writes made meanwhile.
+    let verifiedSince = Atomic<UInt64>(0)
+    /// When a loop last ran its tick (monotonic milliseconds; any loop).
+    let lastAlive = Atomic<Int>(Int(monotonicSeconds() * 1000))
     let dispatcher: Dispatcher
     let workers: WorkerPool
     let imageWorkers: WorkerPool
@@ -96,6 +102,7 @@ public final class Node: @unchecked Sendable {
         } catch let e as StoreError {
             throw NodeError(exitCode: e.code == .locked || e.code == .directory || e.code == .schemaTooNew ? 2 : 3, e.description)
         }
+        verifiedSince.store(store.openedWithData ? store.openedVersion : 0, ordering: .relaxed)
         let d = Dispatcher(store: store)
         d.stats = stats
         d.validateImages = config.validateImages
@@ -191,7 +198,24 @@ public final class Node: @unchecked Sendable {
 
     private func tick(_ loop: EventLoop) {
         let now = monotonicSeconds()
+        checkPause(now: now)
         for c in connections[loop.index].map.values { c.checkTimers(now: now) }
+    }
+
+    /// Notices a pause: no loop ran its tick for `--pause-threshold` seconds (SIGSTOP, a frozen
+    /// VM, a starved process). Writes sent meanwhile went elsewhere or timed out, so from now
+    /// on HELLO reports a new start version and clients compare this node's older items (and
+    /// misses) with the key's replicas. Called by every tick and before HELLO answers (which
+    /// may be read before the first tick after a SIGCONT). Any thread.
+    func checkPause(now: Double = monotonicSeconds()) {
+        let ms = Int(now * 1000)
+        let last = lastAlive.exchange(ms, ordering: .relaxed)
+        let gap = Double(ms - last) / 1000
+        guard gap >= config.pauseThreshold else { return }
+        let v = store.nextVersion()
+        verifiedSince.store(v, ordering: .relaxed)
+        stats.pausesNoticed.add(1, ordering: .relaxed)
+        log.warn("paused", [("gap_ms", String(ms - last)), ("start_version", String(v))])
     }
 
     // MARK: Shutdown
@@ -252,6 +276,7 @@ public final class Node: @unchecked Sendable {
             ("max_connections", String(effectiveMaxConnections)),
             ("connections_unauthenticated", String(stats.connectionsUnauthenticated.load(ordering: .relaxed))),
             ("auth_timeouts", String(stats.authTimeouts.load(ordering: .relaxed))),
+            ("pauses_noticed", String(stats.pausesNoticed.load(ordering: .relaxed))),
             ("auth_evictions", String(stats.authEvictions.load(ordering: .relaxed))),
             ("accept_errors", String(stats.acceptErrors.load(ordering: .relaxed))),
             ("bytes_in", String(stats.bytesIn.load(ordering: .relaxed))),

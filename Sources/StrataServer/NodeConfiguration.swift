@@ -38,6 +38,10 @@ public struct NodeConfiguration: Sendable {
     /// Seconds a connection may stay unauthenticated when a token is set (then AUTH_REQUIRED,
     /// unsolicited, and close). Must be more than 0.
     public var authTimeout: Double = 5
+    /// Seconds without any event loop running (SIGSTOP, a frozen VM, starvation) after which
+    /// the node takes itself to have been paused: HELLO then reports a new start version, so
+    /// clients verify its older items with their replicas (`--pause-threshold`).
+    public var pauseThreshold: Double = 2
     /// Unauthenticated connections at once when a token is set; nil = half the effective
     /// connection limit, at least 1. Past it, each new connection closes the oldest
     /// unauthenticated one of its event loop.

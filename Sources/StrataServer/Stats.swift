@@ -69,6 +69,8 @@ final class NodeStats: Sendable {
     let connectionsUnauthenticated = Atomic<Int>(0)
     /// Connections closed for sending no HELLO with the token within the auth timeout.
     let authTimeouts = Atomic<Int>(0)
+    /// Pauses the node noticed (`Node.checkPause`).
+    let pausesNoticed = Atomic<Int>(0)
     /// Unauthenticated connections closed to make room past --max-unauthenticated.
     let authEvictions = Atomic<Int>(0)
     /// accept() calls that failed (out of descriptors, or the kernel refused).

@@ -105,6 +105,9 @@ public final class TieredCache: @unchecked Sendable {
     /// A version taken when the store opened: every item with an older version was written
     /// before this open (a cluster client treats such items on a restarted node as unverified).
     public private(set) var openedVersion: UInt64 = 0
+    /// A version newer than every one this store has given out or seen.
+    public func nextVersion() -> UInt64 { hlc.next() }
+
     /// Whether the disk tier held any rows when the store opened (false for a fresh directory).
     public private(set) var openedWithData = false
 

@@ -16,7 +16,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--metrics-host 127.0.0.1]
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
                     [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
-                    [--disk-trim-to 0.9] [--disk-evict lru|oldest]
+                    [--disk-trim-to 0.9] [--disk-evict lru|oldest] [--pause-threshold 2]
                     [--max-age SECONDS] [--memory-count-limit N] [--disk-count-limit N]
                     [--idle-age SECONDS] [--namespace-stats-limit 100]
                     [--max-output-bytes 256MiB] [--max-write-behind-bytes 64MiB]
@@ -36,7 +36,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "frame-timeout", "output-cap", "drain-time", "disk-workers", "metrics-port", "metrics-host", "image-pixel-limit",
                                "auth-timeout", "max-unauthenticated",
                                "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit",
-                               "disk-trim-to", "disk-evict",
+                               "disk-trim-to", "disk-evict", "pause-threshold",
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit"]
 
@@ -161,6 +161,10 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
             throw UsageError(message: "--disk-trim-to must be a fraction of --disk-limit from 0.05 to 1, got '\(v)'")
         }
         c.diskTrimTo = f
+    }
+    if let v = try seconds("pause-threshold") {
+        guard v >= 0.2 else { throw UsageError(message: "--pause-threshold must be at least 0.2 seconds, got \(v)") }
+        c.pauseThreshold = v
     }
     if let v = s["disk-evict"] {
         guard let e = DiskEviction(rawValue: v) else { throw UsageError(message: "--disk-evict must be lru or oldest, got '\(v)'") }

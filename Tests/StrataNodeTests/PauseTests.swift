@@ -1,0 +1,45 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Issue 17, "Pause": a node stopped with SIGSTOP misses writes made meanwhile (they go to the
+/// key's other node with `--ack one`); once it runs again it must not serve what it held as
+/// current. The node notices the gap in its own ticks and reports a new start version in
+/// HELLO, so a fresh CLI process compares its answers with the replica.
+final class PauseTests: XCTestCase {
+    func testAPausedOwnerNeverServesOverwrittenDeletedOrMissingKeysToAFreshCLI() throws {
+        let cluster = try Cluster(extra: ["--pause-threshold", "0.5"])
+        let nodes = cluster.nodesFlag
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        let owned = (0..<600).map { "p\($0)" }.filter { ring.owner(for: b($0))!.name == cluster.addresses[1].name }
+        XCTAssertGreaterThanOrEqual(owned.count, 9)
+        let overwritten = Array(owned.prefix(3)), deleted = Array(owned.dropFirst(3).prefix(3)), added = Array(owned.dropFirst(6).prefix(3))
+        for k in overwritten + deleted { XCTAssertEqual(try runCLI(["set", k, "old-\(k)", "--nodes", nodes]).code, 0) }
+        let pid = cluster.nodes[1]!.process.processIdentifier
+        kill(pid, SIGSTOP)
+        for k in overwritten { XCTAssertEqual(try runCLI(["set", k, "new-\(k)", "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]).code, 0) }
+        for k in deleted { XCTAssertEqual(try runCLI(["del", k, "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]).code, 0) }
+        for k in added { XCTAssertEqual(try runCLI(["set", k, "added-\(k)", "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]).code, 0) }
+        kill(pid, SIGCONT)
+        // The node did miss them.
+        let direct = try NodeConnection(host: "127.0.0.1", port: cluster.ports[1])
+        XCTAssertEqual(try direct.get(b(overwritten[0]))?.value, b("old-\(overwritten[0])"))
+        for k in overwritten {
+            let r = try runCLI(["get", k, "--nodes", nodes])
+            XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "new-\(k)", "\(k): \(r.err)")
+        }
+        for k in deleted {
+            let r = try runCLI(["get", k, "--nodes", nodes])
+            XCTAssertEqual(r.code, 1, "\(k) was deleted but read as \(String(decoding: r.out, as: UTF8.self))")
+        }
+        for k in added {
+            let r = try runCLI(["get", k, "--nodes", nodes])
+            XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "added-\(k)", "\(k): \(r.err)")
+        }
+        // Reads repaired the owner, and the node counted the pause.
+        XCTAssertEqual(try direct.get(b(overwritten[0]))?.value, b("new-\(overwritten[0])"))
+        XCTAssertGreaterThanOrEqual(try nodeStats(direct)["pauses_noticed"] as? Int ?? 0, 1)
+    }
+}
