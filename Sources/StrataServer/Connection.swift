@@ -147,16 +147,20 @@ final class Connection: EventHandler, @unchecked Sendable {
         }
     }
 
-    /// Whether `r` may start now (OutputBudget): any request while the node is under its
+    /// Whether `r` may start now. OutputBudget: any request while the node is under its
     /// output bound; past it, only a request with a small answer on a connection with nothing
     /// unsent and nothing in flight (so PING, HELLO, STATS and writes from other clients are
-    /// still served).
+    /// still served). The durability log: a SET to the disk tier waits while the log's backlog
+    /// is at `--log-limit` — held here, with reading paused, rather than blocking the event
+    /// loop (every connection on it) or piling frames onto workers; the tick starts it again
+    /// once the applier made room.
     func mayStart(_ r: Request) -> Bool {
-        !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
+        if case .set(let s) = r, s.tiers != 1, !node.store.logHasRoom { return false } // tiers 1 = memory only
+        return !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
     }
 
-    /// Held by the output bound: the first waiting request waits for it, and nothing more is
-    /// parsed or read.
+    /// Held by a bound (the output bound, or the log's backlog for a disk SET): the first
+    /// waiting request waits for it, and nothing more is parsed or read.
     var heldByOutput: Bool {
         guard let first = deferred.first else { return false }
         return !mayStart(first.request)
@@ -232,7 +236,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         // Keep the connection's order: once something waits, everything after it waits too.
         let allowed = mayStart(request)
         if !deferred.isEmpty || !canRun(p.scope!) || !allowed {
-            if deferred.isEmpty && !allowed { node.outputBudget.heldRequests.add(1, ordering: .relaxed) }
+            if deferred.isEmpty && !allowed && node.outputBudget.over { node.outputBudget.heldRequests.add(1, ordering: .relaxed) }
             hold(p, first: false)
             return
         }

@@ -244,9 +244,15 @@ extension TieredCache {
     /// thread is writing them) and runs the completions they answer, on this thread.
     public func flushLog() { log.flush() }
 
+    /// Whether the durability log's backlog is under `logLimit` now, so a write would not wait
+    /// for room (back-pressure). A caller that must not block (an event loop) hands its writes
+    /// to a thread that may while this is false.
+    public var logHasRoom: Bool { log.hasRoom }
+
     /// Whether `submitSet` with these options completes without blocking the caller: writes to
     /// memory only, and unconditional sets with a node-assigned version (they need no read of
-    /// the stored item). The wait for room in the log (back-pressure) may still block.
+    /// the stored item). The wait for room in the log (back-pressure, see `logHasRoom`) may
+    /// still block.
     public static func submitsWithoutBlocking(_ options: SetOptions) -> Bool {
         guard options.tiers.contains(.disk) else { return true }
         return options.mode == .set && options.version == nil

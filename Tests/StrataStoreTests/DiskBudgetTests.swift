@@ -221,4 +221,18 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertLessThanOrEqual(maxHeld.load(), 8 << 20)
         XCTAssertEqual(gate.inUse, 0)
     }
+
+    /// `logHasRoom` says when a write would wait for the applier (the node then hands sets to
+    /// a worker instead of blocking its event loop).
+    func testLogHasRoomTurnsFalseAtTheLimitAndBackWhenApplied() throws {
+        let f = try StoreFixture { $0.logLimit = 64 << 10; $0.applierDelayForTests = 0.3 }
+        XCTAssertTrue(f.store.logHasRoom)
+        var i = 0
+        while f.store.logHasRoom && i < 1000 {
+            _ = try f.store.set(bytes("k\(i)"), Self.noise(i, 4096), options: SetOptions(tiers: .disk))
+            i += 1
+        }
+        XCTAssertFalse(f.store.logHasRoom, "\(i) writes of 4 KiB did not fill a 64 KiB backlog")
+        XCTAssertTrue(eventually(10) { f.store.logHasRoom }, "the applier made room again")
+    }
 }

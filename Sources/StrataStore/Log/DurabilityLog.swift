@@ -201,6 +201,10 @@ final class DurabilityLog: @unchecked Sendable {
     /// (removals still go through: they are what frees space).
     var refusal: StoreError? { cond.withLock { stuck } }
 
+    /// Whether a writer would pass `waitForRoom` without waiting now (a hint: others may fill
+    /// the room first).
+    var hasRoom: Bool { cond.withLock { next - applied <= UInt64(limitBytes) } }
+
     /// Blocks while the backlog is over the limit (back-pressure: the applier catches up).
     func waitForRoom() {
         cond.lock()
