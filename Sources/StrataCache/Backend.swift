@@ -43,6 +43,8 @@ protocol CacheBackend: Sendable {
     func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8], expiry: CacheExpiry, options: WriteOptions) throws -> UInt64
     /// Whether the key was present.
     func remove(_ key: [UInt8], namespace: [UInt8]) throws -> Bool
+    /// Marks the key stale (served, flagged, until a read-through refreshes it); false when absent.
+    func invalidate(_ key: [UInt8], namespace: [UInt8]) throws -> Bool
     /// Gives the key a new expiry; false when absent.
     func touch(_ key: [UInt8], namespace: [UInt8], expiry: CacheExpiry) throws -> Bool
     /// Adds (or subtracts) `delta`; nil when absent and no `initial` was given.

@@ -63,6 +63,10 @@ struct ClusterBackend: CacheBackend {
         try client.delete(key, namespace: namespace)
     }
 
+    func invalidate(_ key: [UInt8], namespace: [UInt8]) throws -> Bool {
+        try client.invalidate(key, namespace: namespace)
+    }
+
     func touch(_ key: [UInt8], namespace: [UInt8], expiry: CacheExpiry) throws -> Bool {
         try client.touch(key, namespace: namespace, expiry: try wireExpiry(expiry))
     }

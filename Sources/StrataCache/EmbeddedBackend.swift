@@ -8,7 +8,8 @@ import StrataStore
 /// forms). Image facts and variants come from `StrataImage` on the calling thread; variants
 /// are computed on every request (nothing is stored). Read-through shares one load per key
 /// among concurrent callers in this process (`SingleFlight`), which is all the sharing there
-/// is to do: no other process can open the same data directory.
+/// is to do: no other process can open the same data directory. An invalidated (stale) key is
+/// refreshed by the first caller while later ones wait for that refresh (not served stale).
 final class EmbeddedBackend: CacheBackend, @unchecked Sendable {
     let store: TieredCache
     /// Whether `close()` closes the store (false for a store the caller opened and passed in).
@@ -60,6 +61,11 @@ final class EmbeddedBackend: CacheBackend, @unchecked Sendable {
 
     func remove(_ key: [UInt8], namespace: [UInt8]) throws -> Bool {
         try store.remove(key, namespace: namespace) == .removed
+    }
+
+    func invalidate(_ key: [UInt8], namespace: [UInt8]) throws -> Bool {
+        if case .invalidated = try store.invalidate(key, namespace: namespace) { return true }
+        return false
     }
 
     func touch(_ key: [UInt8], namespace: [UInt8], expiry: CacheExpiry) throws -> Bool {
@@ -125,7 +131,12 @@ final class EmbeddedBackend: CacheBackend, @unchecked Sendable {
             if item.negative {
                 throw CacheError(.loadFailed, status: .negative, "cached failure: " + String(decoding: item.value, as: UTF8.self))
             }
-            return RawLoaded(value: item.value, version: item.version, origin: item.stale ? .stale : .cache)
+            guard item.stale else { return RawLoaded(value: item.value, version: item.version, origin: .cache) }
+            // Invalidated: this caller refreshes it (callers arriving meanwhile share the
+            // refresh); if the loader fails, the stale value is still the best answer.
+            guard let value = try? loader() else { return RawLoaded(value: item.value, version: item.version, origin: .stale) }
+            let version = try? set(key, value, namespace: ns, expiry: expiry, options: WriteOptions(flags: options.flags))
+            return RawLoaded(value: value, version: version ?? 0, origin: .refreshed)
         }
         let value: [UInt8]
         do { value = try loader() } catch {

@@ -181,6 +181,17 @@ public struct StrataCache: Sendable {
         return try await Offload.run { try b.remove(k, namespace: ns) }
     }
 
+    /// Marks `key` stale (stale-while-revalidate): reads keep getting the value, with
+    /// `CachedItem.stale` set, until one read-through caller refreshes it; on a cluster any
+    /// lease on the key is revoked, so a load that started before cannot store an old value.
+    /// Returns whether the key was present.
+    @discardableResult
+    public func invalidate(_ key: some CacheKey) async throws -> Bool {
+        let k = try checked(key)
+        let (b, ns) = (backend, namespaceBytes)
+        return try await Offload.run { try b.invalidate(k, namespace: ns) }
+    }
+
     /// Gives `key` a new expiry; false when it is absent.
     @discardableResult
     public func touch(_ key: some CacheKey, expiry: CacheExpiry) async throws -> Bool {

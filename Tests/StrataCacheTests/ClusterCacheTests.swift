@@ -25,6 +25,7 @@ final class ClusterCacheTests: XCTestCase {
     func testNamespacesAreIsolatedAndRemoveAllEmptiesOnlyOne() async throws { try await SharedChecks.namespacesAreIsolated(cache) }
     func testReadThroughLoadsOnceFor100Tasks() async throws { try await SharedChecks.readThroughLoadsOnce(cache) }
     func testCancellationEndsTheWait() async throws { try await SharedChecks.cancellationEndsTheWait(cache) }
+    func testInvalidatedValueIsServedStaleUntilRefreshed() async throws { try await SharedChecks.invalidateThenRefresh(cache) }
     func testConcurrentUseFrom100Tasks() async throws { try await SharedChecks.concurrentUseFrom100Tasks(cache) }
 
     /// Stats are every node's, summed: items count both copies of each key; reads go to the owner.

@@ -37,6 +37,7 @@ final class EmbeddedCacheTests: XCTestCase {
     func testReadThroughLoadsOnceFor100Tasks() async throws { try await SharedChecks.readThroughLoadsOnce(cache) }
     func testLoaderErrorReachesTheCallerWithItsOwnError() async throws { try await SharedChecks.loaderErrorsReachTheCaller(cache) }
     func testCancellationEndsTheWait() async throws { try await SharedChecks.cancellationEndsTheWait(cache) }
+    func testInvalidatedValueIsServedStaleUntilRefreshed() async throws { try await SharedChecks.invalidateThenRefresh(cache) }
     func testConcurrentUseFrom100Tasks() async throws { try await SharedChecks.concurrentUseFrom100Tasks(cache) }
 
     func testDurationExpiryFollowsTheInjectedClock() async throws {
@@ -166,5 +167,22 @@ final class EmbeddedCacheTests: XCTestCase {
         let got = try await store.get(Array("k".utf8))
         XCTAssertEqual(got?.value, Array("v".utf8))
         store.close()
+    }
+
+    /// The example's one-line switch: the same program against an embedded store.
+    func testExampleRunsEmbedded() throws {
+        let exe = try XCTUnwrap(builtExecutable("strata-example"), "strata-example is not built")
+        let exampleDir = TempDir()
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: exe)
+        p.environment = ProcessInfo.processInfo.environment.merging(["STRATA_EXAMPLE_DIR": exampleDir.path]) { $1 }
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, text)
+        XCTAssertTrue(text.contains("round 2 (warm): 800 hits, 0 loads, hit ratio 100.0 %"), text)
     }
 }

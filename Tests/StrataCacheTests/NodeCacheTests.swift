@@ -30,6 +30,7 @@ final class NodeCacheTests: XCTestCase {
     func testReadThroughLoadsOnceFor100Tasks() async throws { try await SharedChecks.readThroughLoadsOnce(cache) }
     func testLoaderErrorReachesTheCallerWithItsOwnError() async throws { try await SharedChecks.loaderErrorsReachTheCaller(cache) }
     func testCancellationEndsTheWait() async throws { try await SharedChecks.cancellationEndsTheWait(cache) }
+    func testInvalidatedValueIsServedStaleUntilRefreshed() async throws { try await SharedChecks.invalidateThenRefresh(cache) }
     func testConcurrentUseFrom100Tasks() async throws { try await SharedChecks.concurrentUseFrom100Tasks(cache) }
 
     func testUsableFromAnActor() async throws {

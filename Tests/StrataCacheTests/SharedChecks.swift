@@ -167,6 +167,25 @@ enum SharedChecks {
         XCTAssertEqual(n2, 1)
     }
 
+    /// Stale-while-revalidate: an invalidated value is still read (flagged stale) until a
+    /// read-through refreshes it.
+    static func invalidateThenRefresh(_ cache: StrataCache) async throws {
+        try await cache.set("inv", "old")
+        let found = try await cache.invalidate("inv")
+        XCTAssertTrue(found)
+        let stale = try await cache.item("inv", as: String.self)
+        XCTAssertEqual(stale?.value, "old")
+        XCTAssertEqual(stale?.stale, true)
+        let r = try await cache.readThrough("inv", ttl: .seconds(60)) { "new" }
+        XCTAssertEqual(r.value, "new")
+        XCTAssertEqual(r.origin, .refreshed)
+        let fresh = try await cache.item("inv", as: String.self)
+        XCTAssertEqual(fresh?.value, "new")
+        XCTAssertEqual(fresh?.stale, false)
+        let absent = try await cache.invalidate("never-set")
+        XCTAssertFalse(absent)
+    }
+
     static func loaderErrorsReachTheCaller(_ cache: StrataCache) async throws {
         do {
             _ = try await cache.value(for: "broken") { () async throws -> String in throw LoaderBroke(reason: "db down") }
