@@ -19,6 +19,7 @@ public struct CacheError: Error, Sendable, CustomStringConvertible {
     /// What went wrong, in terms a caller can act on.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         let raw: String
+        /// The code's name (`too_large`).
         public var description: String { raw }
         /// No node could be reached, or too few answered for the acknowledgement policy.
         public static let unavailable = Code(raw: "unavailable")
@@ -59,19 +60,23 @@ public struct CacheError: Error, Sendable, CustomStringConvertible {
         public static let internalError = Code(raw: "internal")
     }
 
+    /// What went wrong.
     public let code: Code
     /// The protocol status behind the failure, when a node answered with one (or the embedded
     /// store's error has a protocol equivalent); nil for connection failures, coding errors
     /// and cancellation.
     public let status: CacheStatus?
+    /// What went wrong, for a person (node names and their reasons on a cluster).
     public let message: String
     /// The error this one was made from (the loader's own error for `.loadFailed`).
     public let underlying: (any Error)?
 
+    /// An error with a code, the status behind it (if any), a message and its cause.
     public init(_ code: Code, status: CacheStatus? = nil, _ message: String, underlying: (any Error)? = nil) {
         self.code = code; self.status = status; self.message = message; self.underlying = underlying
     }
 
+    /// `code (STATUS): message`.
     public var description: String {
         "\(code)" + (status.map { " (\($0))" } ?? "") + ": " + message
     }

@@ -12,17 +12,21 @@ public protocol CacheKey: Sendable {
 }
 
 extension String: CacheKey {
+    /// The string's UTF-8.
     public var cacheKeyBytes: [UInt8] { Array(utf8) }
 }
 
 extension Array: CacheKey where Element == UInt8 {
+    /// The bytes themselves.
     public var cacheKeyBytes: [UInt8] { self }
 }
 
 /// Turns values into stored bytes and back. `[UInt8]`, `String` (UTF-8) and `Data` are stored
 /// as their own bytes and never reach the coder; every other `Codable` goes through it.
 public protocol CacheCoder: Sendable {
+    /// The stored form of `value`.
     func encode<T: Encodable>(_ value: T) throws -> [UInt8]
+    /// A `T` from its stored form; throws when the bytes are not one.
     func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T
 }
 
@@ -32,12 +36,15 @@ public struct JSONCacheCoder: CacheCoder {
     let makeEncoder: @Sendable () -> JSONEncoder
     let makeDecoder: @Sendable () -> JSONDecoder
 
+    /// A coder using the encoders and decoders these closures make (plain ones by default).
     public init(encoder: @escaping @Sendable () -> JSONEncoder = { JSONEncoder() },
                 decoder: @escaping @Sendable () -> JSONDecoder = { JSONDecoder() }) {
         makeEncoder = encoder; makeDecoder = decoder
     }
 
+    /// `value` as JSON.
     public func encode<T: Encodable>(_ value: T) throws -> [UInt8] { [UInt8](try makeEncoder().encode(value)) }
+    /// A `T` from JSON.
     public func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         try makeDecoder().decode(type, from: Data(bytes))
     }
@@ -74,6 +81,7 @@ public enum WriteMode: Sendable, Equatable {
 /// Options of a write. The defaults: unconditional, client flags 0, no extended data, every
 /// tier, acknowledged once durable.
 public struct WriteOptions: Sendable, Equatable {
+    /// Unconditional, or add / replace / compare-and-swap.
     public var mode: WriteMode = .set
     /// The client's flags, returned untouched with the item (memcached).
     public var flags: UInt32 = 0
@@ -85,6 +93,7 @@ public struct WriteOptions: Sendable, Equatable {
     /// Return before the disk write is in the log (may be lost in a crash). Embedded store
     /// only; a cluster refuses it with `.unsupported`.
     public var writeBehind = false
+    /// Options with the defaults above, changed where given.
     public init(mode: WriteMode = .set, flags: UInt32 = 0, extended: [UInt8] = [], tiers: CacheTiers = .all, writeBehind: Bool = false) {
         self.mode = mode; self.flags = flags; self.extended = extended; self.tiers = tiers; self.writeBehind = writeBehind
     }
@@ -92,12 +101,15 @@ public struct WriteOptions: Sendable, Equatable {
 
 /// An item as a read returns it: the decoded value and what the cache knows about it.
 public struct CachedItem<Value> {
+    /// The stored value, decoded.
     public var value: Value
     /// The item's version (a CAS token for `WriteMode.cas`).
     public var version: UInt64
     /// When it expires; nil = never.
     public var expiresAt: Date?
+    /// The client flags written with it.
     public var flags: UInt32
+    /// The extended data written with it.
     public var extended: [UInt8]
     /// The tier that answered (memory or disk), when the backend says.
     public var tier: CacheTiers?
@@ -120,6 +132,7 @@ public struct ReadThroughOptions: Sendable {
     public var maxWait: Duration = .seconds(10)
     /// Client flags stored with a loaded value.
     public var flags: UInt32 = 0
+    /// Options with the defaults above, changed where given.
     public init(negativeTTL: Duration? = nil, refreshAhead: Duration = .zero, maxWait: Duration = .seconds(10), flags: UInt32 = 0) {
         self.negativeTTL = negativeTTL; self.refreshAhead = refreshAhead; self.maxWait = maxWait; self.flags = flags
     }
@@ -141,9 +154,11 @@ public enum LoadOrigin: String, Sendable {
 
 /// A read-through's value and where it came from.
 public struct ReadThroughResult<Value> {
+    /// The value, decoded.
     public var value: Value
     /// The stored version (0 when the loaded value could not be stored).
     public var version: UInt64
+    /// Where it came from.
     public var origin: LoadOrigin
     /// Whether the value came from the cache (`.cache`, `.stale`, `.waited`) rather than from
     /// this caller's loader.
@@ -160,7 +175,9 @@ public struct NamespaceStats: Sendable, Equatable {
     public var items = 0
     /// Their value bytes before compression.
     public var bytes = 0
+    /// Reads (GET and what is built on it) that found a live item.
     public var hits = 0
+    /// Reads that did not.
     public var misses = 0
     /// SETs of any mode and outcome.
     public var sets = 0
@@ -170,6 +187,7 @@ public struct NamespaceStats: Sendable, Equatable {
     public var byNode: [String: NamespaceStats] = [:]
     /// Cluster only: nodes that could not be asked (their figures are missing from the sums).
     public var unreachable: [String] = []
+    /// All zeros.
     public init() {}
     /// hits / (hits + misses), or nil before any read.
     public var hitRatio: Double? { hits + misses == 0 ? nil : Double(hits) / Double(hits + misses) }
@@ -179,13 +197,20 @@ public struct NamespaceStats: Sendable, Equatable {
 public struct ImageFacts: Sendable, Equatable {
     /// Image formats, numbered as PROTOCOL.md §7.10 numbers them.
     public enum Format: UInt8, Sendable {
+        /// PNG, APNG, WebP (lossy, lossless, animated), GIF, JPEG.
         case png = 1, apng, webpLossy, webpLossless, webpAnimated, gif, jpeg
     }
+    /// The format, from the magic bytes.
     public var format: Format
+    /// Pixels across, from the header.
     public var width: Int
+    /// Pixels down, from the header.
     public var height: Int
+    /// Whether it has an alpha channel.
     public var hasAlpha: Bool
+    /// Whether it is an animation (APNG, animated WebP, GIF with frames).
     public var animated: Bool
+    /// Frames (1 for a still image; 0 where the header does not say).
     public var frames: Int
     /// The original's size in bytes.
     public var byteCount: Int
@@ -203,15 +228,21 @@ public enum VariantFit: UInt8, Sendable {
 
 /// A variant's encoding.
 public enum VariantFormat: UInt8, Sendable {
+    /// WebP (lossy at a quality, or lossless).
     case webp = 0
+    /// PNG (lossless).
     case png = 1
 }
 
 /// A resized copy of a cached image: its bytes and size.
 public struct ImageVariant: Sendable, Equatable {
+    /// The encoded variant.
     public var bytes: [UInt8]
+    /// Its width in pixels.
     public var width: Int
+    /// Its height in pixels.
     public var height: Int
+    /// Its encoding.
     public var format: VariantFormat
     /// Served from a stored variant rather than computed for this request (cluster); the
     /// embedded store computes every variant it is asked for, so this is false there.
