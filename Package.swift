@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "StrataClient", targets: ["StrataClient"]),
         .library(name: "StrataCache", targets: ["StrataCache"]),
         .executable(name: "strata-example", targets: ["strata-example"]),
+        .executable(name: "strata-cache-bench", targets: ["strata-cache-bench"]),
     ],
     targets: [
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
@@ -39,6 +40,8 @@ let package = Package(
         // Entry points shared by the libFuzzer targets in fuzz/ and the corpus replay test.
         .target(name: "StrataFuzzEntries", dependencies: ["StrataWire", "StrataImage", "StrataStore"]),
 
+        // The facade's cost per GET over the raw client (bench/RESULTS.md).
+        .executableTarget(name: "strata-cache-bench", dependencies: ["StrataCache", "StrataClient", "StrataCore"], path: "bench/strata-cache-bench"),
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore", "StrataImage", "StrataClient"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
