@@ -185,4 +185,45 @@ final class EmbeddedCacheTests: XCTestCase {
         XCTAssertEqual(p.terminationStatus, 0, text)
         XCTAssertTrue(text.contains("round 2 (warm): 800 hits, 0 loads, hit ratio 100.0 %"), text)
     }
+
+    /// The coder is injectable: any `Codable` goes through it; bytes, strings and Data never do.
+    func testAnInjectedCoderIsUsedForCodableValuesOnly() async throws {
+        cache.close()
+        let store = try TieredCache(configuration: StoreConfiguration(directory: dir.path), clock: clock)
+        defer { store.close() }
+        let custom = try StrataCache(.store(store), coder: VersionedCoder())
+        let p = Profile(id: 1, name: "n", tags: [], score: nil, nested: [:])
+        try await custom.set("p", p)
+        try await custom.set("s", "plain")
+        let rawP = try await custom.get("p", as: [UInt8].self)
+        XCTAssertEqual(Array(rawP?.prefix(3) ?? []), Array("v1:".utf8))
+        let back = try await custom.get("p", as: Profile.self)
+        XCTAssertEqual(back, p)
+        let rawS = try await custom.get("s", as: [UInt8].self)
+        XCTAssertEqual(rawS, Array("plain".utf8))
+        // The default coder cannot read the custom format: a decoding error, not a crash.
+        let plain = try StrataCache(.store(store))
+        await assertCacheError(.decoding) { try await plain.get("p", as: Profile.self) }
+        // Snake-case keys through JSONCacheCoder's encoder factory.
+        let snake = try StrataCache(.store(store), coder: JSONCacheCoder(encoder: {
+            let e = JSONEncoder(); e.keyEncodingStrategy = .convertToSnakeCase; return e
+        }, decoder: {
+            let d = JSONDecoder(); d.keyDecodingStrategy = .convertFromSnakeCase; return d
+        }))
+        struct Account: Codable, Equatable { var accountId: Int; var displayName: String }
+        try await snake.set("acct", Account(accountId: 3, displayName: "x"))
+        let text = try await snake.get("acct", as: String.self)
+        XCTAssertTrue(text?.contains("display_name") ?? false, text ?? "nil")
+        let acct = try await snake.get("acct", as: Account.self)
+        XCTAssertEqual(acct, Account(accountId: 3, displayName: "x"))
+    }
+}
+
+/// A coder that tags its JSON with a format version.
+struct VersionedCoder: CacheCoder {
+    func encode<T: Encodable>(_ value: T) throws -> [UInt8] { Array("v1:".utf8) + [UInt8](try JSONEncoder().encode(value)) }
+    func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        guard bytes.starts(with: Array("v1:".utf8)) else { throw CocoaError(.coderReadCorrupt) }
+        return try JSONDecoder().decode(type, from: Data(bytes.dropFirst(3)))
+    }
 }
