@@ -13,6 +13,9 @@ let package = Package(
         .executable(name: "strata-bench", targets: ["strata-bench"]),
         .executable(name: "strata", targets: ["strata"]),
         .library(name: "StrataClient", targets: ["StrataClient"]),
+        .library(name: "StrataCache", targets: ["StrataCache"]),
+        .executable(name: "strata-example", targets: ["strata-example"]),
+        .executable(name: "strata-cache-bench", targets: ["strata-cache-bench"]),
     ],
     targets: [
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
@@ -28,10 +31,17 @@ let package = Package(
         .target(name: "StrataClient", dependencies: ["StrataCore", "StrataWire", "StrataNet"]),
         .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire", "StrataStore"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),
+        // The Swift facade (issue 20): one API over a cluster or an embedded store. Nothing of
+        // ours imports it.
+        .target(name: "StrataCache", dependencies: ["StrataClient", "StrataStore", "StrataCore", "StrataWire", "StrataImage"]),
+        // An example service: JSON records read through from a slow loader (run by StrataCacheTests).
+        .executableTarget(name: "strata-example", dependencies: ["StrataCache"]),
         .target(name: "StrataImage", dependencies: ["CPNG", "CWebP"]),
         // Entry points shared by the libFuzzer targets in fuzz/ and the corpus replay test.
         .target(name: "StrataFuzzEntries", dependencies: ["StrataWire", "StrataImage", "StrataStore"]),
 
+        // The facade's cost per GET over the raw client (bench/RESULTS.md).
+        .executableTarget(name: "strata-cache-bench", dependencies: ["StrataCache", "StrataClient", "StrataCore"], path: "bench/strata-cache-bench"),
         .executableTarget(name: "strata-bench", dependencies: ["StrataStore", "StrataWire", "StrataNet", "StrataCore", "StrataImage", "StrataClient"], path: "bench/strata-bench"),
         // A child process for the crash test: writes, reports each returned write, gets SIGKILLed.
         .executableTarget(name: "strata-crash-writer", dependencies: ["StrataStore"], path: "Tests/CrashWriter"),
@@ -48,5 +58,7 @@ let package = Package(
         // End-to-end: start the real `strata` binary and talk to it over sockets.
         .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataServer", "StrataWire", "StrataCore", "StrataImage", "StrataNet", "TestSupport"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore", "TestSupport"]),
+        // The facade against the embedded store, a real node, a real cluster, and the example.
+        .testTarget(name: "StrataCacheTests", dependencies: ["StrataCache", "StrataClient", "StrataStore", "StrataCore", "StrataWire", "StrataImage", "TestSupport"]),
     ]
 )

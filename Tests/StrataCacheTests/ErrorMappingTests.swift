@@ -1,0 +1,69 @@
+import XCTest
+@testable import StrataCache
+@testable import StrataClient
+import StrataStore
+import StrataWire
+
+/// `CacheError.mapping`: every lower layer's error becomes one code and, where there is one,
+/// the protocol's status.
+final class ErrorMappingTests: XCTestCase {
+    func testClientErrorsKeepTheNodesStatus() {
+        let server = CacheError.mapping(ClientError(.server, "TOO_LARGE: value is 9 MiB", status: .tooLarge))
+        XCTAssertEqual(server.code, .tooLarge)
+        XCTAssertEqual(server.status, .tooLarge)
+        let busy = CacheError.mapping(ClientError(.server, "BUSY", status: .busy))
+        XCTAssertEqual(busy.code, .busy)
+        let conn = CacheError.mapping(ClientError(.connection, "cannot connect to 127.0.0.1:1"))
+        XCTAssertEqual(conn.code, .unavailable)
+        XCTAssertNil(conn.status)
+        XCTAssertEqual(CacheError.mapping(ClientError(.protocolViolation, "bad frame")).code, .internalError)
+        XCTAssertEqual(CacheError.mapping(ClientError(.server, "AUTH_FAILED", status: .authFailed)).code, .unauthorized)
+        XCTAssertEqual(CacheError.mapping(ClientError(.server, "SHUTTING_DOWN", status: .shuttingDown)).code, .closed)
+    }
+
+    func testClusterErrorTakesTheFirstNodeStatusElseUnavailable() {
+        let withStatus = ClusterError(message: "write reached 0 of 2 nodes", failures: [
+            (node: "a:1", reason: "cannot connect to a:1: refused"),
+            (node: "b:2", reason: "DISK_FULL: below the free-space floor"),
+        ])
+        let e = CacheError.mapping(withStatus)
+        XCTAssertEqual(e.code, .diskFull)
+        XCTAssertEqual(e.status, .diskFull)
+        XCTAssertTrue(e.message.contains("b:2"), e.message)
+        let none = CacheError.mapping(ClusterError(message: "no node could serve 'k'", failures: [(node: "a:1", reason: "timed out")]))
+        XCTAssertEqual(none.code, .unavailable)
+        XCTAssertNil(none.status)
+        XCTAssertNil(CacheError.leadingStatus("Cannot connect"))
+        XCTAssertNil(CacheError.leadingStatus("NOPE: not a status"))
+        XCTAssertEqual(CacheError.leadingStatus("CAS_MISMATCH"), .casMismatch)
+    }
+
+    func testStoreErrorsMapToTheProtocolsStatuses() {
+        let cases: [(StoreError.Code, CacheError.Code, CacheStatus)] = [
+            (.invalidKey, .invalidArgument, .invalidArgument), (.invalidNamespace, .invalidArgument, .invalidArgument),
+            (.valueTooLarge, .tooLarge, .tooLarge), (.extendedTooLarge, .tooLarge, .tooLarge),
+            (.notANumber, .notANumber, .notANumber), (.diskFull, .diskFull, .diskFull),
+            (.closed, .closed, .shuttingDown), (.io, .internalError, .serverError), (.corrupt, .internalError, .serverError),
+        ]
+        for (store, code, status) in cases {
+            let e = CacheError.mapping(StoreError(store, "m"))
+            XCTAssertEqual(e.code, code, "\(store)")
+            XCTAssertEqual(e.status, status, "\(store)")
+            XCTAssertNotNil(e.underlying as? StoreError)
+        }
+    }
+
+    func testLoadFailuresCancellationAndPassThrough() {
+        let cached = CacheError.mapping(LoadFailure(message: "db down", cached: true))
+        XCTAssertEqual(cached.code, .loadFailed)
+        XCTAssertEqual(cached.status, .negative)
+        XCTAssertEqual(CacheError.mapping(LoadFailure(message: "db down")).code, .loadFailed)
+        XCTAssertEqual(CacheError.mapping(CancellationError()).code, .cancelled)
+        let own = CacheError(.exists, status: .exists, "present")
+        XCTAssertEqual(CacheError.mapping(own).code, .exists)
+        XCTAssertEqual(CacheError.mapping(WireError(.malformed, "short extras")).code, .invalidArgument)
+        struct Odd: Error {}
+        XCTAssertEqual(CacheError.mapping(Odd()).code, .internalError)
+        XCTAssertEqual("\(own)", "exists (EXISTS): present")
+    }
+}
