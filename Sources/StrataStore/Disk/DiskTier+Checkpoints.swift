@@ -16,12 +16,17 @@ extension DiskTier {
     }
 
     /// Replaces a corrupt database with a fresh one while the store keeps running.
+    /// Readers wait (`withReader`) from the moment the files are moved aside until the fresh
+    /// database has its tables: a reader that opened the new file in between read "no such
+    /// table" (a full test run caught it once).
     func quarantineAndReopen(reason: String) {
         writer = nil
         readerLock.withLock {
             idleReaders.removeAll()
             readerEpoch += 1
+            reopening = true
         }
+        defer { readerLock.withLock { reopening = false } }
         quarantineFiles(reason: reason)
         registry.forgetDisk()
         rowCount = 0

@@ -10,6 +10,9 @@ extension DiskTier {
     // MARK: Reads (any thread)
 
     func withReader<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        // While a quarantined file is replaced, wait for the fresh one (bounded: 5 s).
+        var waited = 0
+        while readerLock.withLock({ reopening }) && waited < 5000 { usleep(1000); waited += 1 }
         let (conn, epoch): (SQLiteConnection?, Int) = readerLock.withLock { (idleReaders.popLast(), readerEpoch) }
         let db: SQLiteConnection
         if let c = conn { db = c } else {

@@ -178,6 +178,8 @@ final class DiskTier: @unchecked Sendable {
     let readerLock = Lock()
     var idleReaders: [SQLiteConnection] = []
     var readerEpoch = 0
+    /// A quarantined database is being replaced (guarded by `readerLock`).
+    var reopening = false
     var readerEpochOf: [ObjectIdentifier: Int] = [:]
 
     /// Bounds the memory of large values being read at once (`maxLargeReadBytes`).
