@@ -39,9 +39,6 @@ struct ClusterBackend: CacheBackend {
         guard options.tiers == .all else {
             throw CacheError(.unsupported, "a cluster places copies itself (owner in every tier, replicas on disk); WriteOptions.tiers must be .all")
         }
-        guard !options.writeBehind else {
-            throw CacheError(.unsupported, "write-behind is not offered by the cluster client; it is an embedded-store option")
-        }
         let (mode, cas): (SetModeCode, UInt64) = switch options.mode {
         case .set: (.set, 0)
         case .add: (.add, 0)
@@ -49,7 +46,7 @@ struct ClusterBackend: CacheBackend {
         case .cas(let v): (.cas, v)
         }
         let outcome = try client.set(key, value, namespace: namespace, expiry: try wireExpiry(expiry), flags: options.flags,
-                                     extended: options.extended, mode: mode, casVersion: cas)
+                                     extended: options.extended, mode: mode, casVersion: cas, writeBehind: options.writeBehind)
         switch outcome {
         case .stored(let v): return v
         case .exists: throw CacheError(.exists, status: .exists, "the key is present (add)")

@@ -90,8 +90,8 @@ public struct WriteOptions: Sendable, Equatable {
     /// Where to write. Embedded store only: a cluster places copies itself (the owner in every
     /// tier, replicas on disk) and refuses anything but `.all` with `.unsupported`.
     public var tiers: CacheTiers = .all
-    /// Return before the disk write is in the log (may be lost in a crash). Embedded store
-    /// only; a cluster refuses it with `.unsupported`.
+    /// Return before the disk write is in the log (may be lost in a crash); on a cluster, each
+    /// node answers before its log has it.
     public var writeBehind = false
     /// Options with the defaults above, changed where given.
     public init(mode: WriteMode = .set, flags: UInt32 = 0, extended: [UInt8] = [], tiers: CacheTiers = .all, writeBehind: Bool = false) {

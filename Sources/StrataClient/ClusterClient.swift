@@ -211,22 +211,24 @@ public final class ClusterClient: @unchecked Sendable {
     // MARK: Writes
 
     /// Stores a value on the key's nodes. Throws `ClusterError` when the acknowledgement
-    /// policy was not met (the message names each node that failed and why).
+    /// policy was not met (the message names each node that failed and why). With
+    /// `writeBehind`, each node answers before the write is in its durability log (a node crash
+    /// may lose it; PROTOCOL.md WRITE_BEHIND).
     public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
-                    flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set, casVersion: UInt64 = 0) throws -> ClusterSetOutcome {
-        let version = hlc.next()
-        var s = SetRequest(key: key, value: value, namespace: namespace)
-        s.expiry = expiry; s.flags = flags; s.extended = extended; s.mode = mode; s.casVersion = casVersion; s.version = version
-        return try replicate(s).outcome
+                    flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set, casVersion: UInt64 = 0,
+                    writeBehind: Bool = false) throws -> ClusterSetOutcome {
+        try setReporting(key, value, namespace: namespace, expiry: expiry, flags: flags, extended: extended, mode: mode,
+                         casVersion: casVersion, writeBehind: writeBehind).outcome
     }
 
     /// Like `set`, and also says which nodes acknowledged the write (and why others did not).
     public func setReporting(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
                              flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set,
-                             casVersion: UInt64 = 0) throws -> ClusterWriteReport {
+                             casVersion: UInt64 = 0, writeBehind: Bool = false) throws -> ClusterWriteReport {
         let version = hlc.next()
         var s = SetRequest(key: key, value: value, namespace: namespace)
         s.expiry = expiry; s.flags = flags; s.extended = extended; s.mode = mode; s.casVersion = casVersion; s.version = version
+        s.writeBehind = writeBehind
         return try replicate(s)
     }
 
@@ -479,8 +481,10 @@ extension ClusterClient {
     }
 
     public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
-                    flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set, casVersion: UInt64 = 0) async throws -> ClusterSetOutcome {
-        try await offload { try self.set(key, value, namespace: namespace, expiry: expiry, flags: flags, extended: extended, mode: mode, casVersion: casVersion) }
+                    flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set, casVersion: UInt64 = 0,
+                    writeBehind: Bool = false) async throws -> ClusterSetOutcome {
+        try await offload { try self.set(key, value, namespace: namespace, expiry: expiry, flags: flags, extended: extended, mode: mode,
+                                         casVersion: casVersion, writeBehind: writeBehind) }
     }
     public func get(_ key: [UInt8], namespace: [UInt8] = []) async throws -> ItemPayload? {
         try await offload { try self.get(key, namespace: namespace) }
