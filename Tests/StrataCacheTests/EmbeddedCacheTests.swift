@@ -173,16 +173,8 @@ final class EmbeddedCacheTests: XCTestCase {
     func testExampleRunsEmbedded() throws {
         let exe = try XCTUnwrap(builtExecutable("strata-example"), "strata-example is not built")
         let exampleDir = TempDir()
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: exe)
-        p.environment = ProcessInfo.processInfo.environment.merging(["STRATA_EXAMPLE_DIR": exampleDir.path]) { $1 }
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        XCTAssertEqual(p.terminationStatus, 0, text)
+        let (status, text) = try runProcess(exe, [], environment: ["STRATA_EXAMPLE_DIR": exampleDir.path])
+        XCTAssertEqual(status, 0, text)
         XCTAssertTrue(text.contains("round 2 (warm): 800 hits, 0 loads, hit ratio 100.0 %"), text)
     }
 

@@ -21,9 +21,12 @@ public func builtExecutable(_ name: String) -> String? {
 }
 
 /// Runs a program to completion; returns its exit status and its stdout and stderr together.
-public func runProcess(_ executable: String, _ arguments: [String], in directory: String? = nil) throws -> (status: Int32, output: String) {
+/// `environment` adds to (or replaces entries of) this process's environment.
+public func runProcess(_ executable: String, _ arguments: [String], in directory: String? = nil,
+                       environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable)
+    if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
     p.arguments = arguments
     if let d = directory { p.currentDirectoryURL = URL(fileURLWithPath: d) }
     let out = Pipe()
