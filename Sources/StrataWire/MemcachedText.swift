@@ -145,7 +145,8 @@ public struct MemcachedParser: Sendable {
             let noreply = tokens.count == fixed + 1 && noreply
             // Refused from the claimed length alone; the data block is dropped as it arrives.
             guard length <= Int64(maxValue) else {
-                return .error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: Int(length) + 2, close: false)
+                let drop = length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
+                return .error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false)
             }
             let n = Int(length)
             guard buf.count >= lineBytes + n + 2 else { return .needMore }
