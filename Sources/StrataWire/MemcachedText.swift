@@ -94,6 +94,8 @@ public struct MemcachedParser: Sendable {
     }
 
     static let badFormat = "CLIENT_ERROR bad command line format"
+    /// `stats <group>` accepted (answered empty but for `reset`).
+    public static let statsGroups: Set<String> = ["settings", "items", "slabs", "sizes", "conns", "reset"]
 
     public func parse(_ buf: UnsafeRawBufferPointer) -> MemcachedParse {
         let limit = Self.isRetrieval(buf) ? maxRetrievalLine : maxLine
@@ -184,9 +186,13 @@ public struct MemcachedParser: Sendable {
             } else if args > 1 { return fail("ERROR") }
             return done(.flushAll(delay: delay, noreply: noreply))
         case "stats":
-            return done(.stats(args: tokens.dropFirst().map(text)))
+            let args = tokens.dropFirst().map(text)
+            // The general statistics, or a group memcached has; anything else (noreply too) is ERROR.
+            guard args.isEmpty || (args.count == 1 && Self.statsGroups.contains(args[0])) else { return fail("ERROR") }
+            return done(.stats(args: args))
         case "version":
-            return tokens.count == 1 ? done(.version) : fail("ERROR")
+            // As memcached 1.6: any arguments are ignored (memccapable checks this).
+            return done(.version)
         case "verbosity":
             guard tokens.count == 2 || tokens.count == 3 else { return fail("ERROR") }
             return done(.verbosity(noreply: noreply))

@@ -89,6 +89,10 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(parse("stats\r\n"), .command(.stats(args: []), consumed: 7))
         XCTAssertEqual(parse("stats settings\r\n"), .command(.stats(args: ["settings"]), consumed: 16))
         XCTAssertEqual(parse("version\r\n"), .command(.version, consumed: 9))
+        XCTAssertEqual(parse("version noreply\r\n"), .command(.version, consumed: 17)) // memcached 1.6 ignores arguments
+        XCTAssertEqual(parse("stats noreply\r\n"), .error("ERROR", consumed: 15, swallow: 0, close: false))
+        XCTAssertEqual(parse("verbosity noreply\r\n"), .command(.verbosity(noreply: true), consumed: 19))
+        XCTAssertEqual(parse("verbosity a b c\r\n"), .error("ERROR", consumed: 17, swallow: 0, close: false))
         XCTAssertEqual(parse("verbosity 1 noreply\r\n"), .command(.verbosity(noreply: true), consumed: 21))
         XCTAssertEqual(parse("quit\r\n"), .command(.quit, consumed: 6))
         XCTAssertEqual(parse("\r\n"), .error("ERROR", consumed: 2, swallow: 0, close: false))
