@@ -61,7 +61,7 @@ soak: deps
 	# counters (libFuzzer then says "no interesting inputs … instrumented?" and learns nothing).
 	cd fuzz && rm -rf .build && swift build -c release --sanitize=fuzzer --sanitize=address
 	mkdir -p fuzz/artifacts
-	for t in frames image disk-value log; do \
+	for t in frames image disk-value log memcached; do \
 	  cp -r fuzz/corpus/$$t /tmp/strata-fuzz-$$t-corpus 2>/dev/null || true; \
 	  ASAN_OPTIONS=detect_leaks=0 fuzz/.build/release/fuzz-$$t -runs=$(FUZZ_RUNS) -max_len=65536 \
 	    -artifact_prefix=fuzz/artifacts/$$t- /tmp/strata-fuzz-$$t-corpus || exit 1; \
