@@ -183,6 +183,8 @@ final class MemcachedListener: Sendable {
             reply("OK", noreply)
         case .quit:
             return false
+        case .meta(let m):
+            try meta(m, into: &out)
         }
         return true
     }
@@ -208,6 +210,13 @@ final class MemcachedListener: Sendable {
         o.flags = s.flags
         o.expiry = expiry(s.exptime)
         o.tiers = tiers
+        return try storeWith(s, options: o)
+    }
+
+    /// The answer line of a storage command with its flags, expiry and tiers in `o`
+    /// (append/prepend keep the item's own).
+    func storeWith(_ s: MemcachedStore, options o: SetOptions) throws -> String {
+        var o = o
         switch s.verb {
         case .set, .add, .replace, .cas:
             o.mode = s.verb == .add ? .add : s.verb == .replace ? .replace : s.verb == .cas ? .cas(s.casUnique ?? 0) : .set

@@ -42,6 +42,8 @@ public enum MemcachedCommand: Sendable, Equatable {
     case version
     case verbosity(noreply: Bool)
     case quit
+    /// mg, ms, md, ma, mn, me (MemcachedMeta.swift).
+    case meta(MemcachedMeta)
 
     /// The name counted in the listener's statistics.
     public var name: String {
@@ -57,12 +59,14 @@ public enum MemcachedCommand: Sendable, Equatable {
         case .version: return "version"
         case .verbosity: return "verbosity"
         case .quit: return "quit"
+        case .meta(let m): return m.verb.rawValue
         }
     }
 
     /// Every name `name` can return, in a fixed order (for counters indexed by command).
     public static let names = ["get", "gets", "gat", "gats", "set", "add", "replace", "append", "prepend", "cas",
-                               "delete", "incr", "decr", "touch", "flush_all", "stats", "version", "verbosity", "quit"]
+                               "delete", "incr", "decr", "touch", "flush_all", "stats", "version", "verbosity", "quit",
+                               "mg", "ms", "md", "ma", "mn", "me"]
 }
 
 /// What the parser found at the front of the input.
@@ -198,6 +202,8 @@ public struct MemcachedParser: Sendable {
             return done(.verbosity(noreply: noreply))
         case "quit":
             return done(.quit)
+        case "mg", "ms", "md", "ma", "mn", "me":
+            return parseMeta(MemcachedMeta.Verb(rawValue: name)!, buf, tokens, lineBytes: lineBytes)
         default:
             return fail("ERROR")
         }

@@ -118,3 +118,46 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(MemcachedExpiry.resolve(now + 60, nowUnixSeconds: now), .at(unixSeconds: now + 60))
     }
 }
+
+/// The meta commands' lines and the base64 of `b` keys.
+final class MemcachedMetaTests: XCTestCase {
+    let parser = MemcachedParser(maxValue: 1024)
+    func parse(_ s: String) -> MemcachedParse { Array(s.utf8).withUnsafeBytes { parser.parse($0) } }
+    func k(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+    func testMetaLinesKeepTheirFlagsInOrder() {
+        XCTAssertEqual(parse("mg foo t f v O123\r\n"),
+                       .command(.meta(MemcachedMeta(verb: .get, key: k("foo"), flags: [.init("t"), .init("f"), .init("v"), .init("O", "123")])), consumed: 19))
+        XCTAssertEqual(parse("ms foo 2 T90 F7 MA\r\nhi\r\n"),
+                       .command(.meta(MemcachedMeta(verb: .set, key: k("foo"), flags: [.init("T", "90"), .init("F", "7"), .init("M", "A")], value: k("hi"))), consumed: 24))
+        XCTAssertEqual(parse("mn\r\n"), .command(.meta(MemcachedMeta(verb: .noop, key: [])), consumed: 4))
+        XCTAssertEqual(parse("ma n N0 J10 D3 MD v\r\n").debugDescriptionPrefix, "command")
+        XCTAssertEqual(parse("ms foo 3\r\nhi"), .needMore)
+        XCTAssertEqual(parse("ms foo 2\r\nhiya\r\n"), .error("CLIENT_ERROR bad data chunk", consumed: 14, swallow: 0, close: false))
+        XCTAssertEqual(parse("ms foo 2000\r\n"), .error("SERVER_ERROR object too large for cache", consumed: 13, swallow: 2002, close: false))
+        XCTAssertEqual(parse("mg foo 1\r\n"), .error("CLIENT_ERROR invalid flag", consumed: 10, swallow: 0, close: false))
+        XCTAssertEqual(parse("mg\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 4, swallow: 0, close: false))
+    }
+
+    func testBase64KeysAreDecodedAndMayHoldAnyByte() {
+        XCTAssertEqual(parse("mg AP8K b v\r\n"), .command(.meta(MemcachedMeta(verb: .get, key: [0, 255, 10], flags: [.init("b"), .init("v")])), consumed: 13))
+        XCTAssertEqual(parse("mg AP8 b\r\n"), .error("CLIENT_ERROR key decode failed", consumed: 10, swallow: 0, close: false))
+        for n in 0..<40 {
+            let bytes = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 73 &+ 5) }
+            XCTAssertEqual(Base64.decode(Base64.encode(bytes)), bytes)
+        }
+        XCTAssertEqual(Base64.encode(k("foobar")), k("Zm9vYmFy"))
+        XCTAssertEqual(Base64.encode(k("fo")), k("Zm8="))
+        XCTAssertNil(Base64.decode(k("Zm=v")))
+    }
+}
+
+extension MemcachedParse {
+    var debugDescriptionPrefix: String {
+        switch self {
+        case .needMore: return "needMore"
+        case .command: return "command"
+        case .error: return "error"
+        }
+    }
+}

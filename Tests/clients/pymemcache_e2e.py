@@ -175,6 +175,35 @@ try:
 except MemcacheClientError as e:
     check("bad command line format" in str(e), "251-byte key: %s" % e)
 
+
+# meta commands through pymemcache's raw interface
+def raw(cmd, end=b"\r\n"):
+    return c.raw_command(cmd, end)
+c.set("mk", b"hi", flags=7, expire=90)
+r = raw(b"mg mk t f v c s k O123", b"hi\r\n")
+head = r.split(b"\r\n")[0].split(b" ")
+check(head[0] == b"VA" and head[1] == b"2" and head[2].startswith(b"t") and head[3] == b"f7" and head[4].startswith(b"c")
+      and head[5] == b"s2" and head[6] == b"kmk" and head[7] == b"O123", "mg return flags in order: %r" % r)
+gets_cas = c.gets("mk")[1]
+check(head[4] == b"c" + gets_cas, "mg c is gets' cas unique")
+check(raw(b"mg absent v") == b"EN", "mg miss is EN")
+# (raw_command returns what came before the end token)
+check(raw(b"mg absent v q\r\nmn", b"MN\r\n") == b"", "mg q suppresses EN; mn answers MN")
+check(raw(b"ms mk2 3 T0 F5\r\nabc") == b"HD", "ms stores")
+check(f.get("mk2") == (b"abc", 5), "ms flags through get")
+check(raw(b"ms mk2 1 ME\r\nx") == b"NS", "ms ME (add) on an existing key is NS")
+check(raw(b"ms mk2 1 MA\r\n!") == b"HD" and c.get("mk2") == b"abc!", "ms MA appends")
+check(raw(b"ms mk2 1 C1\r\nz") == b"EX", "ms with a stale C is EX")
+_, u = c.gets("mk2")
+check(raw(b"ms mk2 1 C" + u + b" c\r\nz").startswith(b"HD c"), "ms with the current C stores and returns the new cas")
+check(raw(b"md mk2") == b"HD" and raw(b"md mk2") == b"NF", "md")
+check(raw(b"ma mcount") == b"NF", "ma on a missing key is NF")
+check(raw(b"ma mcount N0 J10 v", b"10\r\n") == b"VA 2\r\n", "ma N autovivifies with J")
+check(raw(b"ma mcount MD D3 v", b"7\r\n") == b"VA 1\r\n", "ma MD D3 decrements")
+check(c.get("mcount") == b"7", "ma result through get")
+check(raw(b"mg " + b"bWs=" + b" b v k", b"hi\r\n").startswith(b"VA 2 b kbWs="), "base64 key (b)")
+check(raw(b"me mk").startswith(b"ME mk exp="), "me")
+
 # quit closes; the client reconnects on its next command
 c.set("after", b"quit")
 c.quit()
