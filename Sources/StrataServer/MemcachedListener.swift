@@ -29,6 +29,9 @@ final class MemcachedListener: Sendable {
     let started = monotonicSeconds()
     let threads: Int
     let maxConnections: Int
+    /// The binary protocol's dispatcher: its lease table and variant lineage, which every
+    /// write here must keep true (a write revokes the key's lease and drops its variants).
+    let dispatcher: Dispatcher
 
     // Counters (STATS, /metrics).
     let commands: [Counter] = MemcachedCommand.names.map { _ in Counter() }
@@ -43,8 +46,9 @@ final class MemcachedListener: Sendable {
     let connectionsCurrent = Counter(), connectionsTotal = Counter()
     let bytesRead = Counter(), bytesWritten = Counter()
 
-    init(config: NodeConfiguration, port: UInt16, store: TieredCache, threads: Int, maxConnections: Int) {
+    init(config: NodeConfiguration, port: UInt16, store: TieredCache, dispatcher: Dispatcher, threads: Int, maxConnections: Int) {
         self.port = port
+        self.dispatcher = dispatcher
         self.threads = threads
         self.maxConnections = maxConnections
         namespace = config.memcachedNamespace
@@ -107,6 +111,9 @@ final class MemcachedListener: Sendable {
     /// Returns false for `quit`: the connection closes after its output.
     func execute(_ c: MemcachedCommand, into out: inout [UInt8]) -> Bool {
         count(c)
+        // Whatever the outcome, a write revokes the key's read-through lease (a fill loaded
+        // before it must not land) and drops its image variants, as binary writes do.
+        defer { keysWritten(by: c).forEach(written) }
         do {
             return try run(c, into: &out)
         } catch let e as StoreError {
@@ -115,6 +122,33 @@ final class MemcachedListener: Sendable {
             self.error("SERVER_ERROR \(error)", into: &out)
         }
         return true
+    }
+
+    /// The keys a command may change (none for reads, except gat and mg with T, which touch).
+    func keysWritten(by c: MemcachedCommand) -> [[UInt8]] {
+        switch c {
+        case .store(let s): return [s.key]
+        case .delete(let k, _), .arithmetic(let k, _, _, _), .touch(let k, _, _): return [k]
+        case .gat(_, let keys, _): return keys
+        case .meta(let m):
+            switch m.verb {
+            case .set, .delete, .arithmetic: return [m.key]
+            case .get: return m.has("T") ? [m.key] : []
+            default: return []
+            }
+        default: return []
+        }
+    }
+
+    func written(_ key: [UInt8]) {
+        let id = ItemKey(namespace: namespace, key: key)
+        dispatcher.leases.revoke(id)
+        dispatcher.originalChanged(id)
+    }
+
+    func flushed() {
+        dispatcher.leases.revokeAll(namespace: namespace)
+        dispatcher.lineage.forget(namespace: namespace)
     }
 
     static func serverError(_ e: StoreError) -> String {
@@ -160,11 +194,13 @@ final class MemcachedListener: Sendable {
         case .flushAll(let delay, let noreply):
             if delay > 0 {
                 let (store, ns) = (self.store, namespace)
-                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) {
+                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) { [self] in
                     try? store.flush(namespace: ns)
+                    flushed()
                 }
             } else {
                 try store.flush(namespace: namespace)
+                flushed()
             }
             reply("OK", noreply)
         case .stats(let args):

@@ -35,6 +35,16 @@ extension MemcachedListener {
         }
     }
 
+    /// " W" when this client takes the key's lease (it should fill the key), else " Z".
+    func win(_ key: [UInt8]) -> String {
+        if case .granted = dispatcher.leases.acquire(ItemKey(namespace: namespace, key: key)) {
+            dispatcher.stats?.leasesGranted.add()
+            return " W"
+        }
+        dispatcher.stats?.leasesFilling.add()
+        return " Z"
+    }
+
     /// Seconds left before the item expires, -1 for none.
     func ttl(_ item: CacheItem) -> Int64 {
         guard let e = item.expiresAt else { return -1 }
@@ -67,11 +77,26 @@ extension MemcachedListener {
         }
         guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
             getMisses.add()
+            // N: the first client to miss wins the right to fill (W; Strata's read-through
+            // lease on the key), the others are told someone is filling (Z). Answered as a hit
+            // of an empty value, as memcached's vivified item.
+            if m.number("N") != .absent {
+                let flags = returnFlags(m, item: nil, allowed: "bkO") + win(m.key)
+                MemcachedResponse.line((m.has("v") ? "VA 0" : "HD") + flags, into: &out)
+                if m.has("v") { out.append(contentsOf: [13, 10]) }
+                return
+            }
             if !quiet { MemcachedResponse.line("EN", into: &out) }
             return
         }
         getHits.add()
-        let flags = returnFlags(m, item: item, allowed: "bkcfOstv")
+        var flags = returnFlags(m, item: item, allowed: "bkcfOstv")
+        // A stale (invalidated) item is served with X, and one client wins its refill (W);
+        // R<seconds>: so is an item that expires within that many seconds.
+        var recache = item.stale
+        if case .value(let r) = m.number("R"), item.expiresAt != nil, ttl(item) < r { recache = true }
+        if recache { flags += win(m.key) }
+        if item.stale { flags += " X" }
         if m.has("v") {
             MemcachedResponse.line("VA \(item.value.count)" + flags, into: &out)
             out.append(contentsOf: item.value)

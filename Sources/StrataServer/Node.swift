@@ -120,7 +120,7 @@ public final class Node: @unchecked Sendable {
             do {
                 let (mfd, mbound) = try Socket.listen(maddr)
                 memcachedFD = mfd
-                memcached = MemcachedListener(config: config, port: mbound, store: store, threads: n,
+                memcached = MemcachedListener(config: config, port: mbound, store: store, dispatcher: dispatcher, threads: n,
                                               maxConnections: effectiveMaxConnections)
             } catch {
                 Sys.close(fd)

@@ -135,6 +135,38 @@ final class MemcachedNodeTests: XCTestCase {
         XCTAssertEqual(try c2.get(b("k"), namespace: b("mc"))?.value, b("v"))
     }
 
+    func testLeasesAreSharedAcrossProtocols() throws {
+        let dir = TempDir()
+        let (node, port) = try startNode(dir)
+        defer { node.terminate() }
+        let mc = try TextSocket(port: port)
+        let c = try node.connect()
+        // A binary client's lease: the meta client is told someone is filling (Z)…
+        let r1 = try c.call(.get(GetRequest(key: b("lk"), lease: true)))
+        guard case .granted(let token) = Responses.leaseState(r1) else { return XCTFail("no lease granted") }
+        mc.send("mg lk N30 v\r\n")
+        XCTAssertEqual(mc.read(until: "\r\n\r\n"), "VA 0 Z\r\n\r\n")
+        // …and a memcached write revokes it: the binary fill loaded before it must not land.
+        mc.send("set lk 0 0 3\r\nnew\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        var fill = SetRequest(key: b("lk"), value: b("old"))
+        fill.mode = .lease
+        fill.casVersion = token
+        XCTAssertEqual(try c.set(fill).statusCode, .leaseLost)
+        XCTAssertEqual(try c.get(b("lk"))?.value, b("new"))
+        // The meta client wins a miss (W); a binary lease GET then waits for it (FILLING).
+        mc.send("mg lk2 N30\r\n")
+        XCTAssertEqual(mc.line(), "HD W")
+        XCTAssertEqual(Responses.leaseState(try c.call(.get(GetRequest(key: b("lk2"), lease: true)))), .filling)
+        // An invalidated item is served stale (X) and one client wins its refill.
+        mc.send("md lk I\r\nmg lk v\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(mc.line(), "VA 3 W X")
+        XCTAssertEqual(mc.line(), "new")
+        mc.send("mg lk v\r\n")
+        XCTAssertEqual(mc.line(), "VA 3 Z X")
+    }
+
     func testAnOverLongLineIsAnsweredAndCloses() throws {
         let dir = TempDir()
         let (node, port) = try startNode(dir)

@@ -203,6 +203,13 @@ check(raw(b"ma mcount MD D3 v", b"7\r\n") == b"VA 1\r\n", "ma MD D3 decrements")
 check(c.get("mcount") == b"7", "ma result through get")
 check(raw(b"mg " + b"bWs=" + b" b v k", b"hi\r\n").startswith(b"VA 2 b kbWs="), "base64 key (b)")
 check(raw(b"me mk").startswith(b"ME mk exp="), "me")
+# leases and stale-while-revalidate: one winner (W), the others told it is being filled (Z)
+check(raw(b"mg lease_k N30 v", b"\r\n\r\n") == b"VA 0 W", "mg N on a miss wins (W)")
+check(raw(b"mg lease_k N30 v", b"\r\n\r\n") == b"VA 0 Z", "the next mg N is told someone fills (Z)")
+check(raw(b"ms lease_k 4\r\nfill") == b"HD" and c.get("lease_k") == b"fill", "the winner fills with ms")
+check(raw(b"md lease_k I") == b"HD", "md I invalidates")
+check(raw(b"mg lease_k v", b"fill\r\n") == b"VA 4 W X\r\n", "a stale item: X, and W for the first")
+check(raw(b"mg lease_k v", b"fill\r\n") == b"VA 4 Z X\r\n", "a stale item: Z for the next")
 
 # quit closes; the client reconnects on its next command
 c.set("after", b"quit")
