@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import StrataCore
+import StrataImage
 
 /// Real memcached clients against a real node, installed by the tests themselves: pymemcache
 /// from PyPI (into the project's .venv, or a venv of its own under .build) and Debian's
@@ -69,6 +70,44 @@ final class MemcachedClientTests: XCTestCase {
         XCTAssertEqual(r.status, 0, r.output)
         XCTAssertTrue(r.output.contains("All tests passed"), r.output)
         XCTAssertFalse(r.output.contains("[FAIL]"), r.output)
+        XCTAssertTrue(node.process.isRunning, node.stderr)
+    }
+
+    /// memccp / memccat / memcrm round-trip files (a PNG and random bytes), memcstat parses the
+    /// stats, memcslap runs a load without errors.
+    func testLibmemcachedToolsRoundTripFilesStatsAndLoad() throws {
+        let capable = try Self.memccapable()
+        let bin = (capable as NSString).deletingLastPathComponent
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"])
+        defer { node.terminate() }
+        let servers = "--servers=127.0.0.1:\(try XCTUnwrap(node.memcachedPort))"
+        var rgba: [UInt8] = []
+        for i in 0..<(64 * 64) { rgba += [UInt8(i % 256), UInt8(i / 64 * 4 % 256), 128, 255] }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 64, height: 64))
+        var rng = SplitMix(seed: 7)
+        let random = (0..<200_000).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        for (name, bytes) in [("image.png", png), ("random.bin", random)] {
+            let path = dir.path + "/" + name
+            FileManager.default.createFile(atPath: path, contents: Data(bytes))
+            let cp = try runProcess(bin + "/memccp", [servers, name], in: dir.path)
+            XCTAssertEqual(cp.status, 0, cp.output)
+            let out = dir.path + "/back-" + name
+            let cat = try runProcess(bin + "/memccat", [servers, "--file=" + out, name], in: dir.path)
+            XCTAssertEqual(cat.status, 0, cat.output)
+            XCTAssertEqual([UInt8](try Data(contentsOf: URL(fileURLWithPath: out))), bytes, name)
+            XCTAssertEqual(try runProcess(bin + "/memcrm", [servers, name]).status, 0)
+            XCTAssertNotEqual(try runProcess(bin + "/memccat", [servers, "--file=" + out + ".2", name]).status, 0, "\(name) was removed")
+        }
+        let stat = try runProcess(bin + "/memcstat", [servers])
+        XCTAssertEqual(stat.status, 0, stat.output)
+        for field in ["pid:", "uptime:", "version: 1.6.21-strata-", "curr_items:", "cmd_get:"] {
+            XCTAssertTrue(stat.output.contains(field), "memcstat lacks \(field): \(stat.output)")
+        }
+        let slap = try runProcess(bin + "/memcslap", [servers, "--concurrency=4", "--execute-number=2000"])
+        XCTAssertEqual(slap.status, 0, slap.output)
+        XCTAssertTrue(slap.output.contains("Time to set"), slap.output)
+        XCTAssertFalse(slap.output.lowercased().contains("error"), slap.output)
         XCTAssertTrue(node.process.isRunning, node.stderr)
     }
 }
