@@ -269,11 +269,9 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     private func compactInput() {
         if inputStart == input.count {
-            input.removeAll(keepingCapacity: input.capacity <= 1 << 20)
-            inputStart = 0
+            input.removeAll(keepingCapacity: input.capacity <= 1 << 20); inputStart = 0
         } else if inputStart > 64 << 10 && inputStart * 2 > input.count {
-            input.removeFirst(inputStart)
-            inputStart = 0
+            input.removeFirst(inputStart); inputStart = 0
         }
     }
 
@@ -314,11 +312,9 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             listener.bytesWritten.add(n)
         }
         if outputStart == output.count {
-            output.removeAll(keepingCapacity: output.capacity <= 1 << 20)
-            outputStart = 0
+            output.removeAll(keepingCapacity: output.capacity <= 1 << 20); outputStart = 0
         } else if outputStart > (1 << 20) && outputStart * 2 > output.count {
-            output.removeFirst(outputStart)
-            outputStart = 0
+            output.removeFirst(outputStart); outputStart = 0
         }
         wantWrite = outputStart < output.count
         if wantWrite { lastWriteProgress = monotonicSeconds() }
@@ -391,10 +387,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         Sys.close(fd)
         node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
         accounted = 0
-        input = []
-        inputStart = 0
-        output = []
-        outputStart = 0
+        (input, inputStart, output, outputStart) = ([], 0, [], 0)
         if awaitingAuth {
             awaitingAuth = false
             node.leftAuthQueue(on: loop)
