@@ -219,6 +219,23 @@ final class MemcachedNodeTests: XCTestCase {
         XCTAssertTrue(node.process.isRunning)
     }
 
+    func testAClientThatDoesNotReadItsAnswersIsCutOffAtTheOutputCap() throws {
+        let dir = TempDir()
+        let (node, port) = try startNode(dir, ["--output-cap", "1MiB", "--memcached-memory-only"])
+        defer { node.terminate() }
+        let writer = try TextSocket(port: port)
+        writer.send("set big 0 0 524288\r\n" + String(repeating: "v", count: 524_288) + "\r\n")
+        XCTAssertEqual(writer.line(), "STORED")
+        let hog = try TextSocket(port: port, timeout: 1)
+        var small: Int32 = 4096
+        setsockopt(hog.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        hog.send(String(repeating: "get big\r\n", count: 64)) // 32 MiB of answers, never read
+        let c = try node.connect()
+        XCTAssertTrue(eventually(10) { ((try? nodeStats(c))?["output_cap_cutoffs"] as? Int ?? 0) >= 1 })
+        writer.send("version\r\n")
+        XCTAssertTrue(writer.line().hasPrefix("VERSION"))
+    }
+
     func testACommandThatStopsArrivingIsClosedByTheFrameTimeout() throws {
         let dir = TempDir()
         let (node, port) = try startNode(dir, ["--frame-timeout", "1"])
