@@ -110,4 +110,96 @@ final class MemcachedClientTests: XCTestCase {
         XCTAssertFalse(slap.output.lowercased().contains("error"), slap.output)
         XCTAssertTrue(node.process.isRunning, node.stderr)
     }
+
+    /// A port free at the moment of asking (bound to 0, read, released).
+    static func freePort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
+    /// Pipelined `get`s of `keys` on one connection: the value of each key found.
+    static func getAll(_ s: TextSocket, _ keys: [String]) -> [String: String] {
+        s.send(keys.map { "get \($0)\r\n" }.joined())
+        var found: [String: String] = [:]
+        var ends = 0
+        while ends < keys.count {
+            let line = s.line()
+            if line == "END" { ends += 1 } else if line.hasPrefix("VALUE ") {
+                found[String(line.split(separator: " ")[1])] = s.line()
+            } else if line.isEmpty { break }
+        }
+        return found
+    }
+
+    /// twemproxy (Debian's nutcracker, installed when missing) with the shipped
+    /// deploy/twemproxy/nutcracker.yml in front of three nodes: 10,000 keys written through the
+    /// proxy read back through it, and each is on exactly one node, read there directly.
+    func testTwemproxyInFrontOfThreeNodes() throws {
+        if !FileManager.default.isExecutableFile(atPath: "/usr/sbin/nutcracker") {
+            guard getuid() == 0 else { throw XCTSkip("nutcracker is missing and installing it needs root") }
+            var r = try runProcess("/usr/bin/env", ["DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", "nutcracker"])
+            if r.status != 0 {
+                _ = try runProcess("/usr/bin/env", ["apt-get", "update", "-qq"])
+                r = try runProcess("/usr/bin/env", ["DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", "nutcracker"])
+            }
+            guard r.status == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/nutcracker") else {
+                throw XCTSkip("cannot install nutcracker: \(r.output.suffix(300))")
+            }
+        }
+        let dir = TempDir()
+        let nodes = try (0..<3).map { i in try NodeProcess(dataDir: dir.path + "/n\(i)", extra: ["--memcached-port", "0"]) }
+        defer { nodes.forEach { $0.terminate() } }
+        let ports = try nodes.map { try XCTUnwrap($0.memcachedPort) }
+        let proxyPort = try Self.freePort(), statsPort = try Self.freePort()
+        var conf = try String(contentsOf: DeployFileTests.root.appendingPathComponent("deploy/twemproxy/nutcracker.yml"), encoding: .utf8)
+        conf = conf.replacingOccurrences(of: "127.0.0.1:22121", with: "127.0.0.1:\(proxyPort)")
+        for (i, p) in ports.enumerated() { conf = conf.replacingOccurrences(of: "127.0.0.1:1121\(i + 1):1", with: "127.0.0.1:\(p):1") }
+        try conf.write(toFile: dir.path + "/nutcracker.yml", atomically: true, encoding: .utf8)
+        let check = try runProcess("/usr/sbin/nutcracker", ["-t", "-c", dir.path + "/nutcracker.yml"])
+        XCTAssertEqual(check.status, 0, check.output)
+        let proxy = Process()
+        proxy.executableURL = URL(fileURLWithPath: "/usr/sbin/nutcracker")
+        proxy.arguments = ["-c", dir.path + "/nutcracker.yml", "-s", String(statsPort), "-o", dir.path + "/nutcracker.log"]
+        try proxy.run()
+        defer { proxy.terminate(); proxy.waitUntilExit() }
+        var viaProxy: TextSocket?
+        XCTAssertTrue(eventually(10, interval: 0.1) { viaProxy = try? TextSocket(port: proxyPort); return viaProxy != nil })
+        let p = try XCTUnwrap(viaProxy)
+        let keys = (0..<10_000).map { "key-\($0)" }
+        for chunk in stride(from: 0, to: keys.count, by: 500) {
+            let part = keys[chunk..<min(chunk + 500, keys.count)]
+            p.send(part.map { "set \($0) 0 0 \($0.utf8.count + 2)\r\nv-\($0)\r\n" }.joined())
+            for k in part { XCTAssertEqual(p.line(), "STORED", k) }
+        }
+        var back: [String: String] = [:]
+        for chunk in stride(from: 0, to: keys.count, by: 500) {
+            back.merge(Self.getAll(p, Array(keys[chunk..<min(chunk + 500, keys.count)]))) { $1 }
+        }
+        XCTAssertEqual(back.count, keys.count, "read back through the proxy")
+        XCTAssertTrue(keys.allSatisfy { back[$0] == "v-" + $0 })
+        // Directly from the nodes: every key on exactly one, with its value.
+        var owners: [String: Int] = [:]
+        for (i, port) in ports.enumerated() {
+            let direct = try TextSocket(port: port)
+            var found: [String: String] = [:]
+            for chunk in stride(from: 0, to: keys.count, by: 1000) {
+                found.merge(Self.getAll(direct, Array(keys[chunk..<min(chunk + 1000, keys.count)]))) { $1 }
+            }
+            for (k, v) in found {
+                XCTAssertEqual(v, "v-" + k)
+                XCTAssertNil(owners[k], "\(k) is on two nodes")
+                owners[k] = i
+            }
+            XCTAssertGreaterThan(found.count, 1500, "ketama gives node \(i) a share")
+        }
+        XCTAssertEqual(owners.count, keys.count, "every key is on one node")
+        reportFigure("twemproxy", "10,000 keys through nutcracker (ketama) over 3 nodes: \((0..<3).map { i in owners.values.filter { $0 == i }.count })")
+    }
 }
