@@ -25,28 +25,30 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     let listener: MemcachedListener
     let id: Int
 
-    private var input: [UInt8] = []
-    private var inputStart = 0
-    private var output: [UInt8] = []
-    private var outputStart = 0
-    private var accounted = 0
-    private var wantWrite = false
-    private var flushScheduled = false
-    private var peerFinished = false
-    private var closeAfterFlush = false
-    private var registered: EventLoop.Interest = .read
-    private var lastWriteProgress = monotonicSeconds()
-    private var closed = false
+    var input: [UInt8] = []
+    var inputStart = 0
+    var output: [UInt8] = []
+    var outputStart = 0
+    var accounted = 0
+    var wantWrite = false
+    var flushScheduled = false
+    var peerFinished = false
+    var closeAfterFlush = false
+    var registered: EventLoop.Interest = .read
+    var lastWriteProgress = monotonicSeconds()
+    var closed = false
     /// A batch is on a disk worker: nothing else runs and reading pauses until it is back.
-    private var busy = false
+    var busy = false
+    /// Inside `submitSet`: a completion arriving now is deferred through the loop.
+    var submitting = false
     /// Bytes of a refused data block still to drop.
-    private var swallow = 0
-    private var authenticated: Bool
-    private(set) var awaitingAuth: Bool
-    private let acceptedAt: Double
+    var swallow = 0
+    var authenticated: Bool
+    var awaitingAuth: Bool
+    let acceptedAt: Double
     /// When the command now arriving started (nil between commands).
-    private var commandStarted: Double?
-    private var lastActive: Double
+    var commandStarted: Double?
+    var lastActive: Double
 
     /// Commands run per batch at most (their answers leave together).
     static let maxBatch = 256
@@ -104,7 +106,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     /// Parses and runs what the input holds, until it needs more bytes, a batch goes to a
     /// worker, or the connection is closing.
-    private func process() {
+    func process() {
         while !closed && !closeAfterFlush && !busy {
             if swallow > 0 {
                 let n = min(swallow, input.count - inputStart)
@@ -208,6 +210,10 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                     // answered from memory
                 } else if listener.runsOnLoop(c) {
                     if !listener.execute(c, into: &output) { closeAfterFlush = true }
+                } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {
+                    // the last command, a durable set: decided here, answered after the loop's log write
+                    outputAdded()
+                    return
                 } else {
                     submit(Array(batch[i...]))
                     outputAdded()
@@ -218,6 +224,32 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             i += 1
         }
         outputAdded()
+    }
+
+    /// A plain set with no worker (`MemcachedListener.submitSet`); reading pauses until its
+    /// answer is back, so answers keep their order. False when it must go to a worker.
+    private func submitSet(_ st: MemcachedStore) -> Bool {
+        busy = true
+        submitting = true
+        defer { submitting = false }
+        let loop = self.loop
+        let r = listener.submitSet(st) { [self] line in
+            let out = line.map { Array(($0 + "\r\n").utf8) } ?? []
+            // Answered at once (inside submitSet) or by another thread: back through the loop.
+            if loop.isCurrentThread && !submitting { completed(out, quit: false) } else { loop.execute { [self] in completed(out, quit: false) } }
+        }
+        switch r {
+        case .submitted:
+            node.scheduleLogFlush(on: loop)
+            return true
+        case .notEligible:
+            busy = false
+            return false
+        case .failed(let line):
+            busy = false
+            listener.error(line, into: &output)
+            return true
+        }
     }
 
     private func submit(_ rest: [MemcachedParse]) {
@@ -260,7 +292,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     }
 
     /// After a read or a completion: interest, accounting, and closing at end of input.
-    private func finish() {
+    func finish() {
         guard !closed else { return }
         if (peerFinished || closeAfterFlush) && idle { close(reason: peerFinished ? "eof" : "done"); return }
         updateInterest()
@@ -273,127 +305,5 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         } else if inputStart > 64 << 10 && inputStart * 2 > input.count {
             input.removeFirst(inputStart); inputStart = 0
         }
-    }
-
-    // MARK: Output
-
-    /// New bytes are in `output`: enforce the cap, flush at the end of this loop iteration.
-    private func outputAdded() {
-        guard !closed, outputStart < output.count else { return }
-        if output.count - outputStart > node.config.outputCap {
-            node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
-            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count - outputStart))])
-            close(reason: "output cap")
-            return
-        }
-        if !flushScheduled {
-            flushScheduled = true
-            loop.atEndOfIteration { [self] in
-                flushScheduled = false
-                flush()
-            }
-        }
-    }
-
-    private func flush() {
-        guard !closed else { return }
-        while outputStart < output.count {
-            let r: IOResult
-            do {
-                r = try output.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + outputStart, output.count - outputStart) }
-            } catch {
-                close(reason: "send: \(error)")
-                return
-            }
-            guard case .done(let n) = r else { break }
-            outputStart += n
-            if n > 0 { lastWriteProgress = monotonicSeconds() }
-            node.stats.bytesOut.add(n, ordering: .relaxed)
-            listener.bytesWritten.add(n)
-        }
-        if outputStart == output.count {
-            output.removeAll(keepingCapacity: output.capacity <= 1 << 20); outputStart = 0
-        } else if outputStart > (1 << 20) && outputStart * 2 > output.count {
-            output.removeFirst(outputStart); outputStart = 0
-        }
-        wantWrite = outputStart < output.count
-        if wantWrite { lastWriteProgress = monotonicSeconds() }
-        finish()
-    }
-
-    private var readPaused: Bool { peerFinished || closeAfterFlush || busy }
-
-    private func updateInterest() {
-        guard !closed else { return }
-        var want: EventLoop.Interest = []
-        if !readPaused { want.insert(.read) }
-        if wantWrite { want.insert(.write) }
-        if want != registered {
-            registered = want
-            loop.modify(fd, want)
-        }
-    }
-
-    private func updateAccounting() {
-        guard !closed else { return }
-        let now = (input.count - inputStart) + (output.count - outputStart)
-        if now != accounted {
-            node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
-            accounted = now
-        }
-    }
-
-    // MARK: Timers and closing
-
-    func checkTimers(now: Double) {
-        guard !closed else { return }
-        if awaitingAuth && now - acceptedAt >= node.config.authTimeout {
-            node.stats.authTimeouts.add(1, ordering: .relaxed)
-            closeWithNotice(.authRequired, "unauthenticated: no authentication within the auth timeout (\(node.config.authTimeout) s)",
-                            reason: "auth timeout")
-            return
-        }
-        if let started = commandStarted, now - started > node.config.frameTimeout {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "command timeout")
-            return
-        }
-        if outputStart < output.count && now - lastWriteProgress > max(node.config.frameTimeout, 1) {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "output stalled")
-            return
-        }
-        if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "idle timeout")
-        }
-    }
-
-    func closeForShutdown() { closeWithNotice(.shuttingDown, "the node is shutting down", reason: "shutdown") }
-
-    /// `SERVER_ERROR <message>`, sent once without waiting, then close.
-    func closeWithNotice(_ status: Status, _ message: String, reason: String) {
-        guard !closed else { return }
-        MemcachedResponse.line("SERVER_ERROR \(message)", into: &output)
-        flushScheduled = true // no deferred flush: this one is the last
-        flush()
-        close(reason: reason)
-    }
-
-    func close(reason: String) {
-        guard !closed else { return }
-        closed = true
-        loop.unregister(fd)
-        Sys.close(fd)
-        node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
-        accounted = 0
-        (input, inputStart, output, outputStart) = ([], 0, [], 0)
-        if awaitingAuth {
-            awaitingAuth = false
-            node.leftAuthQueue(on: loop)
-        }
-        listener.connectionsCurrent.add(-1)
-        node.connectionClosed(self)
-        node.log.debug("connection_closed", [("conn", String(id)), ("reason", reason), ("protocol", "memcached")])
     }
 }

@@ -124,6 +124,43 @@ final class MemcachedListener: Sendable {
         return true
     }
 
+    /// What `submitSet` did.
+    enum Submitted { case submitted, notEligible, failed(String) }
+
+    /// A plain `set` to the disk tier without blocking the caller (the event loop): decided now,
+    /// its log record joins the loop's batch (the caller schedules the loop's log flush), and
+    /// `done` gets the answer line (nil for noreply) once the record is written — on any
+    /// thread, possibly before this returns. Other storage commands are `.notEligible`.
+    func submitSet(_ s: MemcachedStore, _ done: @escaping @Sendable (String?) -> Void) -> Submitted {
+        guard s.verb == .set, !memoryOnly else { return .notEligible }
+        var o = SetOptions()
+        o.flags = s.flags
+        o.expiry = expiry(s.exptime)
+        o.tiers = tiers
+        guard TieredCache.submitsWithoutBlocking(o) else { return .notEligible }
+        count(.store(s))
+        do {
+            try store.submitSet(s.key, s.value, namespace: namespace, options: o, quickCompletion: true, flushLater: true) { [self] result in
+                written(s.key)
+                switch result {
+                case .success(.stored):
+                    totalItems.add()
+                    done(s.noreply ? nil : "STORED")
+                case .success: done(s.noreply ? nil : "NOT_STORED")
+                case .failure(let e):
+                    serverErrors.add()
+                    done(Self.serverError(e))
+                }
+            }
+            return .submitted
+        } catch let e as StoreError {
+            written(s.key)
+            return .failed(Self.serverError(e))
+        } catch {
+            return .failed("SERVER_ERROR \(error)")
+        }
+    }
+
     /// The keys a command may change (none for reads, except gat and mg with T, which touch).
     func keysWritten(by c: MemcachedCommand) -> [[UInt8]] {
         switch c {
