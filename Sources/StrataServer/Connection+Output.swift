@@ -161,7 +161,7 @@ extension Connection {
             awaitingAuth = false
             node.leftAuthQueue(on: loop)
         }
-        node.connectionClosed(self)
+        node.connectionClosed(self as any ClientConnection)
         node.log.debug("connection_closed", [("conn", String(id)), ("reason", reason)])
     }
 }

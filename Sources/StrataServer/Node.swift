@@ -35,13 +35,17 @@ public final class Node: @unchecked Sendable {
     let smallImageWorkers: WorkerPool
     private var loops: [EventLoop] = []
     var listenFD: Int32 = -1
+    /// The memcached text-protocol listener (`--memcached-port`), or -1.
+    var memcachedFD: Int32 = -1
+    /// The memcached listener's settings and counters (nil when it is off).
+    private(set) var memcached: MemcachedListener?
     private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
     /// Each loop's connections, touched only on that loop's thread (one box per loop, so loops
     /// never write to a shared collection).
     final class LoopConnections {
-        var map: [Int: Connection] = [:]
+        var map: [Int: any ClientConnection] = [:]
         /// This loop's unauthenticated connections, oldest first (Admission.swift).
-        let awaitingAuth = OldestFirst<Connection> { $0.awaitingAuth }
+        let awaitingAuth = OldestFirst<any ClientConnection> { $0.awaitingAuth }
     }
     var connections: [LoopConnections] = []
     /// `--max-connections` as lowered to fit the descriptor limit (set by `start`).
@@ -56,6 +60,8 @@ public final class Node: @unchecked Sendable {
     private let allStopped = Completion<Void>()
     /// The port the node listens on (useful after binding port 0).
     public private(set) var port: UInt16 = 0
+    /// The memcached listener's port (after binding port 0), when it is on.
+    public var memcachedPort: UInt16? { memcached?.port }
     private var metrics: MetricsServer?
     /// The metrics endpoint's port, when it is on.
     public var metricsPort: UInt16? { metrics?.port }
@@ -135,13 +141,29 @@ public final class Node: @unchecked Sendable {
         }
         listenFD = fd
         port = bound
+        if let mp = config.memcachedPort {
+            let maddr = SocketAddress(host: config.host, port: mp)!
+            do {
+                let (mfd, mbound) = try Socket.listen(maddr)
+                memcachedFD = mfd
+                memcached = MemcachedListener(config: config, port: mbound, store: store, dispatcher: dispatcher, threads: n,
+                                              maxConnections: effectiveMaxConnections)
+            } catch {
+                Sys.close(fd)
+                store.close()
+                throw NodeError(exitCode: 3, "cannot listen for memcached on \(maddr): \(error)")
+            }
+        }
         connections = (0..<n).map { _ in LoopConnections() }
         logFlushDue = (0..<n).map { _ in FlushDue() }
         for i in 0..<n {
             let loop = try EventLoop(index: i)
             loops.append(loop)
             scratchBuffers.append(.allocate(byteCount: 64 << 10, alignment: 16))
-            try loop.register(fd, .accept, Acceptor(node: self, loop: loop))
+            try loop.register(fd, .accept, Acceptor(node: self, loop: loop, listener: fd, kind: .strata))
+            if memcachedFD >= 0 {
+                try loop.register(memcachedFD, .accept, Acceptor(node: self, loop: loop, listener: memcachedFD, kind: .memcached))
+            }
         }
         for loop in loops {
             startThread(name: "strata-loop") { [self] in
@@ -191,7 +213,7 @@ public final class Node: @unchecked Sendable {
 
     // MARK: Connections (each loop's own map, touched on that loop only)
 
-    func connectionClosed(_ c: Connection) {
+    func connectionClosed(_ c: any ClientConnection) {
         connections[c.loop.index].map[c.id] = nil
         stats.connectionsCurrent.add(-1, ordering: .relaxed)
     }
@@ -227,7 +249,13 @@ public final class Node: @unchecked Sendable {
         log.info("draining", [("in_flight", String(workers.outstanding))])
         // Stop accepting: each loop drops the listening socket.
         let dropped = Counter()
-        for loop in loops { loop.execute { loop.unregister(self.listenFD); dropped.add() } }
+        for loop in loops {
+            loop.execute {
+                loop.unregister(self.listenFD)
+                if self.memcachedFD >= 0 { loop.unregister(self.memcachedFD) }
+                dropped.add()
+            }
+        }
         let deadline = monotonicSeconds() + config.drainTime
         while monotonicSeconds() < deadline {
             if dropped.load() == loops.count && workers.outstanding == 0 && allIdle() { break }
@@ -241,6 +269,7 @@ public final class Node: @unchecked Sendable {
         }
         if !loops.isEmpty { allStopped.wait() }
         Sys.close(listenFD)
+        if memcachedFD >= 0 { Sys.close(memcachedFD) }
         metrics?.stop()
         workers.stop()
         imageWorkers.stop()
@@ -313,6 +342,7 @@ public final class Node: @unchecked Sendable {
             ("leases_lost", String(stats.leasesLost.load())), ("leases_held", String(dispatcher.leases.count)),
             ("negative_hits", String(stats.negativeHits.load())), ("stale_hits", String(stats.staleHits.load())),
         ]
+        if let m = memcached { fields += m.jsonFields() }
         for f in ImageFormat.allCases {
             fields.append(("images_stored_\(f.metricName)", String(stats.imagesStored[Int(f.rawValue)].load())))
         }

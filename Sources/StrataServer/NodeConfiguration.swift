@@ -78,6 +78,13 @@ public struct NodeConfiguration: Sendable {
     public var metricsPort: UInt16? = nil
     /// The address the metrics endpoint binds (it has no authentication; not `host`).
     public var metricsHost = "127.0.0.1"
+    /// Serve memcached's text protocol on this port of `host` (nil = off; 0 = any free port).
+    /// Same loops, store, connection limits, timeouts and output cap as the binary listener.
+    public var memcachedPort: UInt16? = nil
+    /// The namespace memcached keys live in (default: the default namespace, empty).
+    public var memcachedNamespace: [UInt8] = []
+    /// The memcached listener reads and writes the memory tier only (default: memory and disk).
+    public var memcachedMemoryOnly = false
 
     /// Seconds a read-through lease lasts before another client may take it.
     public var leaseTimeout: Double = 10

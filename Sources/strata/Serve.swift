@@ -21,12 +21,15 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--idle-age SECONDS] [--namespace-stats-limit 100]
                     [--max-output-bytes 256MiB] [--max-write-behind-bytes 64MiB]
                     [--image-decode-limit 128MiB]
+                    [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
 name in upper case with _ for -), then flags; the later wins. Sizes accept B, KiB, MiB, GiB.
 Binding an address other than loopback needs --auth-token-file or --insecure.
 --max-connections is lowered, with a warning, to what the descriptor limit (ulimit -n) allows.
+--memcached-port also serves memcached's text protocol on that port of --host (off by default;
+0 = any free port), on the same store: see proto-spec/MEMCACHED.md.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
 
@@ -38,11 +41,12 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit",
                                "disk-trim-to", "disk-evict", "pause-threshold",
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
-                               "max-output-bytes", "max-write-behind-bytes", "image-decode-limit"]
+                               "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
+                               "memcached-namespace"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
-                                 switches: ["--insecure", "--help", "--validate-images"], maxPositionals: 0)
+                                 switches: ["--insecure", "--help", "--validate-images", "--memcached-memory-only"], maxPositionals: 0)
     if opts.switches.contains("--help") {
         printOut(serveUsage)
         return 0
@@ -62,8 +66,10 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     }
     if let v = env["STRATA_INSECURE"] { insecure = v == "1" || v == "true" }
     if let v = env["STRATA_VALIDATE_IMAGES"] { settings["validate-images"] = v }
+    if let v = env["STRATA_MEMCACHED_MEMORY_ONLY"] { settings["memcached-memory-only"] = v }
     for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
     if opts.switches.contains("--validate-images") { settings["validate-images"] = "true" }
+    if opts.switches.contains("--memcached-memory-only") { settings["memcached-memory-only"] = "true" }
     if opts.switches.contains("--insecure") { insecure = true }
 
     var config = NodeConfiguration()
@@ -84,6 +90,10 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     if let mp = node.metricsPort {
         let h = config.metricsHost.contains(":") ? "[\(config.metricsHost)]" : config.metricsHost
         printOut("metrics on http://\(h):\(mp)/metrics")
+    }
+    if let mp = node.memcachedPort {
+        let h = config.host.contains(":") ? "[\(config.host)]" : config.host
+        printOut("memcached on \(h):\(mp) (namespace '\(String(decoding: config.memcachedNamespace, as: UTF8.self))', \(config.memcachedMemoryOnly ? "memory only" : "the node's tiers"))")
     }
     var sig: Int32 = 0
     sigwait(&set, &sig)
@@ -135,6 +145,15 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     }
     if let v = try int("max-unauthenticated") { c.maxUnauthenticated = v > 0 ? v : nil } // 0: half the limit
     if let v = s["metrics-host"] { c.metricsHost = v }
+    if let v = try int("memcached-port") {
+        guard v <= 65535 else { throw UsageError(message: "--memcached-port must be 0…65535, got \(v)") }
+        c.memcachedPort = UInt16(v)
+    }
+    if let v = s["memcached-namespace"] {
+        guard v.utf8.count <= 64 else { throw UsageError(message: "--memcached-namespace must be at most 64 bytes") }
+        c.memcachedNamespace = Array(v.utf8)
+    }
+    if let v = s["memcached-memory-only"] { c.memcachedMemoryOnly = v == "true" || v == "1" }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
     if let v = try size("output-cap") { c.outputCap = v }
@@ -218,9 +237,9 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
     var insecure: Bool? = nil
     for (k, v) in obj {
         let name = k.replacingOccurrences(of: "_", with: "-")
-        if name == "insecure" || name == "validate-images" {
+        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" {
             guard let b = v as? Bool else { throw UsageError(message: "config '\(k)' must be true or false") }
-            if name == "insecure" { insecure = b } else { out["validate-images"] = b ? "true" : "false" }
+            if name == "insecure" { insecure = b } else { out[name] = b ? "true" : "false" }
             continue
         }
         guard serveSettings.contains(name) else { throw UsageError(message: "unknown config key '\(k)' in '\(path)'") }

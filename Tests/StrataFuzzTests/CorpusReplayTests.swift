@@ -25,6 +25,12 @@ final class CorpusReplayTests: XCTestCase {
         XCTAssertEqual(FuzzEntry.logRecords(four), 4)
     }
 
+    func testMemcachedCorpus() throws {
+        XCTAssertGreaterThanOrEqual(try replay("memcached", { FuzzEntry.memcachedText($0) }), 12)
+        let all = try [UInt8](Data(contentsOf: Self.corpus.appendingPathComponent("memcached/all-concatenated")))
+        XCTAssertGreaterThanOrEqual(FuzzEntry.memcachedText(all), 15) // too-large swallows what follows it
+    }
+
     func testEntriesSurviveShortAndEmptyInputs() {
         for n in 0..<64 {
             let junk = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
@@ -32,6 +38,7 @@ final class CorpusReplayTests: XCTestCase {
             FuzzEntry.image(junk)
             FuzzEntry.diskValue(junk)
             FuzzEntry.logRecords(junk)
+            FuzzEntry.memcachedText(junk)
         }
     }
 }

@@ -44,7 +44,7 @@ final class NodeProcess: @unchecked Sendable {
         // Waits on the pipe (poll, bounded by the deadline), never in a blocking read.
         var line = ""
         let deadline = monotonicSeconds() + 20
-        let linesWanted = extra.contains("--metrics-port") ? 2 : 1
+        let linesWanted = 1 + (extra.contains("--metrics-port") ? 1 : 0) + (extra.contains("--memcached-port") ? 1 : 0)
         let out = stdoutPipe.fileHandleForReading
         while line.filter({ $0 == "\n" }).count < linesWanted && process.isRunning {
             let left = deadline - monotonicSeconds()
@@ -67,9 +67,14 @@ final class NodeProcess: @unchecked Sendable {
             metricsHost = String(line[r.upperBound..<colon])
             metricsPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
         }
+        if let r = line.range(of: "memcached on "), let colon = line[r.upperBound...].firstIndex(of: ":") {
+            memcachedPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
+        }
     }
 
     private(set) var metricsPort: UInt16?
+    /// The memcached listener's port, from "memcached on HOST:PORT".
+    private(set) var memcachedPort: UInt16?
     /// The address the metrics endpoint printed (IPv4 only).
     private(set) var metricsHost: String?
 

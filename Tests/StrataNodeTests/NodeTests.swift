@@ -573,6 +573,7 @@ final class DeployFileTests: XCTestCase {
         // It parses and starts a node (with the machine-specific paths overridden by flags).
         var cfg = example.replacingOccurrences(of: "\"/etc/strata/token\"", with: "\"\(dir.path)/token\"")
         cfg = cfg.replacingOccurrences(of: "\"metrics_port\": 9740", with: "\"metrics_port\": 0")
+        cfg = cfg.replacingOccurrences(of: "\"memcached_port\": 11211", with: "\"memcached_port\": 0")
         try "t0ken\n".write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
         try cfg.write(toFile: dir.path + "/strata.json", atomically: true, encoding: .utf8)
         let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--config", dir.path + "/strata.json", "--metrics-port", "0"])

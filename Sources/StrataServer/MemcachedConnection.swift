@@ -1,0 +1,309 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+import StrataNet
+import StrataStore
+import StrataWire
+
+/// One memcached text-protocol client, owned by one event loop (every method runs on that
+/// loop's thread).
+///
+/// Answers leave in the order commands arrived (the text protocol has no request ids): the
+/// commands parsed from one read run as a batch — on the loop while they cannot wait on disk
+/// (version, stats, memory-tier hits; everything on a memory-only listener), the rest of the
+/// batch on one disk worker, in order, while reading pauses. Shares the binary listener's
+/// limits: `--max-connections`, the unauthenticated cap and `--auth-timeout`, `--frame-timeout`
+/// for a command that has started to arrive (slowloris), `--idle-timeout`, `--output-cap`, and
+/// the node-wide buffered-bytes bound. A line over `MemcachedParser.maxLine` is answered and
+/// closes the connection; a data block over the node's max item is refused from its declared
+/// length and dropped as it arrives.
+final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Sendable {
+    let fd: Int32
+    let loop: EventLoop
+    let node: Node
+    let listener: MemcachedListener
+    let id: Int
+
+    var input: [UInt8] = []
+    var inputStart = 0
+    var output: [UInt8] = []
+    var outputStart = 0
+    var accounted = 0
+    var wantWrite = false
+    var flushScheduled = false
+    var peerFinished = false
+    var closeAfterFlush = false
+    var registered: EventLoop.Interest = .read
+    var lastWriteProgress = monotonicSeconds()
+    var closed = false
+    /// A batch is on a disk worker: nothing else runs and reading pauses until it is back.
+    var busy = false
+    /// Inside `submitSet`: a completion arriving now is deferred through the loop.
+    var submitting = false
+    /// Bytes of a refused data block still to drop.
+    var swallow = 0
+    var authenticated: Bool
+    var awaitingAuth: Bool
+    let acceptedAt: Double
+    /// When the command now arriving started (nil between commands).
+    var commandStarted: Double?
+    var lastActive: Double
+
+    /// Commands run per batch at most (their answers leave together).
+    static let maxBatch = 256
+
+    init(fd: Int32, loop: EventLoop, node: Node, listener: MemcachedListener, id: Int, now: Double = monotonicSeconds()) {
+        self.fd = fd
+        self.loop = loop
+        self.node = node
+        self.listener = listener
+        self.id = id
+        authenticated = node.config.authToken == nil
+        awaitingAuth = !authenticated
+        acceptedAt = now
+        lastActive = now
+        listener.connectionsCurrent.add()
+        listener.connectionsTotal.add()
+    }
+
+    var idle: Bool { !busy && outputStart == output.count }
+
+    private var parser: MemcachedParser {
+        MemcachedParser(maxValue: authenticated ? node.config.maxItem : min(node.config.maxItem, node.config.preAuthFrameLimit))
+    }
+
+    // MARK: Events
+
+    func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        if writable { flush() }
+        if readable { readAvailable() }
+        if hangup && !closed && !readable { close(reason: "hangup") }
+    }
+
+    private func readAvailable() {
+        guard !closed else { return }
+        let scratch = node.scratch(for: loop)
+        // A complete command always fits in this much (the longest line, a max item, CRLF).
+        let bound = node.config.maxItem + (64 << 10) + 4096
+        while !closed && !busy && input.count - inputStart <= bound {
+            let r: IOResult
+            do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
+                close(reason: "read: \(error)")
+                return
+            }
+            guard case .done(let n) = r else { break }
+            if n == 0 { peerFinished = true; break }
+            input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+            node.stats.bytesIn.add(n, ordering: .relaxed)
+            listener.bytesRead.add(n)
+            lastActive = monotonicSeconds()
+            if n < scratch.count { break }
+        }
+        process()
+        finish()
+    }
+
+    /// Parses and runs what the input holds, until it needs more bytes, a batch goes to a
+    /// worker, or the connection is closing.
+    func process() {
+        while !closed && !closeAfterFlush && !busy {
+            if swallow > 0 {
+                let n = min(swallow, input.count - inputStart)
+                inputStart += n
+                swallow -= n
+                if swallow > 0 {
+                    if commandStarted == nil { commandStarted = monotonicSeconds() }
+                    break
+                }
+                commandStarted = nil
+                continue
+            }
+            if input.count == inputStart { break }
+            if !authenticated {
+                guard authenticateNext() else { break }
+                continue
+            }
+            var batch: [MemcachedParse] = []
+            var stop = false
+            while batch.count < Self.maxBatch && input.count > inputStart && !stop {
+                let p = input.withUnsafeBytes { parser.parse(UnsafeRawBufferPointer(rebasing: $0[inputStart...])) }
+                switch p {
+                case .needMore:
+                    if commandStarted == nil { commandStarted = monotonicSeconds() }
+                    stop = true
+                case .command(let c, let used):
+                    inputStart += used
+                    commandStarted = nil
+                    batch.append(p)
+                    if case .quit = c { stop = true }
+                case .error(_, let used, let drop, let fatal):
+                    inputStart += used
+                    commandStarted = nil
+                    batch.append(p)
+                    if drop > 0 { swallow = drop; stop = true }
+                    if fatal { stop = true }
+                }
+            }
+            if batch.isEmpty { break }
+            run(batch)
+            if batch.count < Self.maxBatch && swallow == 0 && !busy { break }
+        }
+        compactInput()
+    }
+
+    /// Before authentication only `set <any> <flags> <exptime> <len>` with the data
+    /// `<user> <token>` is accepted (memcached's `-Y` authfile form); anything else gets
+    /// CLIENT_ERROR unauthenticated. A wrong token is answered and closes the connection.
+    /// Returns false when more bytes are needed.
+    private func authenticateNext() -> Bool {
+        let p = input.withUnsafeBytes { parser.parse(UnsafeRawBufferPointer(rebasing: $0[inputStart...])) }
+        switch p {
+        case .needMore:
+            if commandStarted == nil { commandStarted = monotonicSeconds() }
+            return false
+        case .error(let line, let used, let drop, let fatal):
+            inputStart += used
+            commandStarted = nil
+            swallow = drop
+            listener.error(line, into: &output)
+            if fatal { closeAfterFlush = true }
+        case .command(let c, let used):
+            inputStart += used
+            commandStarted = nil
+            if case .quit = c { closeAfterFlush = true; break }
+            guard case .store(let s) = c, s.verb == .set else {
+                listener.error("CLIENT_ERROR unauthenticated", into: &output)
+                break
+            }
+            listener.authCommands.add()
+            let parts = s.value.split(separator: 0x20, maxSplits: 1, omittingEmptySubsequences: false)
+            if parts.count == 2, let expected = node.config.authToken, constantTimeEqual(Array(parts[1]), expected) {
+                authenticated = true
+                awaitingAuth = false
+                node.leftAuthQueue(on: loop)
+                MemcachedResponse.line("STORED", into: &output)
+            } else {
+                listener.authErrors.add()
+                node.stats.authFailures.add(1, ordering: .relaxed)
+                node.log.warn("auth_failed", [("conn", String(id)), ("protocol", "memcached")])
+                listener.error("CLIENT_ERROR authentication failure", into: &output)
+                closeAfterFlush = true
+            }
+        }
+        outputAdded()
+        return true
+    }
+
+    /// Runs a batch: on the loop while each command may, the rest on one disk worker.
+    private func run(_ batch: [MemcachedParse]) {
+        var i = 0
+        while i < batch.count {
+            switch batch[i] {
+            case .error(let line, _, _, let fatal):
+                listener.error(line, into: &output)
+                if fatal { closeAfterFlush = true }
+            case .command(let c, _):
+                if node.draining {
+                    listener.error("SERVER_ERROR the node is shutting down", into: &output)
+                } else if case .get(let keys, let cas) = c, !listener.memoryOnly, listener.memoryGet(keys, cas: cas, into: &output) {
+                    // answered from memory
+                } else if listener.runsOnLoop(c) {
+                    if !listener.execute(c, into: &output) { closeAfterFlush = true }
+                } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {
+                    // the last command, a durable set: decided here, answered after the loop's log write
+                    outputAdded()
+                    return
+                } else {
+                    submit(Array(batch[i...]))
+                    outputAdded()
+                    return
+                }
+            case .needMore: break
+            }
+            i += 1
+        }
+        outputAdded()
+    }
+
+    /// A plain set with no worker (`MemcachedListener.submitSet`); reading pauses until its
+    /// answer is back, so answers keep their order. False when it must go to a worker.
+    private func submitSet(_ st: MemcachedStore) -> Bool {
+        busy = true
+        submitting = true
+        defer { submitting = false }
+        let loop = self.loop
+        let r = listener.submitSet(st) { [self] line in
+            let out = line.map { Array(($0 + "\r\n").utf8) } ?? []
+            // Answered at once (inside submitSet) or by another thread: back through the loop.
+            if loop.isCurrentThread && !submitting { completed(out, quit: false) } else { loop.execute { [self] in completed(out, quit: false) } }
+        }
+        switch r {
+        case .submitted:
+            node.scheduleLogFlush(on: loop)
+            return true
+        case .notEligible:
+            busy = false
+            return false
+        case .failed(let line):
+            busy = false
+            listener.error(line, into: &output)
+            return true
+        }
+    }
+
+    private func submit(_ rest: [MemcachedParse]) {
+        if node.overloaded {
+            node.stats.busyRefusals.add(1, ordering: .relaxed)
+            for _ in rest { listener.error("SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later", into: &output) }
+            return
+        }
+        busy = true
+        let listener = self.listener
+        let accepted = node.workers.submit { [self] in
+            var out: [UInt8] = []
+            var quit = false
+            for p in rest where !quit {
+                switch p {
+                case .error(let line, _, _, let fatal):
+                    listener.error(line, into: &out)
+                    quit = fatal
+                case .command(let c, _): quit = !listener.execute(c, into: &out)
+                case .needMore: break
+                }
+            }
+            loop.execute { [self] in completed(out, quit: quit) }
+        }
+        if !accepted {
+            busy = false
+            node.stats.busyRefusals.add(1, ordering: .relaxed)
+            for _ in rest { listener.error("SERVER_ERROR busy: too much disk work queued; retry later", into: &output) }
+        }
+    }
+
+    private func completed(_ out: [UInt8], quit: Bool) {
+        busy = false
+        guard !closed else { return }
+        output.append(contentsOf: out)
+        if quit { closeAfterFlush = true }
+        outputAdded()
+        process()
+        finish()
+    }
+
+    /// After a read or a completion: interest, accounting, and closing at end of input.
+    func finish() {
+        guard !closed else { return }
+        if (peerFinished || closeAfterFlush) && idle { close(reason: peerFinished ? "eof" : "done"); return }
+        updateInterest()
+        updateAccounting()
+    }
+
+    private func compactInput() {
+        if inputStart == input.count {
+            input.removeAll(keepingCapacity: input.capacity <= 1 << 20); inputStart = 0
+        } else if inputStart > 64 << 10 && inputStart * 2 > input.count {
+            input.removeFirst(inputStart); inputStart = 0
+        }
+    }
+}

@@ -1,0 +1,334 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Dispatch
+import StrataCore
+import StrataStore
+import StrataWire
+
+/// The memcached text-protocol listener's settings, counters and command execution
+/// (proto-spec/MEMCACHED.md). Thread-safe: `execute` runs on loop threads (memory-only work)
+/// and on disk workers; the counters are relaxed atomics.
+///
+/// Guarantees: every command maps onto one `TieredCache` call in the listener's namespace and
+/// tiers (append/prepend: a read, then a CAS write, retried on a race), so an item written here
+/// reads the same through the binary protocol. Costs: what the store call costs; answers are
+/// appended to a caller's `[UInt8]` buffer.
+final class MemcachedListener: Sendable {
+    /// The version line: memcached 1.6 so clients and testers pick the modern behaviour.
+    static let version = "1.6.21-strata-\(Node.version)"
+    /// CAS and append/prepend retry this many times before answering NOT_STORED.
+    static let appendAttempts = 16
+
+    let port: UInt16
+    let namespace: [UInt8]
+    let tiers: Tiers
+    let store: TieredCache
+    let maxValue: Int
+    let memoryLimit: Int
+    let started = monotonicSeconds()
+    let threads: Int
+    let maxConnections: Int
+    /// The binary protocol's dispatcher: its lease table and variant lineage, which every
+    /// write here must keep true (a write revokes the key's lease and drops its variants).
+    let dispatcher: Dispatcher
+
+    // Counters (STATS, /metrics).
+    let commands: [Counter] = MemcachedCommand.names.map { _ in Counter() }
+    let unknownCommands = Counter() // answered ERROR
+    let clientErrors = Counter()
+    let serverErrors = Counter()
+    let getHits = Counter(), getMisses = Counter(), totalItems = Counter()
+    let deleteHits = Counter(), deleteMisses = Counter(), touchHits = Counter(), touchMisses = Counter()
+    let incrHits = Counter(), incrMisses = Counter(), decrHits = Counter(), decrMisses = Counter()
+    let casHits = Counter(), casMisses = Counter(), casBadval = Counter()
+    let authCommands = Counter(), authErrors = Counter()
+    let connectionsCurrent = Counter(), connectionsTotal = Counter()
+    let bytesRead = Counter(), bytesWritten = Counter()
+
+    init(config: NodeConfiguration, port: UInt16, store: TieredCache, dispatcher: Dispatcher, threads: Int, maxConnections: Int) {
+        self.port = port
+        self.dispatcher = dispatcher
+        self.threads = threads
+        self.maxConnections = maxConnections
+        namespace = config.memcachedNamespace
+        tiers = config.memcachedMemoryOnly ? .memory : .all
+        self.store = store
+        maxValue = config.maxItem
+        memoryLimit = config.memoryLimit
+    }
+
+    var memoryOnly: Bool { tiers == .memory }
+
+    func count(_ c: MemcachedCommand) {
+        if let i = MemcachedCommand.names.firstIndex(of: c.name) { commands[i].add() }
+    }
+
+    /// Appends an error line and counts it by kind.
+    func error(_ line: String, into out: inout [UInt8]) {
+        if line.hasPrefix("CLIENT_ERROR") { clientErrors.add() } else if line.hasPrefix("SERVER_ERROR") { serverErrors.add() } else { unknownCommands.add() }
+        MemcachedResponse.line(line, into: &out)
+    }
+
+    /// Whether `c` may run on an event loop thread: it cannot wait on SQLite or the log.
+    func runsOnLoop(_ c: MemcachedCommand) -> Bool {
+        switch c {
+        case .version, .verbosity, .quit, .stats: return true
+        case .flushAll: return false
+        default: return memoryOnly
+        }
+    }
+
+    /// A get/gets answered from the memory tier alone (nil when any key is not there): on
+    /// the loop, a disk read is not needed for it.
+    func memoryGet(_ keys: [[UInt8]], cas: Bool, into out: inout [UInt8]) -> Bool {
+        var items: [CacheItem] = []
+        items.reserveCapacity(keys.count)
+        for k in keys {
+            guard let item = try? store.get(k, namespace: namespace, tiers: .memory), !item.negative else { return false }
+            items.append(item)
+        }
+        commands[cas ? 1 : 0].add()
+        getHits.add(keys.count)
+        for (k, item) in zip(keys, items) {
+            MemcachedResponse.value(key: k, flags: item.flags, data: item.value, cas: cas ? item.version : nil, into: &out)
+        }
+        out.append(contentsOf: MemcachedResponse.end)
+        return true
+    }
+
+    /// The store's expiry for a memcached exptime (`MemcachedExpiry`; 0 = the node's default,
+    /// which is never unless --default-ttl).
+    func expiry(_ exptime: Int64) -> Expiry {
+        switch MemcachedExpiry.resolve(exptime, nowUnixSeconds: store.clock.nowSeconds()) {
+        case .never: return .storeDefault
+        case .expired: return .at(unixMicros: 1)
+        case .at(let s): return .at(unixMicros: s * 1_000_000)
+        }
+    }
+
+    /// Runs one command and appends its answer (nothing for noreply, except SERVER_ERROR).
+    /// Returns false for `quit`: the connection closes after its output.
+    func execute(_ c: MemcachedCommand, into out: inout [UInt8]) -> Bool {
+        count(c)
+        // Whatever the outcome, a write revokes the key's read-through lease (a fill loaded
+        // before it must not land) and drops its image variants, as binary writes do.
+        defer { keysWritten(by: c).forEach(written) }
+        do {
+            return try run(c, into: &out)
+        } catch let e as StoreError {
+            error(Self.serverError(e), into: &out)
+        } catch {
+            self.error("SERVER_ERROR \(error)", into: &out)
+        }
+        return true
+    }
+
+    /// What `submitSet` did.
+    enum Submitted { case submitted, notEligible, failed(String) }
+
+    /// A plain `set` to the disk tier without blocking the caller (the event loop): decided now,
+    /// its log record joins the loop's batch (the caller schedules the loop's log flush), and
+    /// `done` gets the answer line (nil for noreply) once the record is written — on any
+    /// thread, possibly before this returns. Other storage commands are `.notEligible`.
+    func submitSet(_ s: MemcachedStore, _ done: @escaping @Sendable (String?) -> Void) -> Submitted {
+        guard s.verb == .set, !memoryOnly else { return .notEligible }
+        var o = SetOptions()
+        o.flags = s.flags
+        o.expiry = expiry(s.exptime)
+        o.tiers = tiers
+        guard TieredCache.submitsWithoutBlocking(o) else { return .notEligible }
+        count(.store(s))
+        do {
+            try store.submitSet(s.key, s.value, namespace: namespace, options: o, quickCompletion: true, flushLater: true) { [self] result in
+                written(s.key)
+                switch result {
+                case .success(.stored):
+                    totalItems.add()
+                    done(s.noreply ? nil : "STORED")
+                case .success: done(s.noreply ? nil : "NOT_STORED")
+                case .failure(let e):
+                    serverErrors.add()
+                    done(Self.serverError(e))
+                }
+            }
+            return .submitted
+        } catch let e as StoreError {
+            written(s.key)
+            return .failed(Self.serverError(e))
+        } catch {
+            return .failed("SERVER_ERROR \(error)")
+        }
+    }
+
+    /// The keys a command may change (none for reads, except gat and mg with T, which touch).
+    func keysWritten(by c: MemcachedCommand) -> [[UInt8]] {
+        switch c {
+        case .store(let s): return [s.key]
+        case .delete(let k, _), .arithmetic(let k, _, _, _), .touch(let k, _, _): return [k]
+        case .gat(_, let keys, _): return keys
+        case .meta(let m):
+            switch m.verb {
+            case .set, .delete, .arithmetic: return [m.key]
+            case .get: return m.has("T") ? [m.key] : []
+            default: return []
+            }
+        default: return []
+        }
+    }
+
+    func written(_ key: [UInt8]) {
+        let id = ItemKey(namespace: namespace, key: key)
+        dispatcher.leases.revoke(id)
+        dispatcher.originalChanged(id)
+    }
+
+    func flushed() {
+        dispatcher.leases.revokeAll(namespace: namespace)
+        dispatcher.lineage.forget(namespace: namespace)
+    }
+
+    static func serverError(_ e: StoreError) -> String {
+        switch e.code {
+        case .valueTooLarge: return "SERVER_ERROR object too large for cache"
+        case .diskFull: return "SERVER_ERROR out of memory storing object"
+        default: return "SERVER_ERROR \(e.message)"
+        }
+    }
+
+    private func run(_ c: MemcachedCommand, into out: inout [UInt8]) throws -> Bool {
+        func reply(_ s: String, _ noreply: Bool) { if !noreply { MemcachedResponse.line(s, into: &out) } }
+        switch c {
+        case .get(let keys, let cas):
+            try retrieve(keys, cas: cas, touch: nil, into: &out)
+        case .gat(let exptime, let keys, let cas):
+            try retrieve(keys, cas: cas, touch: expiry(exptime), into: &out)
+        case .store(let s):
+            let answer = try storeCommand(s)
+            if answer.hasPrefix("SERVER_ERROR") { error(answer, into: &out) } else { reply(answer, s.noreply) }
+        case .delete(let key, let noreply):
+            let r = try store.remove(key, namespace: namespace, tiers: tiers)
+            if r == .removed { deleteHits.add() } else { deleteMisses.add() }
+            reply(r == .removed ? "DELETED" : "NOT_FOUND", noreply)
+        case .arithmetic(let key, let delta, let increment, let noreply):
+            let r = increment ? try store.increment(key, by: delta, namespace: namespace, tiers: tiers)
+                              : try store.decrement(key, by: delta, namespace: namespace, tiers: tiers)
+            switch r {
+            case .value(let v, _):
+                (increment ? incrHits : decrHits).add()
+                reply(String(v), noreply)
+            case .notFound:
+                (increment ? incrMisses : decrMisses).add()
+                reply("NOT_FOUND", noreply)
+            case .notANumber:
+                clientErrors.add()
+                reply("CLIENT_ERROR cannot increment or decrement non-numeric value", noreply)
+            }
+        case .touch(let key, let exptime, let noreply):
+            let v = try store.touchVersioned(key, namespace: namespace, expiry: expiry(exptime), tiers: tiers)
+            if v != nil { touchHits.add() } else { touchMisses.add() }
+            reply(v != nil ? "TOUCHED" : "NOT_FOUND", noreply)
+        case .flushAll(let delay, let noreply):
+            if delay > 0 {
+                let (store, ns) = (self.store, namespace)
+                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) { [self] in
+                    try? store.flush(namespace: ns)
+                    flushed()
+                }
+            } else {
+                try store.flush(namespace: namespace)
+                flushed()
+            }
+            reply("OK", noreply)
+        case .stats(let args):
+            if args.isEmpty {
+                for (k, v) in statsFields() { MemcachedResponse.line("STAT \(k) \(v)", into: &out) }
+                out.append(contentsOf: MemcachedResponse.end)
+            } else if args == ["reset"] {
+                MemcachedResponse.line("RESET", into: &out)
+            } else {
+                // settings, items, slabs, sizes, conns: nothing of memcached's slab allocator to show.
+                out.append(contentsOf: MemcachedResponse.end)
+            }
+        case .version:
+            MemcachedResponse.line("VERSION \(Self.version)", into: &out)
+        case .verbosity(let noreply):
+            reply("OK", noreply)
+        case .quit:
+            return false
+        case .meta(let m):
+            try meta(m, into: &out)
+        }
+        return true
+    }
+
+    private func retrieve(_ keys: [[UInt8]], cas: Bool, touch: Expiry?, into out: inout [UInt8]) throws {
+        for k in keys {
+            if touch != nil {
+                if let v = try store.touchVersioned(k, namespace: namespace, expiry: touch!, tiers: tiers), v > 0 { touchHits.add() } else { touchMisses.add() }
+            }
+            if let item = try store.get(k, namespace: namespace, tiers: tiers), !item.negative {
+                getHits.add()
+                MemcachedResponse.value(key: k, flags: item.flags, data: item.value, cas: cas ? item.version : nil, into: &out)
+            } else {
+                getMisses.add()
+            }
+        }
+        out.append(contentsOf: MemcachedResponse.end)
+    }
+
+    /// The answer line of a storage command.
+    private func storeCommand(_ s: MemcachedStore) throws -> String {
+        var o = SetOptions()
+        o.flags = s.flags
+        o.expiry = expiry(s.exptime)
+        o.tiers = tiers
+        return try storeWith(s, options: o)
+    }
+
+    /// The answer line of a storage command with its flags, expiry and tiers in `o`
+    /// (append/prepend keep the item's own).
+    func storeWith(_ s: MemcachedStore, options o: SetOptions) throws -> String {
+        var o = o
+        switch s.verb {
+        case .set, .add, .replace, .cas:
+            o.mode = s.verb == .add ? .add : s.verb == .replace ? .replace : s.verb == .cas ? .cas(s.casUnique ?? 0) : .set
+            let r = try store.set(s.key, s.value, namespace: namespace, options: o)
+            switch r {
+            case .stored:
+                totalItems.add()
+                if s.verb == .cas { casHits.add() }
+                return "STORED"
+            case .exists: return "NOT_STORED"
+            case .notFound:
+                if s.verb == .cas { casMisses.add(); return "NOT_FOUND" }
+                return "NOT_STORED"
+            case .casMismatch:
+                casBadval.add()
+                return "EXISTS"
+            case .superseded: return "NOT_STORED"
+            }
+        case .append, .prepend:
+            // A read, then a write conditional on the version read: a racing write makes it
+            // read again. Flags and expiry stay the item's (memcached ignores the command's).
+            for _ in 0..<Self.appendAttempts {
+                guard let item = try store.get(s.key, namespace: namespace, tiers: tiers), !item.negative else { return "NOT_STORED" }
+                guard item.value.count + s.value.count <= maxValue else { return "SERVER_ERROR object too large for cache" }
+                var w = SetOptions()
+                w.flags = item.flags
+                w.expiry = item.expiresAt.map { .at(unixMicros: $0) } ?? .never
+                w.tiers = tiers
+                w.mode = .cas(item.version)
+                let joined = s.verb == .append ? item.value + s.value : s.value + item.value
+                switch try store.set(s.key, joined, namespace: namespace, options: w) {
+                case .stored:
+                    totalItems.add()
+                    return "STORED"
+                case .notFound: return "NOT_STORED"
+                default: continue
+                }
+            }
+            return "SERVER_ERROR append raced with other writes \(Self.appendAttempts) times"
+        }
+    }
+}

@@ -1,0 +1,215 @@
+import StrataCore
+import StrataStore
+import StrataWire
+
+// The meta commands (proto-spec/MEMCACHED.md §7) mapped onto TieredCache, like the classic
+// ones: mg (get, touch), ms (set modes, CAS, invalidate), md (delete, invalidate), ma
+// (incr/decr with autovivify), mn, me. Return flags come back in the order they were asked.
+extension MemcachedListener {
+    func meta(_ m: MemcachedMeta, into out: inout [UInt8]) throws {
+        let quiet = m.has("q")
+        switch m.verb {
+        case .noop:
+            MemcachedResponse.line("MN", into: &out)
+        case .get:
+            try metaGet(m, quiet: quiet, into: &out)
+        case .set:
+            let (code, item) = try metaSet(m)
+            if code.hasPrefix("SERVER_ERROR") || code.hasPrefix("CLIENT_ERROR") { return error(code, into: &out) }
+            if quiet && code == "HD" { return }
+            MemcachedResponse.line(code + returnFlags(m, item: item, allowed: "bkcOs"), into: &out)
+        case .delete:
+            let code = try metaDelete(m)
+            if code.hasPrefix("CLIENT_ERROR") { return error(code, into: &out) }
+            if quiet && (code == "HD" || code == "NF") { return }
+            MemcachedResponse.line(code + returnFlags(m, item: nil, allowed: "bkO"), into: &out)
+        case .arithmetic:
+            try metaArithmetic(m, quiet: quiet, into: &out)
+        case .debug:
+            guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
+                MemcachedResponse.line("EN", into: &out)
+                return
+            }
+            let key = String(decoding: m.has("b") ? Base64.encode(m.key) : m.key, as: UTF8.self)
+            MemcachedResponse.line("ME \(key) exp=\(ttl(item)) la=0 cas=\(item.version) fetch=no cls=1 size=\(item.value.count)", into: &out)
+        }
+    }
+
+    /// " W" when this client takes the key's lease (it should fill the key), else " Z".
+    func win(_ key: [UInt8]) -> String {
+        if case .granted = dispatcher.leases.acquire(ItemKey(namespace: namespace, key: key)) {
+            dispatcher.stats?.leasesGranted.add()
+            return " W"
+        }
+        dispatcher.stats?.leasesFilling.add()
+        return " Z"
+    }
+
+    /// Seconds left before the item expires, -1 for none.
+    func ttl(_ item: CacheItem) -> Int64 {
+        guard let e = item.expiresAt else { return -1 }
+        return max(0, (e - store.clock.nowMicros() + 999_999) / 1_000_000)
+    }
+
+    /// " f.. c.. …" for the flags of `m` among `allowed`, in the order they were sent.
+    func returnFlags(_ m: MemcachedMeta, item: CacheItem?, allowed: String) -> String {
+        var s = ""
+        for f in m.flags where allowed.utf8.contains(f.letter) {
+            switch f.letter {
+            case UInt8(ascii: "b"): s += " b"
+            case UInt8(ascii: "k"): s += " k" + String(decoding: m.has("b") ? Base64.encode(m.key) : m.key, as: UTF8.self)
+            case UInt8(ascii: "O"): s += " O" + String(decoding: f.token, as: UTF8.self)
+            case UInt8(ascii: "c"): if let i = item { s += " c\(i.version)" }
+            case UInt8(ascii: "f"): if let i = item { s += " f\(i.flags)" }
+            case UInt8(ascii: "s"): if let i = item { s += " s\(i.value.count)" }
+            case UInt8(ascii: "t"): if let i = item { s += " t\(ttl(i))" }
+            default: break
+            }
+        }
+        return s
+    }
+
+    private func metaGet(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws {
+        if case .value(let t) = m.number("T") {
+            if try store.touchVersioned(m.key, namespace: namespace, expiry: expiry(t), tiers: tiers) != nil { touchHits.add() } else { touchMisses.add() }
+        } else if m.number("T") == .invalid {
+            return error("CLIENT_ERROR bad token in command line format", into: &out)
+        }
+        guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
+            getMisses.add()
+            // N: the first client to miss wins the right to fill (W; Strata's read-through
+            // lease on the key), the others are told someone is filling (Z). Answered as a hit
+            // of an empty value, as memcached's vivified item.
+            if m.number("N") != .absent {
+                let flags = returnFlags(m, item: nil, allowed: "bkO") + win(m.key)
+                MemcachedResponse.line((m.has("v") ? "VA 0" : "HD") + flags, into: &out)
+                if m.has("v") { out.append(contentsOf: [13, 10]) }
+                return
+            }
+            if !quiet { MemcachedResponse.line("EN", into: &out) }
+            return
+        }
+        getHits.add()
+        var flags = returnFlags(m, item: item, allowed: "bkcfOstv")
+        // A stale (invalidated) item is served with X, and one client wins its refill (W);
+        // R<seconds>: so is an item that expires within that many seconds.
+        var recache = item.stale
+        if case .value(let r) = m.number("R"), item.expiresAt != nil, ttl(item) < r { recache = true }
+        if recache { flags += win(m.key) }
+        if item.stale { flags += " X" }
+        if m.has("v") {
+            MemcachedResponse.line("VA \(item.value.count)" + flags, into: &out)
+            out.append(contentsOf: item.value)
+            out.append(contentsOf: [13, 10])
+        } else {
+            MemcachedResponse.line("HD" + flags, into: &out)
+        }
+    }
+
+    /// The answer code of an ms, and the item as stored (for c, s, …).
+    private func metaSet(_ m: MemcachedMeta) throws -> (String, CacheItem?) {
+        var o = SetOptions()
+        o.tiers = tiers
+        switch m.number("F") {
+        case .absent: break
+        case .value(let f) where f >= 0 && f <= Int64(UInt32.max): o.flags = UInt32(f)
+        default: return ("CLIENT_ERROR bad token in command line format", nil)
+        }
+        switch m.number("T") {
+        case .absent: o.expiry = .storeDefault
+        case .value(let t): o.expiry = expiry(t)
+        default: return ("CLIENT_ERROR bad token in command line format", nil)
+        }
+        let cas = m.number("C")
+        if cas == .invalid { return ("CLIENT_ERROR bad token in command line format", nil) }
+        let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "S")
+        var verb: MemcachedStoreVerb
+        switch mode {
+        case UInt8(ascii: "S"), UInt8(ascii: "s"): verb = .set
+        case UInt8(ascii: "E"), UInt8(ascii: "e"): verb = .add
+        case UInt8(ascii: "R"), UInt8(ascii: "r"): verb = .replace
+        case UInt8(ascii: "A"), UInt8(ascii: "a"): verb = .append
+        case UInt8(ascii: "P"), UInt8(ascii: "p"): verb = .prepend
+        default: return ("CLIENT_ERROR invalid mode for ms", nil)
+        }
+        if cas.uint64 != nil {
+            guard verb == .set else { return ("CLIENT_ERROR C with a mode other than set is not supported", nil) }
+            verb = .cas
+        }
+        let command = MemcachedStore(verb: verb, key: m.key, flags: o.flags, exptime: 0, value: m.value, casUnique: cas.uint64)
+        var answer = try storeWith(command, options: o)
+        switch answer {
+        case "STORED": answer = "HD"
+        case "NOT_STORED": answer = "NS"
+        case "EXISTS": answer = "EX"
+        case "NOT_FOUND": answer = "NF"
+        default: break
+        }
+        let wantsItem = m.flags.contains { "cst".utf8.contains($0.letter) }
+        let item = answer == "HD" && wantsItem ? try self.store.get(m.key, namespace: namespace, tiers: tiers) : nil
+        return (answer, item)
+    }
+
+    private func metaDelete(_ m: MemcachedMeta) throws -> String {
+        let cas = m.number("C")
+        if cas == .invalid { return "CLIENT_ERROR bad token in command line format" }
+        if let c = cas.uint64 {
+            // A conditional delete: compared, then removed (not atomic with a racing write).
+            guard let item = try store.get(m.key, namespace: namespace, tiers: tiers) else { deleteMisses.add(); return "NF" }
+            if item.version != c { return "EX" }
+        }
+        if m.has("I") {
+            // Invalidate: the item stays, served stale (flagged) until the next write.
+            if case .invalidated = try store.invalidate(m.key, namespace: namespace, tiers: tiers) { deleteHits.add(); return "HD" }
+            deleteMisses.add()
+            return "NF"
+        }
+        let r = try store.remove(m.key, namespace: namespace, tiers: tiers)
+        if r == .removed { deleteHits.add(); return "HD" }
+        deleteMisses.add()
+        return "NF"
+    }
+
+    private func metaArithmetic(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws {
+        let delta = m.number("D"), initial = m.number("J"), vivify = m.number("N")
+        guard delta != .invalid, initial != .invalid, vivify != .invalid,
+              delta == .absent || delta.uint64 != nil, initial == .absent || initial.uint64 != nil else {
+            return error("CLIENT_ERROR bad token in command line format", into: &out)
+        }
+        let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "I")
+        let increment: Bool
+        switch mode {
+        case UInt8(ascii: "I"), UInt8(ascii: "i"), UInt8(ascii: "+"): increment = true
+        case UInt8(ascii: "D"), UInt8(ascii: "d"), UInt8(ascii: "-"): increment = false
+        default: return error("CLIENT_ERROR invalid mode for ma", into: &out)
+        }
+        var start: UInt64? = nil
+        var exp: Expiry = .storeDefault
+        if case .value(let n) = vivify {
+            start = initial.uint64 ?? 0
+            exp = expiry(n)
+        }
+        let d = delta.uint64 ?? 1
+        let r = increment ? try store.increment(m.key, by: d, namespace: namespace, tiers: tiers, initial: start, expiry: exp)
+                          : try store.decrement(m.key, by: d, namespace: namespace, tiers: tiers, initial: start, expiry: exp)
+        switch r {
+        case .notFound:
+            (increment ? incrMisses : decrMisses).add()
+            if !quiet { MemcachedResponse.line("NF" + returnFlags(m, item: nil, allowed: "bkO"), into: &out) }
+        case .notANumber:
+            error("CLIENT_ERROR cannot increment or decrement non-numeric value", into: &out)
+        case .value(let v, _):
+            (increment ? incrHits : decrHits).add()
+            let wantsItem = m.flags.contains { "ct".utf8.contains($0.letter) }
+            let item = wantsItem ? try store.get(m.key, namespace: namespace, tiers: tiers) : nil
+            let flags = returnFlags(m, item: item, allowed: "bkcOt")
+            if m.has("v") {
+                let digits = String(v)
+                MemcachedResponse.line("VA \(digits.utf8.count)" + flags, into: &out)
+                MemcachedResponse.line(digits, into: &out)
+            } else if !quiet {
+                MemcachedResponse.line("HD" + flags, into: &out)
+            }
+        }
+    }
+}

@@ -1,0 +1,285 @@
+/// memcached's text protocol (memcached's doc/protocol.txt; the mapping onto Strata is
+/// proto-spec/MEMCACHED.md). Pure: bytes in, commands out, no I/O.
+
+/// A storage command's verb.
+public enum MemcachedStoreVerb: String, Sendable, Equatable, CaseIterable {
+    case set, add, replace, append, prepend, cas
+}
+
+/// set/add/replace/append/prepend/cas with its data block.
+public struct MemcachedStore: Sendable, Equatable {
+    public var verb: MemcachedStoreVerb
+    public var key: [UInt8]
+    public var flags: UInt32
+    /// As sent: 0 = no expiry, ≤ 30 days relative seconds, else absolute Unix seconds,
+    /// negative = already expired (`MemcachedExpiry`).
+    public var exptime: Int64
+    public var value: [UInt8]
+    /// The CAS unique of `cas` (nil for the other verbs).
+    public var casUnique: UInt64?
+    public var noreply: Bool
+
+    public init(verb: MemcachedStoreVerb, key: [UInt8], flags: UInt32 = 0, exptime: Int64 = 0, value: [UInt8],
+                casUnique: UInt64? = nil, noreply: Bool = false) {
+        self.verb = verb; self.key = key; self.flags = flags; self.exptime = exptime
+        self.value = value; self.casUnique = casUnique; self.noreply = noreply
+    }
+}
+
+/// One text-protocol command, fully parsed and validated (keys ≤ 250 bytes, no control bytes).
+public enum MemcachedCommand: Sendable, Equatable {
+    /// get/gets (`cas`: gets).
+    case get(keys: [[UInt8]], cas: Bool)
+    /// gat/gats: fetch and give a new expiry.
+    case gat(exptime: Int64, keys: [[UInt8]], cas: Bool)
+    case store(MemcachedStore)
+    case delete(key: [UInt8], noreply: Bool)
+    case arithmetic(key: [UInt8], delta: UInt64, increment: Bool, noreply: Bool)
+    case touch(key: [UInt8], exptime: Int64, noreply: Bool)
+    case flushAll(delay: Int64, noreply: Bool)
+    /// `stats` with its arguments (empty: the general statistics).
+    case stats(args: [String])
+    case version
+    case verbosity(noreply: Bool)
+    case quit
+    /// mg, ms, md, ma, mn, me (MemcachedMeta.swift).
+    case meta(MemcachedMeta)
+
+    /// The name counted in the listener's statistics.
+    public var name: String {
+        switch self {
+        case .get(_, let cas): return cas ? "gets" : "get"
+        case .gat(_, _, let cas): return cas ? "gats" : "gat"
+        case .store(let s): return s.verb.rawValue
+        case .delete: return "delete"
+        case .arithmetic(_, _, let inc, _): return inc ? "incr" : "decr"
+        case .touch: return "touch"
+        case .flushAll: return "flush_all"
+        case .stats: return "stats"
+        case .version: return "version"
+        case .verbosity: return "verbosity"
+        case .quit: return "quit"
+        case .meta(let m): return m.verb.rawValue
+        }
+    }
+
+    /// Every name `name` can return, in a fixed order (for counters indexed by command).
+    public static let names = ["get", "gets", "gat", "gats", "set", "add", "replace", "append", "prepend", "cas",
+                               "delete", "incr", "decr", "touch", "flush_all", "stats", "version", "verbosity", "quit",
+                               "mg", "ms", "md", "ma", "mn", "me"]
+}
+
+/// What the parser found at the front of the input.
+public enum MemcachedParse: Sendable, Equatable {
+    /// No complete command yet; nothing consumed.
+    case needMore
+    case command(MemcachedCommand, consumed: Int)
+    /// A line to answer with (`ERROR`, `CLIENT_ERROR …`, `SERVER_ERROR …`, without CRLF).
+    /// `consumed` bytes are dropped, then `swallow` more as they arrive (the data block of a
+    /// refused storage command); `close`: the connection cannot continue (line too long).
+    case error(String, consumed: Int, swallow: Int, close: Bool)
+}
+
+/// The text-protocol parser. A short read returns `.needMore` and consumes nothing; a line is
+/// refused once it passes `maxLine` bytes without a newline (retrieval lines may be
+/// `maxRetrievalLine` long: many keys), and a storage command's length is checked against
+/// `maxValue` before its data block is waited for, so nothing is allocated from a claimed size.
+/// Cost: one scan for the newline, one pass to split the line, one copy per key and value.
+public struct MemcachedParser: Sendable {
+    public static let maxKey = 250
+    public var maxLine: Int
+    public var maxRetrievalLine: Int
+    public var maxValue: Int
+
+    public init(maxValue: Int, maxLine: Int = 2048, maxRetrievalLine: Int = 64 << 10) {
+        self.maxValue = maxValue
+        self.maxLine = maxLine
+        self.maxRetrievalLine = maxRetrievalLine
+    }
+
+    static let badFormat = "CLIENT_ERROR bad command line format"
+    /// `stats <group>` accepted (answered empty but for `reset`).
+    public static let statsGroups: Set<String> = ["settings", "items", "slabs", "sizes", "conns", "reset"]
+
+    public func parse(_ buf: UnsafeRawBufferPointer) -> MemcachedParse {
+        let limit = Self.isRetrieval(buf) ? maxRetrievalLine : maxLine
+        guard let nl = Self.newline(in: buf, limit: limit) else {
+            if buf.count > limit { return .error("CLIENT_ERROR line too long", consumed: buf.count, swallow: 0, close: true) }
+            return .needMore
+        }
+        let lineEnd = nl > 0 && buf[nl - 1] == 13 ? nl - 1 : nl
+        let tokens = Self.split(UnsafeRawBufferPointer(rebasing: buf[0..<lineEnd]))
+        let lineBytes = nl + 1
+        guard let first = tokens.first else { return .error("ERROR", consumed: lineBytes, swallow: 0, close: false) }
+        func line(_ r: Range<Int>) -> [UInt8] { Array(buf[r]) }
+        func text(_ r: Range<Int>) -> String { String(decoding: buf[r], as: UTF8.self) }
+        func done(_ c: MemcachedCommand) -> MemcachedParse { .command(c, consumed: lineBytes) }
+        func fail(_ m: String) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: 0, close: false) }
+        let noreply = tokens.count > 1 && Self.equals(buf, tokens.last!, "noreply")
+        let name = text(first)
+        switch name {
+        case "get", "gets":
+            guard tokens.count >= 2 else { return fail("ERROR") }
+            var keys: [[UInt8]] = []
+            keys.reserveCapacity(tokens.count - 1)
+            for t in tokens.dropFirst() {
+                guard Self.validKey(buf, t) else { return fail(Self.badFormat) }
+                keys.append(line(t))
+            }
+            return done(.get(keys: keys, cas: name == "gets"))
+        case "gat", "gats":
+            guard tokens.count >= 3 else { return fail("ERROR") }
+            guard let e = Self.int64(buf, tokens[1]) else { return fail("CLIENT_ERROR invalid exptime argument") }
+            var keys: [[UInt8]] = []
+            for t in tokens.dropFirst(2) {
+                guard Self.validKey(buf, t) else { return fail(Self.badFormat) }
+                keys.append(line(t))
+            }
+            return done(.gat(exptime: e, keys: keys, cas: name == "gats"))
+        case "set", "add", "replace", "append", "prepend", "cas":
+            let verb = MemcachedStoreVerb(rawValue: name)!
+            let fixed = verb == .cas ? 6 : 5
+            guard tokens.count == fixed || tokens.count == fixed + 1 else { return fail("ERROR") }
+            guard let length = Self.int64(buf, tokens[4]), length >= 0, Self.validKey(buf, tokens[1]),
+                  let flags = Self.uint64(buf, tokens[2]), flags <= UInt64(UInt32.max) else { return fail(Self.badFormat) }
+            guard let exptime = Self.int64(buf, tokens[3]) else { return fail(Self.badFormat) }
+            var cas: UInt64?
+            if verb == .cas {
+                guard let c = Self.uint64(buf, tokens[5]) else { return fail(Self.badFormat) }
+                cas = c
+            }
+            let noreply = tokens.count == fixed + 1 && noreply
+            // Refused from the claimed length alone; the data block is dropped as it arrives.
+            guard length <= Int64(maxValue) else {
+                let drop = length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
+                return .error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false)
+            }
+            let n = Int(length)
+            guard buf.count >= lineBytes + n + 2 else { return .needMore }
+            guard buf[lineBytes + n] == 13 && buf[lineBytes + n + 1] == 10 else {
+                return .error("CLIENT_ERROR bad data chunk", consumed: lineBytes + n + 2, swallow: 0, close: false)
+            }
+            let s = MemcachedStore(verb: verb, key: line(tokens[1]), flags: UInt32(flags), exptime: exptime,
+                                   value: line(lineBytes..<(lineBytes + n)), casUnique: cas, noreply: noreply)
+            return .command(.store(s), consumed: lineBytes + n + 2)
+        case "delete":
+            // delete <key> [0] [noreply]: a hold time other than 0 is refused, as by memcached.
+            let holdZero = tokens.count > 2 && Self.equals(buf, tokens[2], "0")
+            let noreply = tokens.count > 2 && noreply
+            let valid = tokens.count == 2 || (tokens.count == 3 && (holdZero || noreply)) || (tokens.count == 4 && holdZero && noreply)
+            guard valid else { return fail("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]") }
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat) }
+            return done(.delete(key: line(tokens[1]), noreply: noreply))
+        case "incr", "decr":
+            guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat) }
+            guard let d = Self.uint64(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid numeric delta argument") }
+            return done(.arithmetic(key: line(tokens[1]), delta: d, increment: name == "incr", noreply: tokens.count == 4 && noreply))
+        case "touch":
+            guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat) }
+            guard let e = Self.int64(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid exptime argument") }
+            return done(.touch(key: line(tokens[1]), exptime: e, noreply: tokens.count == 4 && noreply))
+        case "flush_all":
+            guard tokens.count <= 3 else { return fail("ERROR") }
+            var delay: Int64 = 0
+            let args = tokens.count - 1 - (noreply ? 1 : 0)
+            if args == 1 {
+                guard let d = Self.int64(buf, tokens[1]), d >= 0 else { return fail(Self.badFormat) }
+                delay = d
+            } else if args > 1 { return fail("ERROR") }
+            return done(.flushAll(delay: delay, noreply: noreply))
+        case "stats":
+            let args = tokens.dropFirst().map(text)
+            // The general statistics, or a group memcached has; anything else (noreply too) is ERROR.
+            guard args.isEmpty || (args.count == 1 && Self.statsGroups.contains(args[0])) else { return fail("ERROR") }
+            return done(.stats(args: args))
+        case "version":
+            // As memcached 1.6: any arguments are ignored (memccapable checks this).
+            return done(.version)
+        case "verbosity":
+            guard tokens.count == 2 || tokens.count == 3 else { return fail("ERROR") }
+            return done(.verbosity(noreply: noreply))
+        case "quit":
+            return done(.quit)
+        case "mg", "ms", "md", "ma", "mn", "me":
+            return parseMeta(MemcachedMeta.Verb(rawValue: name)!, buf, tokens, lineBytes: lineBytes)
+        default:
+            return fail("ERROR")
+        }
+    }
+
+    // MARK: Bytes
+
+    static func isRetrieval(_ buf: UnsafeRawBufferPointer) -> Bool {
+        // "get " "gets " "gat " "gats "
+        guard buf.count >= 4, buf[0] == 0x67 else { return false }
+        return (buf[1] == 0x65 || buf[1] == 0x61) && buf[2] == 0x74 && (buf[3] == 0x20 || buf[3] == 0x73)
+    }
+
+    static func newline(in buf: UnsafeRawBufferPointer, limit: Int) -> Int? {
+        let n = min(buf.count, limit + 1)
+        guard n > 0, let base = buf.baseAddress else { return nil }
+        guard let p = memchr(base, 10, n) else { return nil }
+        return base.distance(to: UnsafeRawPointer(p))
+    }
+
+    /// Tokens separated by one or more spaces (as memcached: tabs are not separators).
+    static func split(_ line: UnsafeRawBufferPointer) -> [Range<Int>] {
+        var out: [Range<Int>] = []
+        var start = -1
+        for i in 0..<line.count {
+            if line[i] == 0x20 {
+                if start >= 0 { out.append(start..<i); start = -1 }
+            } else if start < 0 { start = i }
+        }
+        if start >= 0 { out.append(start..<line.count) }
+        return out
+    }
+
+    static func equals(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>, _ s: StaticString) -> Bool {
+        guard r.count == s.utf8CodeUnitCount else { return false }
+        let p = s.utf8Start
+        for i in 0..<r.count where buf[r.lowerBound + i] != p[i] { return false }
+        return true
+    }
+
+    /// 1…250 bytes, none a control byte (the space cannot occur: it separates tokens).
+    static func validKey(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>) -> Bool {
+        guard r.count >= 1 && r.count <= maxKey else { return false }
+        for i in r where buf[i] < 0x21 || buf[i] == 0x7F { return false }
+        return true
+    }
+
+    /// Decimal digits only, fitting in 64 bits.
+    static func uint64(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>) -> UInt64? {
+        guard !r.isEmpty, r.count <= 20 else { return nil }
+        var v: UInt64 = 0
+        for i in r {
+            let c = buf[i]
+            guard c >= 0x30 && c <= 0x39 else { return nil }
+            let (m, o1) = v.multipliedReportingOverflow(by: 10)
+            let (s, o2) = m.addingReportingOverflow(UInt64(c - 0x30))
+            if o1 || o2 { return nil }
+            v = s
+        }
+        return v
+    }
+
+    /// An optional '-' then decimal digits, fitting in a signed 64-bit integer.
+    static func int64(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>) -> Int64? {
+        guard !r.isEmpty else { return nil }
+        if buf[r.lowerBound] == 0x2D {
+            guard let m = uint64(buf, (r.lowerBound + 1)..<r.upperBound), m <= UInt64(Int64.max) else { return nil }
+            return -Int64(m)
+        }
+        guard let v = uint64(buf, r), v <= UInt64(Int64.max) else { return nil }
+        return Int64(v)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

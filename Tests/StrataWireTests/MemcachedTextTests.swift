@@ -1,0 +1,163 @@
+import XCTest
+@testable import StrataWire
+
+/// The memcached text parser and encoder, byte by byte (proto-spec/MEMCACHED.md).
+final class MemcachedTextTests: XCTestCase {
+    let parser = MemcachedParser(maxValue: 1024)
+
+    func parse(_ s: String) -> MemcachedParse { parse(Array(s.utf8)) }
+    func parse(_ b: [UInt8]) -> MemcachedParse { b.withUnsafeBytes { parser.parse($0) } }
+    func k(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+    func testRetrievalCommandsTakeEveryKey() {
+        XCTAssertEqual(parse("get a bb ccc\r\n"), .command(.get(keys: [k("a"), k("bb"), k("ccc")], cas: false), consumed: 14))
+        XCTAssertEqual(parse("gets a\r\n"), .command(.get(keys: [k("a")], cas: true), consumed: 8))
+        XCTAssertEqual(parse("gat 10 a b\r\n"), .command(.gat(exptime: 10, keys: [k("a"), k("b")], cas: false), consumed: 12))
+        XCTAssertEqual(parse("gats -1 a\r\n"), .command(.gat(exptime: -1, keys: [k("a")], cas: true), consumed: 11))
+        // A bare LF ends a line too, and runs of spaces separate tokens.
+        XCTAssertEqual(parse("get  a   b\n"), .command(.get(keys: [k("a"), k("b")], cas: false), consumed: 11))
+        XCTAssertEqual(parse("get\r\n"), .error("ERROR", consumed: 5, swallow: 0, close: false))
+    }
+
+    func testStorageCommandsCarryFlagsExptimeDataAndNoreply() {
+        let set = MemcachedStore(verb: .set, key: k("key"), flags: 4294967295, exptime: -5, value: [0, 13, 10, 255])
+        XCTAssertEqual(parse([UInt8]("set key 4294967295 -5 4\r\n".utf8) + [0, 13, 10, 255, 13, 10]),
+                       .command(.store(set), consumed: 31))
+        var cas = MemcachedStore(verb: .cas, key: k("k"), flags: 1, exptime: 0, value: k("v"), casUnique: 18446744073709551615)
+        cas.noreply = true
+        XCTAssertEqual(parse("cas k 1 0 1 18446744073709551615 noreply\r\nv\r\n"), .command(.store(cas), consumed: 45))
+        for verb in ["add", "replace", "append", "prepend"] {
+            guard case .command(.store(let s), _) = parse("\(verb) k 0 0 0\r\n\r\n") else { return XCTFail(verb) }
+            XCTAssertEqual(s.verb.rawValue, verb)
+            XCTAssertEqual(s.value, [])
+        }
+    }
+
+    func testAShortReadConsumesNothingAtAnyByte() {
+        let whole = Array("set k 7 0 5\r\nhello\r\nget k\r\n".utf8)
+        for n in 0..<20 { XCTAssertEqual(parse(Array(whole[0..<n])), .needMore, "after \(n) bytes") }
+        guard case .command(.store(let s), 20) = parse(whole) else { return XCTFail() }
+        XCTAssertEqual(s.value, k("hello"))
+        XCTAssertEqual(parse(Array(whole[20...])), .command(.get(keys: [k("k")], cas: false), consumed: 7))
+    }
+
+    func testADataBlockLongerThanDeclaredIsABadDataChunk() {
+        XCTAssertEqual(parse("set k 0 0 2\r\nabcd\r\n"), .error("CLIENT_ERROR bad data chunk", consumed: 17, swallow: 0, close: false))
+    }
+
+    func testATooLargeValueIsRefusedFromItsLengthAndSwallowed() {
+        XCTAssertEqual(parse("set k 0 0 1025\r\n"),
+                       .error("SERVER_ERROR object too large for cache", consumed: 16, swallow: 1027, close: false))
+        XCTAssertEqual(parse("set k 0 0 99999999999999\r\n"),
+                       .error("SERVER_ERROR object too large for cache", consumed: 26, swallow: 100_000_000_000_001, close: false))
+        XCTAssertEqual(parse("set k 0 0 -1\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 14, swallow: 0, close: false))
+    }
+
+    func testALineWithoutNewlinePastTheBoundClosesTheConnection() {
+        let long = [UInt8]("set ".utf8) + [UInt8](repeating: 0x61, count: 2045)
+        XCTAssertEqual(parse(Array(long[0..<2048])), .needMore)
+        XCTAssertEqual(parse(long), .error("CLIENT_ERROR line too long", consumed: 2049, swallow: 0, close: true))
+        // Retrieval lines may hold many keys.
+        let many = "get " + Array(repeating: String(repeating: "k", count: 250), count: 40).joined(separator: " ") + "\r\n"
+        guard case .command(.get(let keys, false), _) = parse(many) else { return XCTFail() }
+        XCTAssertEqual(keys.count, 40)
+    }
+
+    func testKeysOver250BytesOrWithControlBytesAreRefused() {
+        let ok = String(repeating: "k", count: 250)
+        XCTAssertEqual(parse("get \(ok)\r\n"), .command(.get(keys: [k(ok)], cas: false), consumed: 256))
+        XCTAssertEqual(parse("get \(ok)k\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 257, swallow: 0, close: false))
+        XCTAssertEqual(parse("delete a\u{7}b\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 12, swallow: 0, close: false))
+        XCTAssertEqual(parse("set a\tb 0 0 1\r\nx\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 15, swallow: 0, close: false))
+    }
+
+    func testOtherCommands() {
+        XCTAssertEqual(parse("delete k\r\n"), .command(.delete(key: k("k"), noreply: false), consumed: 10))
+        XCTAssertEqual(parse("delete k 0 noreply\r\n"), .command(.delete(key: k("k"), noreply: true), consumed: 20))
+        XCTAssertEqual(parse("delete k 5\r\n"),
+                       .error("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]", consumed: 12, swallow: 0, close: false))
+        XCTAssertEqual(parse("incr k 18446744073709551615\r\n"),
+                       .command(.arithmetic(key: k("k"), delta: .max, increment: true, noreply: false), consumed: 29))
+        XCTAssertEqual(parse("decr k 1 noreply\r\n"), .command(.arithmetic(key: k("k"), delta: 1, increment: false, noreply: true), consumed: 18))
+        XCTAssertEqual(parse("incr k x\r\n"), .error("CLIENT_ERROR invalid numeric delta argument", consumed: 10, swallow: 0, close: false))
+        XCTAssertEqual(parse("incr k 18446744073709551616\r\n"),
+                       .error("CLIENT_ERROR invalid numeric delta argument", consumed: 29, swallow: 0, close: false))
+        XCTAssertEqual(parse("touch k 60 noreply\r\n"), .command(.touch(key: k("k"), exptime: 60, noreply: true), consumed: 20))
+        XCTAssertEqual(parse("flush_all\r\n"), .command(.flushAll(delay: 0, noreply: false), consumed: 11))
+        XCTAssertEqual(parse("flush_all 30 noreply\r\n"), .command(.flushAll(delay: 30, noreply: true), consumed: 22))
+        XCTAssertEqual(parse("flush_all noreply\r\n"), .command(.flushAll(delay: 0, noreply: true), consumed: 19))
+        XCTAssertEqual(parse("stats\r\n"), .command(.stats(args: []), consumed: 7))
+        XCTAssertEqual(parse("stats settings\r\n"), .command(.stats(args: ["settings"]), consumed: 16))
+        XCTAssertEqual(parse("version\r\n"), .command(.version, consumed: 9))
+        XCTAssertEqual(parse("version noreply\r\n"), .command(.version, consumed: 17)) // memcached 1.6 ignores arguments
+        XCTAssertEqual(parse("stats noreply\r\n"), .error("ERROR", consumed: 15, swallow: 0, close: false))
+        XCTAssertEqual(parse("verbosity noreply\r\n"), .command(.verbosity(noreply: true), consumed: 19))
+        XCTAssertEqual(parse("verbosity a b c\r\n"), .error("ERROR", consumed: 17, swallow: 0, close: false))
+        XCTAssertEqual(parse("verbosity 1 noreply\r\n"), .command(.verbosity(noreply: true), consumed: 21))
+        XCTAssertEqual(parse("quit\r\n"), .command(.quit, consumed: 6))
+        XCTAssertEqual(parse("\r\n"), .error("ERROR", consumed: 2, swallow: 0, close: false))
+        XCTAssertEqual(parse("GET k\r\n"), .error("ERROR", consumed: 7, swallow: 0, close: false))
+        XCTAssertEqual(parse("shutdown\r\n"), .error("ERROR", consumed: 10, swallow: 0, close: false))
+    }
+
+    func testValueLinesAreEncodedExactly() {
+        var out: [UInt8] = []
+        MemcachedResponse.value(key: k("k"), flags: 42, data: [0, 10, 13], cas: nil, into: &out)
+        MemcachedResponse.value(key: k("k2"), flags: 0, data: [], cas: 18446744073709551615, into: &out)
+        out += MemcachedResponse.end
+        XCTAssertEqual(out, [UInt8]("VALUE k 42 3\r\n".utf8) + [0, 10, 13] + [UInt8]("\r\nVALUE k2 0 0 18446744073709551615\r\n\r\nEND\r\n".utf8))
+    }
+
+    func testExptimeIsRelativeUpToThirtyDaysThenAbsolute() {
+        let now: Int64 = 1_800_000_000
+        XCTAssertEqual(MemcachedExpiry.resolve(0, nowUnixSeconds: now), .never)
+        XCTAssertEqual(MemcachedExpiry.resolve(-1, nowUnixSeconds: now), .expired)
+        XCTAssertEqual(MemcachedExpiry.resolve(1, nowUnixSeconds: now), .at(unixSeconds: now + 1))
+        XCTAssertEqual(MemcachedExpiry.resolve(2_592_000, nowUnixSeconds: now), .at(unixSeconds: now + 2_592_000))
+        XCTAssertEqual(MemcachedExpiry.resolve(2_592_001, nowUnixSeconds: now), .expired) // 1970 + 30 days: past
+        XCTAssertEqual(MemcachedExpiry.resolve(now + 60, nowUnixSeconds: now), .at(unixSeconds: now + 60))
+    }
+}
+
+/// The meta commands' lines and the base64 of `b` keys.
+final class MemcachedMetaTests: XCTestCase {
+    let parser = MemcachedParser(maxValue: 1024)
+    func parse(_ s: String) -> MemcachedParse { Array(s.utf8).withUnsafeBytes { parser.parse($0) } }
+    func k(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+    func testMetaLinesKeepTheirFlagsInOrder() {
+        XCTAssertEqual(parse("mg foo t f v O123\r\n"),
+                       .command(.meta(MemcachedMeta(verb: .get, key: k("foo"), flags: [.init("t"), .init("f"), .init("v"), .init("O", "123")])), consumed: 19))
+        XCTAssertEqual(parse("ms foo 2 T90 F7 MA\r\nhi\r\n"),
+                       .command(.meta(MemcachedMeta(verb: .set, key: k("foo"), flags: [.init("T", "90"), .init("F", "7"), .init("M", "A")], value: k("hi"))), consumed: 24))
+        XCTAssertEqual(parse("mn\r\n"), .command(.meta(MemcachedMeta(verb: .noop, key: [])), consumed: 4))
+        XCTAssertEqual(parse("ma n N0 J10 D3 MD v\r\n").debugDescriptionPrefix, "command")
+        XCTAssertEqual(parse("ms foo 3\r\nhi"), .needMore)
+        XCTAssertEqual(parse("ms foo 2\r\nhiya\r\n"), .error("CLIENT_ERROR bad data chunk", consumed: 14, swallow: 0, close: false))
+        XCTAssertEqual(parse("ms foo 2000\r\n"), .error("SERVER_ERROR object too large for cache", consumed: 13, swallow: 2002, close: false))
+        XCTAssertEqual(parse("mg foo 1\r\n"), .error("CLIENT_ERROR invalid flag", consumed: 10, swallow: 0, close: false))
+        XCTAssertEqual(parse("mg\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 4, swallow: 0, close: false))
+    }
+
+    func testBase64KeysAreDecodedAndMayHoldAnyByte() {
+        XCTAssertEqual(parse("mg AP8K b v\r\n"), .command(.meta(MemcachedMeta(verb: .get, key: [0, 255, 10], flags: [.init("b"), .init("v")])), consumed: 13))
+        XCTAssertEqual(parse("mg AP8 b\r\n"), .error("CLIENT_ERROR key decode failed", consumed: 10, swallow: 0, close: false))
+        for n in 0..<40 {
+            let bytes = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 73 &+ 5) }
+            XCTAssertEqual(Base64.decode(Base64.encode(bytes)), bytes)
+        }
+        XCTAssertEqual(Base64.encode(k("foobar")), k("Zm9vYmFy"))
+        XCTAssertEqual(Base64.encode(k("fo")), k("Zm8="))
+        XCTAssertNil(Base64.decode(k("Zm=v")))
+    }
+}
+
+extension MemcachedParse {
+    var debugDescriptionPrefix: String {
+        switch self {
+        case .needMore: return "needMore"
+        case .command: return "command"
+        case .error: return "error"
+        }
+    }
+}
