@@ -557,6 +557,21 @@ final class CLITests: XCTestCase {
 final class DeployFileTests: XCTestCase {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
+    /// Every name a node sends in STATS is in PROTOCOL.md's list (§7.13), so a client written
+    /// from the spec knows each one (the families ops_/latency_us_/images_stored_ by pattern).
+    func testEveryStatsNameIsInTheSpec() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        try c.ping()
+        let spec = try String(contentsOf: Self.root.appendingPathComponent("proto-spec/PROTOCOL.md"), encoding: .utf8)
+        let families = ["ops_", "latency_us_", "images_stored_"]
+        let names = try nodeStats(c).keys.filter { k in !families.contains { k.hasPrefix($0) } }
+        XCTAssertGreaterThan(names.count, 40)
+        for k in names.sorted() { XCTAssertTrue(spec.contains("`\(k)`"), "STATS sends \(k), which PROTOCOL.md does not name") }
+        for f in families { XCTAssertTrue(spec.contains("`\(f)"), "the family \(f) is not in PROTOCOL.md") }
+    }
+
     func testExampleConfigNamesEveryServeSettingAndStartsANode() throws {
         let dir = TempDir()
         let example = try String(contentsOf: Self.root.appendingPathComponent("deploy/strata.example.json"), encoding: .utf8)
