@@ -23,9 +23,9 @@ public final class Node: @unchecked Sendable {
     let log: Logger
     let stats = NodeStats()
     let outputBudget: OutputBudget
-    /// The start version HELLO reports (PROTOCOL.md §7.1): the store's opened version when it
-    /// opened on data (0 on a fresh directory), or a version taken when the node noticed it had
-    /// been paused — items older than it may have missed writes made meanwhile.
+    /// The start version HELLO reports (PROTOCOL.md §7.1): the store's opened version (on a
+    /// fresh directory too), or a version taken when the node noticed it had been paused —
+    /// items older than it, and misses, may have missed writes made meanwhile.
     let verifiedSince = Atomic<UInt64>(0)
     /// When a loop last ran its tick (monotonic milliseconds; any loop).
     let lastAlive = Atomic<Int>(Int(monotonicSeconds() * 1000))
@@ -108,7 +108,9 @@ public final class Node: @unchecked Sendable {
         } catch let e as StoreError {
             throw NodeError(exitCode: e.code == .locked || e.code == .directory || e.code == .schemaTooNew ? 2 : 3, e.description)
         }
-        verifiedSince.store(store.openedWithData ? store.openedVersion : 0, ordering: .relaxed)
+        // Also on an empty directory: a wiped disk (or a node new to its keys) holds none of
+        // what was written before, so its misses are checked with the replicas (issue 17).
+        verifiedSince.store(store.openedVersion, ordering: .relaxed)
         let d = Dispatcher(store: store)
         d.stats = stats
         d.validateImages = config.validateImages

@@ -42,4 +42,26 @@ final class PauseTests: XCTestCase {
         XCTAssertEqual(try direct.get(b(overwritten[0]))?.value, b("new-\(overwritten[0])"))
         XCTAssertGreaterThanOrEqual(try nodeStats(direct)["pauses_noticed"] as? Int ?? 0, 1)
     }
+
+    /// Issue 17, "Lost disk": a node restarted on an empty directory used to report start
+    /// version 0, so its misses were trusted and a share of the keys missed for good. Now every
+    /// key it owns is found by a fresh CLI (through the replica) and written back to it.
+    func testAnOwnerRestartedOnAWipedDiskMissesNothing() throws {
+        let cluster = try Cluster()
+        let nodes = cluster.nodesFlag
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        let owned = (0..<300).map { "w\($0)" }.filter { ring.owner(for: b($0))!.name == cluster.addresses[2].name }.prefix(10)
+        XCTAssertGreaterThanOrEqual(owned.count, 5)
+        for k in owned { XCTAssertEqual(try runCLI(["set", k, "v-\(k)", "--nodes", nodes]).code, 0) }
+        cluster.kill(2)
+        try FileManager.default.removeItem(atPath: cluster.dirs[2].path)
+        try cluster.restart(2)
+        let direct = try NodeConnection(host: "127.0.0.1", port: cluster.ports[2])
+        XCTAssertNil(try direct.get(b(owned.first!)), "the disk was wiped")
+        for k in owned {
+            let r = try runCLI(["get", k, "--nodes", nodes])
+            XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "v-\(k)", "\(k): \(r.err)")
+        }
+        XCTAssertEqual(try direct.get(b(owned.first!))?.value, b("v-\(owned.first!)"), "read repair refilled the owner")
+    }
 }

@@ -60,11 +60,11 @@ def case(name, what, req, resp, varies="—"):
     CASES.append((name, what, req, resp, varies))
 
 
-case("hello", "HELLO with a token to a node reopened on a data directory that held data: version 1, authenticated, and the version it started at (0 only on a fresh directory, see `hello_fresh`)",
+case("hello", "HELLO with a token to a node: version 1, authenticated, and the version it started at (§7.1)",
      frame(REQ, OPS["HELLO"], 1, extras=bytes([1, 1]), value=b"secret"),
      frame(RESP, OPS["HELLO"], 1, extras=bytes([1, 1]) + struct.pack(">Q", 0x0001700000000000), value=b"strata 0.1.0"),
      "start version; server name")
-case("hello_fresh", "HELLO without a token to a node without one, started on a fresh data directory: authenticated, start version 0",
+case("hello_fresh", "HELLO without a token to a node without one that reports start version 0 (a node before this revision, on a fresh data directory: nothing to verify; clients must accept 0)",
      frame(REQ, OPS["HELLO"], 4, extras=bytes([1, 1])),
      frame(RESP, OPS["HELLO"], 4, extras=bytes([1, 1]) + struct.pack(">Q", 0), value=b"strata 0.1.0"),
      "server name")
