@@ -49,6 +49,10 @@ public struct ClusterConfiguration: Sendable {
     /// Idle connections kept per node for reuse (a thread that finds none opens one; beyond
     /// this many idle, a returned connection is closed). Size it to the caller's concurrency.
     public var maxIdleConnectionsPerNode = 16
+    /// Seconds after which a pooled connection says HELLO again before its next request, so a
+    /// long-lived client learns within about this long that a node restarted or was paused
+    /// (PROTOCOL.md §7.1) and verifies its answers; 0 = only when a connection opens.
+    public var helloInterval: Double = 1
     public var clock: any Clock = SystemClock()
     public init(nodes: [NodeAddress]) { self.nodes = nodes }
 }
@@ -99,7 +103,8 @@ public final class ClusterClient: @unchecked Sendable {
         ring = HashRing(members: configuration.nodes.map { .init(name: $0.name) }, pointsPerWeight: configuration.pointsPerWeight)
         var h: [String: NodeHandle] = [:]
         for n in configuration.nodes { h[n.name] = NodeHandle(address: n, timeout: configuration.timeout, token: configuration.token,
-                                                        maxIdle: configuration.maxIdleConnectionsPerNode, clock: configuration.clock) }
+                                                        maxIdle: configuration.maxIdleConnectionsPerNode, clock: configuration.clock,
+                                                        helloInterval: configuration.helloInterval) }
         handles = h
         hlc = HybridLogicalClock(clock: configuration.clock)
     }

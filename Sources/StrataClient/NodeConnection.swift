@@ -40,16 +40,23 @@ public final class NodeConnection {
         do { fd = try Socket.connect(a, timeout: timeout) } catch {
             throw ClientError(.connection, "cannot connect to \(a): \(error)")
         }
-        if token != nil || hello {
-            let resp = try call(.hello(minVersion: Wire.version, maxVersion: Wire.version, token: token ?? []))
-            try Self.check(resp, allow: [.ok])
-            let h = try Responses.parseHello(resp)
-            serverName = h.server
-            startVersion = h.startVersion
-        }
+        self.token = token
+        if token != nil || hello { try sayHello() }
     }
 
-    /// The node's start version from HELLO (0: fresh data directory, or no HELLO sent).
+    private var token: [UInt8]?
+
+    /// Sends HELLO (again) and records what the node says about itself: its start version moves
+    /// when it restarted or noticed a pause (PROTOCOL.md §7.1).
+    public func sayHello() throws {
+        let resp = try call(.hello(minVersion: Wire.version, maxVersion: Wire.version, token: token ?? []))
+        try Self.check(resp, allow: [.ok])
+        let h = try Responses.parseHello(resp)
+        serverName = h.server
+        startVersion = h.startVersion
+    }
+
+    /// The node's start version from the last HELLO (0: nothing to verify, or no HELLO sent).
     public private(set) var startVersion: UInt64 = 0
 
     deinit { close() }

@@ -22,8 +22,16 @@ final class NodeHandle: @unchecked Sendable {
     let maxIdle: Int
     private let clock: any Clock
 
-    init(address: NodeAddress, timeout: Double, token: [UInt8]?, maxIdle: Int = 16, clock: any Clock = SystemClock()) {
+    /// A pooled connection whose HELLO is older than this (seconds, by `clock`) says HELLO again
+    /// before its next request, so a long-lived client learns of a restart or a pause of the
+    /// node within about this long (one round trip more per node per interval; 0 = never).
+    let helloInterval: Double
+    private var lastHello: Double = 0
+
+    init(address: NodeAddress, timeout: Double, token: [UInt8]?, maxIdle: Int = 16, clock: any Clock = SystemClock(),
+         helloInterval: Double = 1) {
         self.address = address; self.timeout = timeout; self.token = token; self.maxIdle = maxIdle; self.clock = clock
+        self.helloInterval = helloInterval
     }
 
     private var now: Double { Double(clock.nowMicros()) / 1e6 }
@@ -41,7 +49,7 @@ final class NodeHandle: @unchecked Sendable {
         } ?? {
             do {
                 let c = try NodeConnection(host: address.host, port: address.port, timeout: timeout, token: token, hello: true)
-                lock.withLock { startVersion = c.startVersion }
+                lock.withLock { startVersion = c.startVersion; lastHello = now }
                 return c
             } catch {
                 failed()
@@ -49,6 +57,10 @@ final class NodeHandle: @unchecked Sendable {
             }
         }()
         do {
+            if helloInterval > 0, lock.withLock({ now - lastHello >= helloInterval }) {
+                try conn.sayHello()
+                lock.withLock { startVersion = conn.startVersion; lastHello = now }
+            }
             let r = try body(conn)
             lock.withLock {
                 failures = 0

@@ -64,4 +64,23 @@ final class PauseTests: XCTestCase {
         }
         XCTAssertEqual(try direct.get(b(owned.first!))?.value, b("v-\(owned.first!)"), "read repair refilled the owner")
     }
+
+    /// A long-lived client (its pooled connections said HELLO before the pause) learns of the
+    /// pause within `helloInterval` and verifies: it never serves the value the paused owner
+    /// still holds. (Its own writes leave hints; this one wrote nothing, the CLI did.)
+    func testALongLivedClientLearnsOfAPauseAndVerifies() throws {
+        let cluster = try Cluster(extra: ["--pause-threshold", "0.5"])
+        let nodes = cluster.nodesFlag
+        let reader = try cluster.client { $0.helloInterval = 0.2 }
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        let key = try XCTUnwrap((0..<300).map { "l\($0)" }.first { ring.owner(for: b($0))!.name == cluster.addresses[1].name })
+        XCTAssertEqual(try runCLI(["set", key, "old", "--nodes", nodes]).code, 0)
+        XCTAssertEqual(try reader.get(b(key))?.value, b("old")) // its connections are pooled now
+        let pid = cluster.nodes[1]!.process.processIdentifier
+        kill(pid, SIGSTOP)
+        XCTAssertEqual(try runCLI(["set", key, "new", "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]).code, 0)
+        kill(pid, SIGCONT)
+        Thread.sleep(forTimeInterval: 0.3) // past the reader's helloInterval
+        XCTAssertEqual(try reader.get(b(key))?.value, b("new"), "the paused owner's old value was served")
+    }
 }
