@@ -130,14 +130,17 @@ final class MemcachedListener: Sendable {
     /// A plain `set` to the disk tier without blocking the caller (the event loop): decided now,
     /// its log record joins the loop's batch (the caller schedules the loop's log flush), and
     /// `done` gets the answer line (nil for noreply) once the record is written — on any
-    /// thread, possibly before this returns. Other storage commands are `.notEligible`.
+    /// thread, possibly before this returns. Other storage commands, and any set while the
+    /// durability log is at `--log-limit`, are `.notEligible`.
     func submitSet(_ s: MemcachedStore, _ done: @escaping @Sendable (String?) -> Void) -> Submitted {
         guard s.verb == .set, !memoryOnly else { return .notEligible }
         var o = SetOptions()
         o.flags = s.flags
         o.expiry = expiry(s.exptime)
         o.tiers = tiers
-        guard TieredCache.submitsWithoutBlocking(o) else { return .notEligible }
+        // At the log's limit the set goes to the connection's worker (which may wait for room;
+        // the connection stops reading meanwhile), never blocking the event loop.
+        guard TieredCache.submitsWithoutBlocking(o), store.logHasRoom else { return .notEligible }
         count(.store(s))
         do {
             try store.submitSet(s.key, s.value, namespace: namespace, options: o, quickCompletion: true, flushLater: true) { [self] result in
