@@ -84,17 +84,11 @@ extension MemcachedParser {
         }
         guard verb == .set else { return .command(.meta(MemcachedMeta(verb: verb, key: key, flags: flags)), consumed: lineBytes) }
         guard let length = Self.int64(buf, tokens[2]), length >= 0 else { return fail("CLIENT_ERROR bad data chunk") }
-        guard length <= Int64(maxValue) else {
-            let drop = length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
-            return .error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false)
+        switch dataBlock(buf, lineBytes: lineBytes, length: length) {
+        case .answer(let p): return p
+        case .ready(let data):
+            return .command(.meta(MemcachedMeta(verb: .set, key: key, flags: flags, value: Array(buf[data]))), consumed: data.upperBound + 2)
         }
-        let n = Int(length)
-        guard buf.count >= lineBytes + n + 2 else { return .needMore }
-        guard buf[lineBytes + n] == 13 && buf[lineBytes + n + 1] == 10 else {
-            return .error("CLIENT_ERROR bad data chunk", consumed: lineBytes + n + 2, swallow: 0, close: false)
-        }
-        let m = MemcachedMeta(verb: .set, key: key, flags: flags, value: Array(buf[lineBytes..<(lineBytes + n)]))
-        return .command(.meta(m), consumed: lineBytes + n + 2)
     }
 }
 

@@ -149,19 +149,14 @@ public struct MemcachedParser: Sendable {
                 cas = c
             }
             let noreply = tokens.count == fixed + 1 && noreply
-            // Refused from the claimed length alone; the data block is dropped as it arrives.
-            guard length <= Int64(maxValue) else {
-                let drop = length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
-                return .error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false)
-            }
-            let n = Int(length)
-            guard buf.count >= lineBytes + n + 2 else { return .needMore }
-            guard buf[lineBytes + n] == 13 && buf[lineBytes + n + 1] == 10 else {
-                return .error("CLIENT_ERROR bad data chunk", consumed: lineBytes + n + 2, swallow: 0, close: false)
+            let data: Range<Int>
+            switch dataBlock(buf, lineBytes: lineBytes, length: length) {
+            case .ready(let r): data = r
+            case .answer(let p): return p
             }
             let s = MemcachedStore(verb: verb, key: line(tokens[1]), flags: UInt32(flags), exptime: exptime,
-                                   value: line(lineBytes..<(lineBytes + n)), casUnique: cas, noreply: noreply)
-            return .command(.store(s), consumed: lineBytes + n + 2)
+                                   value: line(data), casUnique: cas, noreply: noreply)
+            return .command(.store(s), consumed: data.upperBound + 2)
         case "delete":
             // delete <key> [0] [noreply]: a hold time other than 0 is refused, as by memcached.
             let holdZero = tokens.count > 2 && Self.equals(buf, tokens[2], "0")
@@ -210,6 +205,24 @@ public struct MemcachedParser: Sendable {
     }
 
     // MARK: Bytes
+
+    /// A storage command's data block after its line: its range once all of it (and its
+    /// CRLF) is in `buf`, or what to answer now — needMore, a value over `maxValue` refused from
+    /// the claimed length alone (the block is dropped as it arrives), a block not ending in CRLF.
+    enum DataBlock { case ready(Range<Int>), answer(MemcachedParse) }
+
+    func dataBlock(_ buf: UnsafeRawBufferPointer, lineBytes: Int, length: Int64) -> DataBlock {
+        guard length <= Int64(maxValue) else {
+            let drop = length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
+            return .answer(.error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false))
+        }
+        let n = Int(length)
+        guard buf.count >= lineBytes + n + 2 else { return .answer(.needMore) }
+        guard buf[lineBytes + n] == 13 && buf[lineBytes + n + 1] == 10 else {
+            return .answer(.error("CLIENT_ERROR bad data chunk", consumed: lineBytes + n + 2, swallow: 0, close: false))
+        }
+        return .ready(lineBytes..<(lineBytes + n))
+    }
 
     static func isRetrieval(_ buf: UnsafeRawBufferPointer) -> Bool {
         // "get " "gets " "gat " "gats "
