@@ -67,11 +67,11 @@ final class MemoryShard {
     private var classCarvePage: [UInt32]
     private var classCarveOffset: [Int]
     // Index.
-    private var index: UnsafeMutablePointer<UInt32>
-    private var mask: Int
+    var index: UnsafeMutablePointer<UInt32>
+    var mask: Int
     // LRU: head is the most recently used.
-    private var head: UInt32 = 0
-    private var tail: UInt32 = 0
+    var head: UInt32 = 0
+    var tail: UInt32 = 0
 
     private(set) var count = 0
     /// Accounted bytes: the chunk sizes of live records.
@@ -112,14 +112,14 @@ final class MemoryShard {
 
     // MARK: Record access
 
-    @inline(__always) private func ptr(_ ref: UInt32) -> UnsafeMutableRawPointer {
+    @inline(__always) func ptr(_ ref: UInt32) -> UnsafeMutableRawPointer {
         pages[Int(ref >> 17)].unsafelyUnwrapped + (Int(ref & 0x1FFFF) << 3)
     }
-    @inline(__always) private func u32(_ p: UnsafeMutableRawPointer, _ o: Int) -> UInt32 { p.load(fromByteOffset: o, as: UInt32.self) }
+    @inline(__always) func u32(_ p: UnsafeMutableRawPointer, _ o: Int) -> UInt32 { p.load(fromByteOffset: o, as: UInt32.self) }
     @inline(__always) private func u16(_ p: UnsafeMutableRawPointer, _ o: Int) -> Int { Int(p.load(fromByteOffset: o, as: UInt16.self)) }
     @inline(__always) private func set32(_ p: UnsafeMutableRawPointer, _ o: Int, _ v: UInt32) { p.storeBytes(of: v, toByteOffset: o, as: UInt32.self) }
-    @inline(__always) private func prev(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oPrev) }
-    @inline(__always) private func next(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oNext) }
+    @inline(__always) func prev(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oPrev) }
+    @inline(__always) func next(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oNext) }
     @inline(__always) private func setPrev(_ r: UInt32, _ v: UInt32) { set32(ptr(r), Self.oPrev, v) }
     @inline(__always) private func setNext(_ r: UInt32, _ v: UInt32) { set32(ptr(r), Self.oNext, v) }
 
@@ -127,12 +127,12 @@ final class MemoryShard {
         Self.headerSize + u16(p, Self.oKeyLen) + u16(p, Self.oExtLen) + Int(u32(p, Self.oValueLen))
     }
 
-    private func chunkSize(_ p: UnsafeMutableRawPointer) -> Int {
+    func chunkSize(_ p: UnsafeMutableRawPointer) -> Int {
         let cls = p.load(fromByteOffset: Self.oClass, as: UInt8.self)
         return cls == Self.largeClass ? recordSize(p) : Self.classSizes[Int(cls)]
     }
 
-    private func state(_ p: UnsafeMutableRawPointer) -> ItemState {
+    func state(_ p: UnsafeMutableRawPointer) -> ItemState {
         let keyLen = u16(p, Self.oKeyLen), extLen = u16(p, Self.oExtLen), valueLen = Int(u32(p, Self.oValueLen))
         let data = p + Self.headerSize
         let ext = [UInt8](UnsafeRawBufferPointer(start: data + keyLen, count: extLen))
@@ -224,7 +224,7 @@ final class MemoryShard {
         }
     }
 
-    private func slotOf(_ ref: UInt32) -> Int {
+    func slotOf(_ ref: UInt32) -> Int {
         var i = Int(u32(ptr(ref), Self.oHash)) & mask
         while index[i] != ref { i = (i + 1) & mask }
         return i
@@ -284,7 +284,7 @@ final class MemoryShard {
     // MARK: Operations
 
     /// Removes the record at `slot`.
-    private func remove(ref: UInt32, slot: Int) {
+    func remove(ref: UInt32, slot: Int) {
         usedBytes -= chunkSize(ptr(ref))
         count -= 1
         unlink(ref)
@@ -384,112 +384,9 @@ final class MemoryShard {
         return true
     }
 
-    /// Evicts from the LRU tail until one more item of `chunk` bytes fits, and drops items
-    /// not used for longer than the age limit.
-    func evict(toFit chunk: Int, now: Int64) {
-        while tail != 0 && (count + 1 > countLimit || usedBytes + chunk > costLimit) {
-            evictTail()
-        }
-        if ageLimitSeconds > 0 {
-            let cutoff = now / 1_000_000 - ageLimitSeconds
-            while tail != 0 && Int64(u32(ptr(tail), Self.oAccess)) < cutoff { evictTail() }
-        }
-    }
-
-    private func evictTail() {
-        let r = tail
-        evictions += 1
-        remove(ref: r, slot: slotOf(r))
-    }
-
-    /// Evicts least recently used items until at most `count` items and `bytes` bytes remain.
-    func trim(toCount: Int, toBytes: Int) {
-        while tail != 0 && (count > toCount || usedBytes > toBytes) { evictTail() }
-    }
-
-    /// Removes expired items (and, with `maxAgeMicros`, items written too long ago), items of
-    /// namespaces flushed since (`isLiveTag` false) and, with an age limit, items not used
-    /// for longer (evictions), looking at up to `budget` index slots from `cursor`. Returns the
-    /// next cursor (0 after a full pass).
-    func sweep(from cursor: Int, budget: Int, now: Int64, isLiveTag: (UInt32) -> Bool) -> Int {
-        var i = cursor
-        var looked = 0
-        let idleCutoff = ageLimitSeconds > 0 ? now / 1_000_000 - ageLimitSeconds : Int64.min
-        while i <= mask && looked < budget {
-            let r = index[i]
-            if r != 0 {
-                let p = ptr(r)
-                if isExpired(p, now: now) {
-                    expirations += 1
-                    remove(ref: r, slot: i)
-                    looked += 1
-                    continue // the backward shift may have moved another record into slot i
-                } else if !isLiveTag(u32(p, Self.oTag)) {
-                    remove(ref: r, slot: i)
-                    looked += 1
-                    continue
-                } else if Int64(u32(p, Self.oAccess)) < idleCutoff {
-                    evictions += 1
-                    remove(ref: r, slot: i)
-                    looked += 1
-                    continue
-                }
-            }
-            i += 1
-            looked += 1
-        }
-        return i > mask ? 0 : i
-    }
-
-    /// Calls `body` with each record, most recently used first.
-    func forEachRecord(_ body: (UnsafeMutableRawPointer) -> Void) {
-        var r = head
-        while r != 0 { body(ptr(r)); r = next(r) }
-    }
-
     /// Drops everything (and moves `deleteEpoch`, so no disk read begun before is promoted).
     func removeAll() {
         while tail != 0 { remove(ref: tail, slot: slotOf(tail)) }
         deleteEpoch &+= 1
-    }
-
-    #if DEBUG
-    /// Checks the index, the LRU list and the accounting agree. Debug builds only.
-    func checkInvariants() -> String? {
-        var n = 0
-        var bytes = 0
-        var r = head
-        var last: UInt32 = 0
-        while r != 0 {
-            if prev(r) != last { return "broken prev link" }
-            n += 1
-            bytes += chunkSize(ptr(r))
-            if index[slotOf(r)] != r { return "record missing from index" }
-            last = r
-            r = next(r)
-            if n > count { return "LRU list longer than count" }
-        }
-        if last != tail { return "tail mismatch" }
-        if n != count { return "count \(count) but LRU has \(n)" }
-        if bytes != usedBytes { return "usedBytes \(usedBytes) but records sum to \(bytes)" }
-        var indexed = 0
-        for i in 0...mask where index[i] != 0 { indexed += 1 }
-        if indexed != count { return "index holds \(indexed) but count is \(count)" }
-        return nil
-    }
-    #endif
-}
-
-extension MemoryShard {
-    /// Stores `item` unless the shard holds a newer version of the key.
-    func putIfNotOlder(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) {
-        if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > item.version { return }
-        put(tag: tag, key: key, hash: hash, item: item, now: now)
-    }
-
-    /// Removes the key unless the shard holds a version newer than `version`.
-    func deleteIfNotNewer(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, version: UInt64, now: Int64) {
-        if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > version { return }
-        delete(tag: tag, key: key, hash: hash)
     }
 }

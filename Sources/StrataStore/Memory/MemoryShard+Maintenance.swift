@@ -1,0 +1,111 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+
+// MemoryShard's eviction, trimming, sweeps and checks (the caller holds the shard's lock, as
+// for every call). Records, allocation, the index and the LRU list are in MemoryShard.swift.
+extension MemoryShard {
+    /// Evicts from the LRU tail until one more item of `chunk` bytes fits, and drops items
+    /// not used for longer than the age limit.
+    func evict(toFit chunk: Int, now: Int64) {
+        while tail != 0 && (count + 1 > countLimit || usedBytes + chunk > costLimit) {
+            evictTail()
+        }
+        if ageLimitSeconds > 0 {
+            let cutoff = now / 1_000_000 - ageLimitSeconds
+            while tail != 0 && Int64(u32(ptr(tail), Self.oAccess)) < cutoff { evictTail() }
+        }
+    }
+
+    func evictTail() {
+        let r = tail
+        evictions += 1
+        remove(ref: r, slot: slotOf(r))
+    }
+
+    /// Evicts least recently used items until at most `count` items and `bytes` bytes remain.
+    func trim(toCount: Int, toBytes: Int) {
+        while tail != 0 && (count > toCount || usedBytes > toBytes) { evictTail() }
+    }
+
+    /// Removes expired items (and, with `maxAgeMicros`, items written too long ago), items of
+    /// namespaces flushed since (`isLiveTag` false) and, with an age limit, items not used
+    /// for longer (evictions), looking at up to `budget` index slots from `cursor`. Returns the
+    /// next cursor (0 after a full pass).
+    func sweep(from cursor: Int, budget: Int, now: Int64, isLiveTag: (UInt32) -> Bool) -> Int {
+        var i = cursor
+        var looked = 0
+        let idleCutoff = ageLimitSeconds > 0 ? now / 1_000_000 - ageLimitSeconds : Int64.min
+        while i <= mask && looked < budget {
+            let r = index[i]
+            if r != 0 {
+                let p = ptr(r)
+                if isExpired(p, now: now) {
+                    expirations += 1
+                    remove(ref: r, slot: i)
+                    looked += 1
+                    continue // the backward shift may have moved another record into slot i
+                } else if !isLiveTag(u32(p, Self.oTag)) {
+                    remove(ref: r, slot: i)
+                    looked += 1
+                    continue
+                } else if Int64(u32(p, Self.oAccess)) < idleCutoff {
+                    evictions += 1
+                    remove(ref: r, slot: i)
+                    looked += 1
+                    continue
+                }
+            }
+            i += 1
+            looked += 1
+        }
+        return i > mask ? 0 : i
+    }
+
+    /// Calls `body` with each record, most recently used first.
+    func forEachRecord(_ body: (UnsafeMutableRawPointer) -> Void) {
+        var r = head
+        while r != 0 { body(ptr(r)); r = next(r) }
+    }
+
+    #if DEBUG
+    /// Checks the index, the LRU list and the accounting agree. Debug builds only.
+    func checkInvariants() -> String? {
+        var n = 0
+        var bytes = 0
+        var r = head
+        var last: UInt32 = 0
+        while r != 0 {
+            if prev(r) != last { return "broken prev link" }
+            n += 1
+            bytes += chunkSize(ptr(r))
+            if index[slotOf(r)] != r { return "record missing from index" }
+            last = r
+            r = next(r)
+            if n > count { return "LRU list longer than count" }
+        }
+        if last != tail { return "tail mismatch" }
+        if n != count { return "count \(count) but LRU has \(n)" }
+        if bytes != usedBytes { return "usedBytes \(usedBytes) but records sum to \(bytes)" }
+        var indexed = 0
+        for i in 0...mask where index[i] != 0 { indexed += 1 }
+        if indexed != count { return "index holds \(indexed) but count is \(count)" }
+        return nil
+    }
+    #endif
+}
+
+extension MemoryShard {
+    /// Stores `item` unless the shard holds a newer version of the key.
+    func putIfNotOlder(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) {
+        if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > item.version { return }
+        put(tag: tag, key: key, hash: hash, item: item, now: now)
+    }
+
+    /// Removes the key unless the shard holds a version newer than `version`.
+    func deleteIfNotNewer(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, version: UInt64, now: Int64) {
+        if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > version { return }
+        delete(tag: tag, key: key, hash: hash)
+    }
+}
