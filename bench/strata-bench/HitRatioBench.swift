@@ -27,7 +27,7 @@ struct HitRatioBench {
       --cache-percent L   comma-separated cache sizes in % of the key space's bytes (default 1,5,10)
       --value-bytes N     fixed value size (default 100)
       --variable-sizes    per-key value sizes, log-uniform 16–4096 B, instead of fixed
-      --scan-every N      scan trace: zipf requests between scans (default 200000)
+      --scan-every N      scan trace: zipf requests before each scan (default 200000; a shorter trace has no scan)
       --scan-length N     scan trace: one-time keys per scan (default 50000)
       --phases N          shifting trace: popularity phases (default 8)
       --shards N          memory-tier shards of the real tier (default 16, the store's default)
