@@ -53,7 +53,25 @@ struct OutputQueue {
         count += frame.encodedSize
     }
 
-    /// Appends raw bytes already encoded (an unsolicited frame).
+    /// Appends what `body` writes at the end of the owned tail chunk (text-protocol answers,
+    /// which are built in place: no buffer of their own, no second copy), and returns what
+    /// `body` returns. `body` must only append.
+    mutating func appendOwned<R>(_ body: (inout [UInt8]) -> R) -> R {
+        if !tailOwned || chunks[chunks.count - 1].count >= Self.chunkLimit {
+            var c: [UInt8] = []
+            c.reserveCapacity(4096)
+            chunks.append(c)
+            tailOwned = true
+        }
+        let last = chunks.count - 1
+        let before = chunks[last].count
+        let r = body(&chunks[last])
+        count += chunks[last].count - before
+        return r
+    }
+
+    /// Appends raw bytes already encoded (an unsolicited frame, a worker's answers): the
+    /// array itself becomes a chunk (not copied).
     mutating func append(bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         chunks.append(bytes)
