@@ -322,6 +322,7 @@ final class MemcachedListener: Sendable {
                 w.expiry = item.expiresAt.map { .at(unixMicros: $0) } ?? .never
                 w.tiers = tiers
                 w.mode = .cas(item.version)
+                w.version = o.version // ms E
                 let joined = s.verb == .append ? item.value + s.value : s.value + item.value
                 switch try store.set(s.key, joined, namespace: namespace, options: w) {
                 case .stored:
