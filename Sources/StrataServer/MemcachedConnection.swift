@@ -243,7 +243,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         defer { submitting = false }
         let loop = self.loop
         let r = listener.submitSet(st) { [self] line in
-            let out = line.map { Array(($0 + "\r\n").utf8) } ?? []
+            let out = line.map(Self.answerLine) ?? []
             // Answered at once (inside submitSet) or by another thread: back through the loop.
             if loop.isCurrentThread && !submitting { completed(out, quit: false, rest: []) } else {
                 loop.execute { [self] in completed(out, quit: false, rest: []) }
@@ -262,6 +262,16 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             return true
         }
     }
+
+    /// `<line>\r\n`; the usual answers of a set without building them each time.
+    static func answerLine(_ line: String) -> [UInt8] {
+        switch line {
+        case "STORED": return stored
+        case "NOT_STORED": return notStored
+        default: return Array((line + "\r\n").utf8)
+        }
+    }
+    private static let stored = Array("STORED\r\n".utf8), notStored = Array("NOT_STORED\r\n".utf8)
 
     private func submit(_ rest: [MemcachedParse]) {
         if node.overloaded {

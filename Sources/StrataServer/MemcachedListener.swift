@@ -61,7 +61,7 @@ final class MemcachedListener: Sendable {
     var memoryOnly: Bool { tiers == .memory }
 
     func count(_ c: MemcachedCommand) {
-        if let i = MemcachedCommand.names.firstIndex(of: c.name) { commands[i].add() }
+        commands[c.nameIndex].add()
     }
 
     /// Appends an error line and counts it by kind.

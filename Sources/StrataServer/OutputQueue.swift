@@ -13,7 +13,9 @@ import StrataWire
 /// connections answering the same value share one buffer.
 ///
 /// Costs: one `sendmsg` per `send` call for up to `maxIovecs` chunks; appending a small frame
-/// copies it once into the tail chunk; sent chunks are dropped as soon as they are sent.
+/// copies it once into the tail chunk; sent chunks are dropped as soon as they are sent, but
+/// for the last owned one of up to 16 KiB, kept empty for the next answers (so a connection
+/// allocates no chunk per answer, and holds that much while idle).
 /// Not thread-safe (a connection's loop owns it).
 struct OutputQueue {
     /// Values at least this large are sent from their own array.
@@ -23,6 +25,9 @@ struct OutputQueue {
     static let maxIovecs = 64
 
     private var chunks: [[UInt8]] = []
+    /// The last owned chunk once sent, emptied and kept for the next answer (a connection
+    /// answering one request at a time then allocates no chunk per answer).
+    private var spare: [UInt8] = []
     /// Whether the last chunk is owned (small frames may be appended to it).
     private var tailOwned = false
     /// Index of the first unsent chunk, and the bytes of it already sent.
@@ -37,10 +42,7 @@ struct OutputQueue {
         let share = frame.value.count >= Self.shareThreshold
         let ownedBytes = frame.encodedSize - (share ? frame.value.count : 0)
         if !tailOwned || chunks[chunks.count - 1].count + ownedBytes > Self.chunkLimit {
-            var c: [UInt8] = []
-            c.reserveCapacity(max(ownedBytes, min(Self.chunkLimit, 4096)))
-            chunks.append(c)
-            tailOwned = true
+            startOwnedChunk(reserving: ownedBytes)
         }
         let last = chunks.count - 1
         if share {
@@ -58,10 +60,7 @@ struct OutputQueue {
     /// `body` returns. `body` must only append.
     mutating func appendOwned<R>(_ body: (inout [UInt8]) -> R) -> R {
         if !tailOwned || chunks[chunks.count - 1].count >= Self.chunkLimit {
-            var c: [UInt8] = []
-            c.reserveCapacity(4096)
-            chunks.append(c)
-            tailOwned = true
+            startOwnedChunk(reserving: 0)
         }
         let last = chunks.count - 1
         let before = chunks[last].count
@@ -77,6 +76,14 @@ struct OutputQueue {
         chunks.append(bytes)
         tailOwned = false
         count += bytes.count
+    }
+
+    private mutating func startOwnedChunk(reserving bytes: Int) {
+        var c: [UInt8] = []
+        swap(&c, &spare)
+        c.reserveCapacity(max(bytes, min(Self.chunkLimit, 4096)))
+        chunks.append(c)
+        tailOwned = true
     }
 
     /// Sends what the socket takes: `.done(n)` with the bytes sent (0 when nothing was
@@ -114,6 +121,10 @@ struct OutputQueue {
             let left = chunks[head].count - offset
             if n >= left {
                 n -= left
+                if head == chunks.count - 1 && tailOwned && chunks[head].capacity <= 16 << 10 {
+                    swap(&spare, &chunks[head]) // an owned chunk: only this queue holds it
+                    spare.removeAll(keepingCapacity: true)
+                }
                 chunks[head] = [] // release the chunk (or this reference to a shared value) now
                 head += 1
                 offset = 0
@@ -135,6 +146,7 @@ struct OutputQueue {
     /// Drops everything (the connection closed).
     mutating func removeAll() {
         chunks = []
+        spare = []
         head = 0
         offset = 0
         count = 0
