@@ -42,10 +42,16 @@ extension MemcachedConnection: OutputConnection {
         }
     }
 
-    /// Reading pauses while a batch is on a worker or commands are held by the output bound
-    /// (so the input cannot grow without bound), while the connection is finishing, and for
-    /// good at end of stream.
-    var readPaused: Bool { peerFinished || closeAfterFlush || busy || !held.isEmpty }
+    /// Reading pauses while commands are held by the output bound, once `busyReadAhead` bytes
+    /// wait behind a batch on a worker (so the input cannot grow without bound; below that the
+    /// socket stays registered, which spares two `epoll_ctl` calls per durable set), while the
+    /// connection is finishing, and for good at end of stream.
+    var readPaused: Bool { peerFinished || closeAfterFlush || !held.isEmpty || busyInputFull }
+
+    /// A batch is on a worker (or a set awaits its log write) and `busyReadAhead` bytes of
+    /// input already wait behind it.
+    var busyInputFull: Bool { busy && input.count - inputStart >= Self.busyReadAhead }
+    static let busyReadAhead = 64 << 10
 
     // MARK: The output bound
 

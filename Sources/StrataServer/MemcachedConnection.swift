@@ -12,8 +12,8 @@ import StrataWire
 /// Answers leave in the order commands arrived (the text protocol has no request ids): the
 /// commands parsed from one read run as a batch — on the loop while they cannot wait on disk
 /// (version, stats, memory-tier hits; everything on a memory-only listener), the rest of the
-/// batch on one disk worker, in order, while reading pauses. Shares the binary listener's
-/// limits: `--max-connections`, the unauthenticated cap and `--auth-timeout`, `--frame-timeout`
+/// batch on one disk worker, in order, while parsing pauses (and reading, past 64 KiB).
+/// Shares the binary listener's limits: `--max-connections`, the unauthenticated cap and `--auth-timeout`, `--frame-timeout`
 /// for a command that has started to arrive (slowloris), `--idle-timeout`, `--output-cap`, and
 /// the node-wide buffered-bytes bound. A line over `MemcachedParser.maxLine` is answered and
 /// closes the connection; a data block over the node's max item is refused from its declared
@@ -88,7 +88,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         let scratch = node.scratch(for: loop)
         // A complete command always fits in this much (the longest line, a max item, CRLF).
         let bound = node.config.maxItem + (64 << 10) + 4096
-        while !closed && !busy && held.isEmpty && input.count - inputStart <= bound {
+        while !closed && !busyInputFull && held.isEmpty && input.count - inputStart <= bound {
             let r: IOResult
             do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
                 close(reason: "read: \(error)")
