@@ -91,9 +91,21 @@ struct OutputQueue {
     mutating func send(_ fd: Int32) throws(SystemError) -> IOResult {
         guard count > 0 else { return .done(0) }
         let end = min(chunks.count, head + Self.maxIovecs)
-        let iov = UnsafeMutableBufferPointer<iovec>.allocate(capacity: end - head)
-        defer { iov.deallocate() }
-        let result: Result<IOResult, SystemError> = gather(from: head, to: end, into: iov, filled: 0, fd: fd)
+        let result: Result<IOResult, SystemError>
+        if end - head == 1 {
+            // One chunk (an answer to one request): a plain send, no iovec.
+            let skip = offset
+            result = chunks[head].withUnsafeBytes { p in
+                do throws(SystemError) {
+                    return .success(try Sys.send(fd, p.baseAddress! + skip, p.count - skip))
+                } catch { return .failure(error) }
+            }
+        } else {
+            // The iovecs live on the stack (at most `maxIovecs`), not in a heap block per send.
+            result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: end - head) { iov in
+                gather(from: head, to: end, into: iov, filled: 0, fd: fd)
+            }
+        }
         let r = try result.get()
         if case .done(let n) = r { consume(n) }
         return r
