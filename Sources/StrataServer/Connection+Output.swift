@@ -5,9 +5,9 @@ import StrataCore
 import StrataNet
 import StrataWire
 
-// A connection's output (queue, flush, interest in the socket), its accounting in the node's
-// buffered bytes and output budget, its timers, and closing. Loop thread only.
-extension Connection {
+// A connection's output (queued in the shared OutputConnection code: queue, budget, cap,
+// interest, accounting), its timers, and closing. Loop thread only.
+extension Connection: OutputConnection {
     // MARK: Output
 
     /// Queues a response. Responses produced in one loop iteration leave in one send (a flush
@@ -15,43 +15,16 @@ extension Connection {
     /// connection.
     func send(_ frame: Frame) {
         guard !closed else { return }
-        if output.isEmpty { lastWriteProgress = monotonicSeconds() }
         output.append(frame)
-        node.outputBudget.add(frame.encodedSize)
-        if output.count > node.config.outputCap {
-            node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
-            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count))])
-            close(reason: "output cap")
-            return
-        }
-        if !flushScheduled {
-            flushScheduled = true
-            loop.atEndOfIteration { [self] in
-                flushScheduled = false
-                flushAndResume()
-            }
-        }
+        queued(frame.encodedSize)
     }
 
-    /// Writes what the socket takes (gathered: small frames and shared values in one
-    /// `sendmsg`); EPOLLOUT is asked for only while bytes remain.
+    /// Writes what the socket takes (OutputConnection); closes once a finishing connection
+    /// has nothing left.
     func flush() {
-        guard !closed else { return }
-        while !output.isEmpty {
-            let r: IOResult
-            do { r = try output.send(fd) } catch {
-                close(reason: "send: \(error)")
-                return
-            }
-            guard case .done(let n) = r, n > 0 else { break }
-            node.outputBudget.add(-n)
-            lastWriteProgress = monotonicSeconds()
-            node.stats.bytesOut.add(n, ordering: .relaxed)
-        }
-        let pending = !output.isEmpty
-        wantWrite = pending
+        guard writeOutput() != nil else { return }
         updateInterest()
-        if !pending && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
+        if output.isEmpty && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
         updateAccounting()
     }
 
@@ -72,27 +45,6 @@ extension Connection {
     /// forever).
     var readPaused: Bool { peerFinished || closeAfterFlush || deferredFull || heldByOutput }
 
-    func updateInterest() {
-        guard !closed else { return }
-        var want: EventLoop.Interest = []
-        if !readPaused { want.insert(.read) }
-        if wantWrite { want.insert(.write) }
-        if want != registered {
-            registered = want
-            loop.modify(fd, want)
-        }
-    }
-
-    /// Brings the node's buffered bytes (input + output) up to date with this connection.
-    func updateAccounting() {
-        guard !closed else { return }
-        let now = (input.count - inputStart) + output.count
-        if now != accounted {
-            node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
-            accounted = now
-        }
-    }
-
     // MARK: Timers and closing
 
     /// Called by the loop's tick: timeouts, and requests held by the output bound once the
@@ -111,15 +63,7 @@ extension Connection {
             close(reason: "frame timeout")
             return
         }
-        // Output that makes no progress for a frame timeout (a peer that stopped reading after
-        // it finished sending, say) closes the connection; while the node is over its output
-        // bound, one second without progress does (its bytes hold everyone's answers back).
-        let stallLimit = node.outputBudget.over ? 1 : max(node.config.frameTimeout, 1)
-        if !output.isEmpty && now - lastWriteProgress > stallLimit {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "output stalled")
-            return
-        }
+        if closedForStalledOutput(now: now) { return }
         if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "idle timeout")
@@ -149,12 +93,7 @@ extension Connection {
         closed = true
         loop.unregister(fd)
         Sys.close(fd)
-        node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
-        node.outputBudget.add(-output.count)
-        accounted = 0
-        input = []
-        inputStart = 0
-        output.removeAll()
+        releaseBuffers()
         deferred = []
         deferredBytes = 0
         if awaitingAuth {

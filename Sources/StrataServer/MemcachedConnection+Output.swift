@@ -5,75 +5,79 @@ import StrataCore
 import StrataNet
 import StrataWire
 
-// A memcached connection's output, timers and closing (the state lives in
-// MemcachedConnection.swift; the loop thread only).
-extension MemcachedConnection {
+// A memcached connection's output (the shared OutputConnection code: queue, output budget,
+// cap, interest, accounting), the output bound's hold on its commands, its timers and closing
+// (the state lives in MemcachedConnection.swift; the loop thread only).
+extension MemcachedConnection: OutputConnection {
     // MARK: Output
 
-    /// New bytes are in `output`: enforce the cap, flush at the end of this loop iteration.
-    func outputAdded() {
-        guard !closed, outputStart < output.count else { return }
-        if output.count - outputStart > node.config.outputCap {
-            node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
-            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count - outputStart))])
-            close(reason: "output cap")
-            return
+    /// Runs `body` to append answers to the output in place, and queues what it appended
+    /// (counted in the node's output budget, `--output-cap`, a flush at the end of this loop
+    /// iteration). Returns what `body` returns.
+    @discardableResult
+    func emit<R>(_ body: (inout [UInt8]) -> R) -> R {
+        guard !closed else {
+            var sink: [UInt8] = []
+            return body(&sink)
         }
-        if !flushScheduled {
-            flushScheduled = true
-            loop.atEndOfIteration { [self] in
-                flushScheduled = false
-                flush()
-            }
-        }
+        let before = output.count
+        let r = output.appendOwned(body)
+        if output.count > before { queued(output.count - before) }
+        return r
     }
 
     func flush() {
-        guard !closed else { return }
-        while outputStart < output.count {
-            let r: IOResult
-            do {
-                r = try output.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + outputStart, output.count - outputStart) }
-            } catch {
-                close(reason: "send: \(error)")
-                return
-            }
-            guard case .done(let n) = r else { break }
-            outputStart += n
-            if n > 0 { lastWriteProgress = monotonicSeconds() }
-            node.stats.bytesOut.add(n, ordering: .relaxed)
-            listener.bytesWritten.add(n)
-        }
-        if outputStart == output.count {
-            output.removeAll(keepingCapacity: output.capacity <= 1 << 20); outputStart = 0
-        } else if outputStart > (1 << 20) && outputStart * 2 > output.count {
-            output.removeFirst(outputStart); outputStart = 0
-        }
-        wantWrite = outputStart < output.count
-        if wantWrite { lastWriteProgress = monotonicSeconds() }
+        guard let sent = writeOutput() else { return }
+        if sent > 0 { listener.bytesWritten.add(sent) }
         finish()
     }
 
-    var readPaused: Bool { peerFinished || closeAfterFlush || busy }
-
-    func updateInterest() {
-        guard !closed else { return }
-        var want: EventLoop.Interest = []
-        if !readPaused { want.insert(.read) }
-        if wantWrite { want.insert(.write) }
-        if want != registered {
-            registered = want
-            loop.modify(fd, want)
+    /// A flush from the loop (writable, or the end of an iteration); once the output has
+    /// drained, commands held by the output bound, and commands already read, may run.
+    func flushAndResume() {
+        flush()
+        if !closed && output.isEmpty && !busy && (!held.isEmpty || inputStart < input.count) {
+            process()
+            finish()
         }
     }
 
-    func updateAccounting() {
-        guard !closed else { return }
-        let now = (input.count - inputStart) + (output.count - outputStart)
-        if now != accounted {
-            node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
-            accounted = now
+    /// Reading pauses while commands are held by the output bound, once `busyReadAhead` bytes
+    /// wait behind a batch on a worker (so the input cannot grow without bound; below that the
+    /// socket stays registered, which spares two `epoll_ctl` calls per durable set), while the
+    /// connection is finishing, and for good at end of stream.
+    var readPaused: Bool { peerFinished || closeAfterFlush || !held.isEmpty || busyInputFull }
+
+    /// A batch is on a worker (or a set awaits its log write) and `busyReadAhead` bytes of
+    /// input already wait behind it.
+    var busyInputFull: Bool { busy && input.count - inputStart >= Self.busyReadAhead }
+    static let busyReadAhead = 64 << 10
+
+    // MARK: The output bound
+
+    /// Commands whose answer may carry values (get/gets/gat/gats, mg): the ones the output
+    /// bound holds even on a connection with nothing unsent.
+    static func answersWithValues(_ p: MemcachedParse) -> Bool {
+        guard case .command(let c, _) = p else { return false }
+        switch c {
+        case .get, .gat: return true
+        case .meta(let m): return m.verb == .get
+        default: return false
         }
+    }
+
+    /// The binary listener's rule (`Connection.mayStart`): any command while the node is under
+    /// `--max-output-bytes`; past it, only a command without values on a connection with
+    /// nothing unsent.
+    func mayStart(_ p: MemcachedParse) -> Bool {
+        !node.outputBudget.over || (output.isEmpty && !Self.answersWithValues(p))
+    }
+
+    /// `rest` waits (reading paused) until `mayStart` lets its first command run: after a
+    /// flush that drained the output, or at the loop's tick.
+    func hold(_ rest: [MemcachedParse]) {
+        if node.outputBudget.over { node.outputBudget.heldRequests.add(1, ordering: .relaxed) }
+        held = rest
     }
 
     // MARK: Timers and closing
@@ -91,14 +95,15 @@ extension MemcachedConnection {
             close(reason: "command timeout")
             return
         }
-        if outputStart < output.count && now - lastWriteProgress > max(node.config.frameTimeout, 1) {
-            node.stats.timeouts.add(1, ordering: .relaxed)
-            close(reason: "output stalled")
-            return
-        }
+        if closedForStalledOutput(now: now) { return }
         if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "idle timeout")
+            return
+        }
+        if let first = held.first, !busy, mayStart(first) {
+            process()
+            finish()
         }
     }
 
@@ -107,8 +112,7 @@ extension MemcachedConnection {
     /// `SERVER_ERROR <message>`, sent once without waiting, then close.
     func closeWithNotice(_ status: Status, _ message: String, reason: String) {
         guard !closed else { return }
-        MemcachedResponse.line("SERVER_ERROR \(message)", into: &output)
-        flushScheduled = true // no deferred flush: this one is the last
+        emit { MemcachedResponse.line("SERVER_ERROR \(message)", into: &$0) }
         flush()
         close(reason: reason)
     }
@@ -118,9 +122,8 @@ extension MemcachedConnection {
         closed = true
         loop.unregister(fd)
         Sys.close(fd)
-        node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
-        accounted = 0
-        (input, inputStart, output, outputStart) = ([], 0, [], 0)
+        releaseBuffers()
+        held = []
         if awaitingAuth {
             awaitingAuth = false
             node.leftAuthQueue(on: loop)

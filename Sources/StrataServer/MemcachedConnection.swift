@@ -12,8 +12,8 @@ import StrataWire
 /// Answers leave in the order commands arrived (the text protocol has no request ids): the
 /// commands parsed from one read run as a batch — on the loop while they cannot wait on disk
 /// (version, stats, memory-tier hits; everything on a memory-only listener), the rest of the
-/// batch on one disk worker, in order, while reading pauses. Shares the binary listener's
-/// limits: `--max-connections`, the unauthenticated cap and `--auth-timeout`, `--frame-timeout`
+/// batch on one disk worker, in order, while parsing pauses (and reading, past 64 KiB).
+/// Shares the binary listener's limits: `--max-connections`, the unauthenticated cap and `--auth-timeout`, `--frame-timeout`
 /// for a command that has started to arrive (slowloris), `--idle-timeout`, `--output-cap`, and
 /// the node-wide buffered-bytes bound. A line over `MemcachedParser.maxLine` is answered and
 /// closes the connection; a data block over the node's max item is refused from its declared
@@ -27,8 +27,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     var input: [UInt8] = []
     var inputStart = 0
-    var output: [UInt8] = []
-    var outputStart = 0
+    var output = OutputQueue()
     var accounted = 0
     var wantWrite = false
     var flushScheduled = false
@@ -41,6 +40,9 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     var busy = false
     /// Inside `submitSet`: a completion arriving now is deferred through the loop.
     var submitting = false
+    /// Commands held by the node's output bound (`hold`): they run before anything else is
+    /// parsed, once `mayStart` lets the first.
+    var held: [MemcachedParse] = []
     /// Bytes of a refused data block still to drop.
     var swallow = 0
     var authenticated: Bool
@@ -67,7 +69,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         listener.connectionsTotal.add()
     }
 
-    var idle: Bool { !busy && outputStart == output.count }
+    var idle: Bool { !busy && output.isEmpty && held.isEmpty }
 
     private var parser: MemcachedParser {
         MemcachedParser(maxValue: authenticated ? node.config.maxItem : min(node.config.maxItem, node.config.preAuthFrameLimit))
@@ -86,7 +88,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         let scratch = node.scratch(for: loop)
         // A complete command always fits in this much (the longest line, a max item, CRLF).
         let bound = node.config.maxItem + (64 << 10) + 4096
-        while !closed && !busy && input.count - inputStart <= bound {
+        while !closed && !busyInputFull && held.isEmpty && input.count - inputStart <= bound {
             let r: IOResult
             do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
                 close(reason: "read: \(error)")
@@ -107,7 +109,13 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     /// Parses and runs what the input holds, until it needs more bytes, a batch goes to a
     /// worker, or the connection is closing.
     func process() {
-        while !closed && !closeAfterFlush && !busy {
+        if !held.isEmpty && !closed && !busy {
+            guard mayStart(held[0]) else { return }
+            let h = held
+            held = []
+            run(h)
+        }
+        while !closed && !closeAfterFlush && !busy && held.isEmpty {
             if swallow > 0 {
                 let n = min(swallow, input.count - inputStart)
                 inputStart += n
@@ -166,14 +174,14 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             inputStart += used
             commandStarted = nil
             swallow = drop
-            listener.error(line, into: &output)
+            emit { listener.error(line, into: &$0) }
             if fatal { closeAfterFlush = true }
         case .command(let c, let used):
             inputStart += used
             commandStarted = nil
             if case .quit = c { closeAfterFlush = true; break }
             guard case .store(let s) = c, s.verb == .set else {
-                listener.error("CLIENT_ERROR unauthenticated", into: &output)
+                emit { listener.error("CLIENT_ERROR unauthenticated", into: &$0) }
                 break
             }
             listener.authCommands.add()
@@ -182,48 +190,49 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 authenticated = true
                 awaitingAuth = false
                 node.leftAuthQueue(on: loop)
-                MemcachedResponse.line("STORED", into: &output)
+                emit { MemcachedResponse.line("STORED", into: &$0) }
             } else {
                 listener.authErrors.add()
                 node.stats.authFailures.add(1, ordering: .relaxed)
                 node.log.warn("auth_failed", [("conn", String(id)), ("protocol", "memcached")])
-                listener.error("CLIENT_ERROR authentication failure", into: &output)
+                emit { listener.error("CLIENT_ERROR authentication failure", into: &$0) }
                 closeAfterFlush = true
             }
         }
-        outputAdded()
         return true
     }
 
-    /// Runs a batch: on the loop while each command may, the rest on one disk worker.
+    /// Runs a batch: on the loop while each command may, the rest on one disk worker; from
+    /// the first command the output bound does not let start, the rest waits (`hold`).
     private func run(_ batch: [MemcachedParse]) {
         var i = 0
-        while i < batch.count {
+        while i < batch.count && !closed {
+            guard mayStart(batch[i]) else {
+                hold(Array(batch[i...]))
+                return
+            }
             switch batch[i] {
             case .error(let line, _, _, let fatal):
-                listener.error(line, into: &output)
+                emit { listener.error(line, into: &$0) }
                 if fatal { closeAfterFlush = true }
             case .command(let c, _):
                 if node.draining {
-                    listener.error("SERVER_ERROR the node is shutting down", into: &output)
-                } else if case .get(let keys, let cas) = c, !listener.memoryOnly, listener.memoryGet(keys, cas: cas, into: &output) {
+                    emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
+                } else if case .get(let keys, let cas) = c, !listener.memoryOnly, emit({ listener.memoryGet(keys, cas: cas, into: &$0) }) {
                     // answered from memory
                 } else if listener.runsOnLoop(c) {
-                    if !listener.execute(c, into: &output) { closeAfterFlush = true }
+                    if !emit({ listener.execute(c, into: &$0) }) { closeAfterFlush = true }
                 } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {
                     // the last command, a durable set: decided here, answered after the loop's log write
-                    outputAdded()
                     return
                 } else {
                     submit(Array(batch[i...]))
-                    outputAdded()
                     return
                 }
             case .needMore: break
             }
             i += 1
         }
-        outputAdded()
     }
 
     /// A plain set with no worker (`MemcachedListener.submitSet`); reading pauses until its
@@ -234,9 +243,11 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         defer { submitting = false }
         let loop = self.loop
         let r = listener.submitSet(st) { [self] line in
-            let out = line.map { Array(($0 + "\r\n").utf8) } ?? []
+            let out = line.map(Self.answerLine) ?? []
             // Answered at once (inside submitSet) or by another thread: back through the loop.
-            if loop.isCurrentThread && !submitting { completed(out, quit: false) } else { loop.execute { [self] in completed(out, quit: false) } }
+            if loop.isCurrentThread && !submitting { completed(out, quit: false, rest: []) } else {
+                loop.execute { [self] in completed(out, quit: false, rest: []) }
+            }
         }
         switch r {
         case .submitted:
@@ -247,46 +258,70 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             return false
         case .failed(let line):
             busy = false
-            listener.error(line, into: &output)
+            emit { listener.error(line, into: &$0) }
             return true
         }
     }
 
+    /// `<line>\r\n`; the usual answers of a set without building them each time.
+    static func answerLine(_ line: String) -> [UInt8] {
+        switch line {
+        case "STORED": return stored
+        case "NOT_STORED": return notStored
+        default: return Array((line + "\r\n").utf8)
+        }
+    }
+    private static let stored = Array("STORED\r\n".utf8), notStored = Array("NOT_STORED\r\n".utf8)
+
     private func submit(_ rest: [MemcachedParse]) {
         if node.overloaded {
             node.stats.busyRefusals.add(1, ordering: .relaxed)
-            for _ in rest { listener.error("SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later", into: &output) }
+            emit { out in for _ in rest { self.listener.error("SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later", into: &out) } }
             return
         }
         busy = true
         let listener = self.listener
+        let budget = node.outputBudget
         let accepted = node.workers.submit { [self] in
             var out: [UInt8] = []
             var quit = false
-            for p in rest where !quit {
-                switch p {
+            var i = 0
+            while i < rest.count && !quit {
+                // Past the output bound, commands with values go back to the connection (held
+                // there), so answers being made when it is crossed are at most one batch's.
+                if budget.over && Self.answersWithValues(rest[i]) { break }
+                switch rest[i] {
                 case .error(let line, _, _, let fatal):
                     listener.error(line, into: &out)
                     quit = fatal
                 case .command(let c, _): quit = !listener.execute(c, into: &out)
                 case .needMore: break
                 }
+                i += 1
             }
-            loop.execute { [self] in completed(out, quit: quit) }
+            let left = quit ? [] : Array(rest[i...])
+            // Counted from now: answers on their way to the loop are output too.
+            budget.add(out.count)
+            loop.execute { [self] in completed(out, quit: quit, rest: left, inTransit: out.count) }
         }
         if !accepted {
             busy = false
             node.stats.busyRefusals.add(1, ordering: .relaxed)
-            for _ in rest { listener.error("SERVER_ERROR busy: too much disk work queued; retry later", into: &output) }
+            emit { out in for _ in rest { listener.error("SERVER_ERROR busy: too much disk work queued; retry later", into: &out) } }
         }
     }
 
-    private func completed(_ out: [UInt8], quit: Bool) {
+    private func completed(_ out: [UInt8], quit: Bool, rest: [MemcachedParse], inTransit: Int = 0) {
         busy = false
+        // The answers move from "on their way" to this connection's output (counted by `queued`).
+        node.outputBudget.add(-inTransit)
         guard !closed else { return }
-        output.append(contentsOf: out)
+        if !out.isEmpty {
+            output.append(bytes: out)
+            guard queued(out.count) else { return }
+        }
         if quit { closeAfterFlush = true }
-        outputAdded()
+        if !rest.isEmpty { hold(rest) }
         process()
         finish()
     }

@@ -61,7 +61,7 @@ final class MemcachedListener: Sendable {
     var memoryOnly: Bool { tiers == .memory }
 
     func count(_ c: MemcachedCommand) {
-        if let i = MemcachedCommand.names.firstIndex(of: c.name) { commands[i].add() }
+        commands[c.nameIndex].add()
     }
 
     /// Appends an error line and counts it by kind.
@@ -322,6 +322,7 @@ final class MemcachedListener: Sendable {
                 w.expiry = item.expiresAt.map { .at(unixMicros: $0) } ?? .never
                 w.tiers = tiers
                 w.mode = .cas(item.version)
+                w.version = o.version // ms E
                 let joined = s.verb == .append ? item.value + s.value : s.value + item.value
                 switch try store.set(s.key, joined, namespace: namespace, options: w) {
                 case .stored:

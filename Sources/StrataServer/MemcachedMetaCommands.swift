@@ -7,6 +7,32 @@ import StrataWire
 // (incr/decr with autovivify), mn, me. Return flags come back in the order they were asked.
 extension MemcachedListener {
     func meta(_ m: MemcachedMeta, into out: inout [UInt8]) throws {
+        if let refusal = Self.unsupported(m) { return error(refusal, into: &out) }
+        do {
+            try runMeta(m, into: &out)
+        } catch let e as StoreError where e.code == .invalidArgument {
+            // A bad E version (too far ahead of the node's clock), a bad key: the client's.
+            error("CLIENT_ERROR \(e.message)", into: &out)
+        }
+    }
+
+    /// The CLIENT_ERROR for a flag memcached defines that Strata cannot honour (MEMCACHED.md
+    /// §7.2), rather than ignoring it; nil when every flag of `m` is served.
+    static func unsupported(_ m: MemcachedMeta) -> String? {
+        switch m.verb {
+        case .get:
+            if m.has("h") { return "CLIENT_ERROR flag h is not supported: the store keeps no per-item hit record" }
+            if m.has("l") { return "CLIENT_ERROR flag l is not supported: the store keeps no per-item last-access time to return" }
+            if m.has("u") { return "CLIENT_ERROR flag u is not supported: every read counts as an access for eviction" }
+            if m.has("E") { return "CLIENT_ERROR flag E is not supported with mg: N does not create an item here" }
+        case .arithmetic:
+            if m.has("E") { return "CLIENT_ERROR flag E is not supported with ma: counters take the node's versions" }
+        default: break
+        }
+        return nil
+    }
+
+    private func runMeta(_ m: MemcachedMeta, into out: inout [UInt8]) throws {
         let quiet = m.has("q")
         switch m.verb {
         case .noop:
@@ -122,6 +148,12 @@ extension MemcachedListener {
         }
         let cas = m.number("C")
         if cas == .invalid { return ("CLIENT_ERROR bad token in command line format", nil) }
+        // E: the item's new CAS is this version (the store's caller version: newer wins).
+        switch m.number("E") {
+        case .absent: break
+        case let e where (e.uint64 ?? 0) > 0: o.version = e.uint64
+        default: return ("CLIENT_ERROR bad token in command line format", nil)
+        }
         let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "S")
         var verb: MemcachedStoreVerb
         switch mode {
@@ -135,6 +167,10 @@ extension MemcachedListener {
         if cas.uint64 != nil {
             guard verb == .set else { return ("CLIENT_ERROR C with a mode other than set is not supported", nil) }
             verb = .cas
+        }
+        if m.has("I") {
+            guard let c = cas.uint64 else { return ("CLIENT_ERROR I with ms needs C<cas>", nil) }
+            if let answer = try staleSet(m, compare: c, options: o) { return (answer, nil) }
         }
         let command = MemcachedStore(verb: verb, key: m.key, flags: o.flags, exptime: 0, value: m.value, casUnique: cas.uint64)
         var answer = try storeWith(command, options: o)
@@ -150,9 +186,34 @@ extension MemcachedListener {
         return (answer, item)
     }
 
+    /// ms with I and C<c>: when the item's version is newer than `c` (the writer read an older
+    /// copy), the value is stored all the same but marked stale — served with X, one client
+    /// winning its refill — as memcached's invalidation mode does. The answer, or nil when
+    /// the versions make it a plain CAS set.
+    private func staleSet(_ m: MemcachedMeta, compare c: UInt64, options: SetOptions) throws -> String? {
+        guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else { return nil }
+        guard item.version > c else { return nil }
+        var o = options
+        o.mode = .cas(item.version) // a write in between makes it EX, as a CAS set
+        o.stale = true
+        switch try store.set(m.key, m.value, namespace: namespace, options: o) {
+        case .stored:
+            totalItems.add()
+            return "HD"
+        case .casMismatch:
+            casBadval.add()
+            return "EX"
+        case .notFound: return "NF"
+        case .exists, .superseded: return "NS"
+        }
+    }
+
     private func metaDelete(_ m: MemcachedMeta) throws -> String {
         let cas = m.number("C")
         if cas == .invalid { return "CLIENT_ERROR bad token in command line format" }
+        let newVersion = m.number("E")
+        if newVersion != .absent && (newVersion.uint64 ?? 0) == 0 { return "CLIENT_ERROR bad token in command line format" }
+        if m.has("x") { return try removeValue(m, compare: cas.uint64, version: newVersion.uint64) }
         if let c = cas.uint64 {
             // A conditional delete: compared, then removed (not atomic with a racing write).
             guard let item = try store.get(m.key, namespace: namespace, tiers: tiers) else { deleteMisses.add(); return "NF" }
@@ -160,14 +221,42 @@ extension MemcachedListener {
         }
         if m.has("I") {
             // Invalidate: the item stays, served stale (flagged) until the next write.
-            if case .invalidated = try store.invalidate(m.key, namespace: namespace, tiers: tiers) { deleteHits.add(); return "HD" }
-            deleteMisses.add()
-            return "NF"
+            switch try store.invalidate(m.key, namespace: namespace, tiers: tiers, version: newVersion.uint64) {
+            case .invalidated: deleteHits.add(); return "HD"
+            case .superseded: return "EX" // E not newer than the item's version
+            case .notFound: deleteMisses.add(); return "NF"
+            }
         }
-        let r = try store.remove(m.key, namespace: namespace, tiers: tiers)
-        if r == .removed { deleteHits.add(); return "HD" }
-        deleteMisses.add()
-        return "NF"
+        // With E: a tombstone of that version is left, so an older versioned write is ignored.
+        switch try store.remove(m.key, namespace: namespace, tiers: tiers, version: newVersion.uint64) {
+        case .removed: deleteHits.add(); return "HD"
+        case .superseded: return "EX"
+        case .notFound: deleteMisses.add(); return "NF"
+        }
+    }
+
+    /// md with x: the item stays with an empty value, its expiry kept and its client flags
+    /// those of F (default 0), as memcached does; with I it is stale as well. Conditional on the
+    /// version read (and on C), so a racing write makes it EX.
+    private func removeValue(_ m: MemcachedMeta, compare c: UInt64?, version: UInt64?) throws -> String {
+        guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else { deleteMisses.add(); return "NF" }
+        if let c, item.version != c { return "EX" }
+        var o = SetOptions()
+        switch m.number("F") {
+        case .absent: break
+        case .value(let f) where f >= 0 && f <= Int64(UInt32.max): o.flags = UInt32(f)
+        default: return "CLIENT_ERROR bad token in command line format"
+        }
+        o.expiry = item.expiresAt.map { .at(unixMicros: $0) } ?? .never
+        o.tiers = tiers
+        o.mode = .cas(item.version)
+        o.stale = m.has("I")
+        o.version = version
+        switch try store.set(m.key, [], namespace: namespace, options: o) {
+        case .stored: deleteHits.add(); return "HD"
+        case .notFound: deleteMisses.add(); return "NF"
+        case .casMismatch, .exists, .superseded: return "EX"
+        }
     }
 
     private func metaArithmetic(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws {

@@ -13,7 +13,9 @@ import StrataWire
 /// connections answering the same value share one buffer.
 ///
 /// Costs: one `sendmsg` per `send` call for up to `maxIovecs` chunks; appending a small frame
-/// copies it once into the tail chunk; sent chunks are dropped as soon as they are sent.
+/// copies it once into the tail chunk; sent chunks are dropped as soon as they are sent, but
+/// for the last owned one of up to 16 KiB, kept empty for the next answers (so a connection
+/// allocates no chunk per answer, and holds that much while idle).
 /// Not thread-safe (a connection's loop owns it).
 struct OutputQueue {
     /// Values at least this large are sent from their own array.
@@ -23,6 +25,9 @@ struct OutputQueue {
     static let maxIovecs = 64
 
     private var chunks: [[UInt8]] = []
+    /// The last owned chunk once sent, emptied and kept for the next answer (a connection
+    /// answering one request at a time then allocates no chunk per answer).
+    private var spare: [UInt8] = []
     /// Whether the last chunk is owned (small frames may be appended to it).
     private var tailOwned = false
     /// Index of the first unsent chunk, and the bytes of it already sent.
@@ -37,10 +42,7 @@ struct OutputQueue {
         let share = frame.value.count >= Self.shareThreshold
         let ownedBytes = frame.encodedSize - (share ? frame.value.count : 0)
         if !tailOwned || chunks[chunks.count - 1].count + ownedBytes > Self.chunkLimit {
-            var c: [UInt8] = []
-            c.reserveCapacity(max(ownedBytes, min(Self.chunkLimit, 4096)))
-            chunks.append(c)
-            tailOwned = true
+            startOwnedChunk(reserving: ownedBytes)
         }
         let last = chunks.count - 1
         if share {
@@ -53,7 +55,22 @@ struct OutputQueue {
         count += frame.encodedSize
     }
 
-    /// Appends raw bytes already encoded (an unsolicited frame).
+    /// Appends what `body` writes at the end of the owned tail chunk (text-protocol answers,
+    /// which are built in place: no buffer of their own, no second copy), and returns what
+    /// `body` returns. `body` must only append.
+    mutating func appendOwned<R>(_ body: (inout [UInt8]) -> R) -> R {
+        if !tailOwned || chunks[chunks.count - 1].count >= Self.chunkLimit {
+            startOwnedChunk(reserving: 0)
+        }
+        let last = chunks.count - 1
+        let before = chunks[last].count
+        let r = body(&chunks[last])
+        count += chunks[last].count - before
+        return r
+    }
+
+    /// Appends raw bytes already encoded (an unsolicited frame, a worker's answers): the
+    /// array itself becomes a chunk (not copied).
     mutating func append(bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         chunks.append(bytes)
@@ -61,14 +78,34 @@ struct OutputQueue {
         count += bytes.count
     }
 
+    private mutating func startOwnedChunk(reserving bytes: Int) {
+        var c: [UInt8] = []
+        swap(&c, &spare)
+        c.reserveCapacity(max(bytes, min(Self.chunkLimit, 4096)))
+        chunks.append(c)
+        tailOwned = true
+    }
+
     /// Sends what the socket takes: `.done(n)` with the bytes sent (0 when nothing was
     /// pending), `.wouldBlock` when the socket took nothing.
     mutating func send(_ fd: Int32) throws(SystemError) -> IOResult {
         guard count > 0 else { return .done(0) }
         let end = min(chunks.count, head + Self.maxIovecs)
-        let iov = UnsafeMutableBufferPointer<iovec>.allocate(capacity: end - head)
-        defer { iov.deallocate() }
-        let result: Result<IOResult, SystemError> = gather(from: head, to: end, into: iov, filled: 0, fd: fd)
+        let result: Result<IOResult, SystemError>
+        if end - head == 1 {
+            // One chunk (an answer to one request): a plain send, no iovec.
+            let skip = offset
+            result = chunks[head].withUnsafeBytes { p in
+                do throws(SystemError) {
+                    return .success(try Sys.send(fd, p.baseAddress! + skip, p.count - skip))
+                } catch { return .failure(error) }
+            }
+        } else {
+            // The iovecs live on the stack (at most `maxIovecs`), not in a heap block per send.
+            result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: end - head) { iov in
+                gather(from: head, to: end, into: iov, filled: 0, fd: fd)
+            }
+        }
         let r = try result.get()
         if case .done(let n) = r { consume(n) }
         return r
@@ -96,6 +133,10 @@ struct OutputQueue {
             let left = chunks[head].count - offset
             if n >= left {
                 n -= left
+                if head == chunks.count - 1 && tailOwned && chunks[head].capacity <= 16 << 10 {
+                    swap(&spare, &chunks[head]) // an owned chunk: only this queue holds it
+                    spare.removeAll(keepingCapacity: true)
+                }
                 chunks[head] = [] // release the chunk (or this reference to a shared value) now
                 head += 1
                 offset = 0
@@ -117,6 +158,7 @@ struct OutputQueue {
     /// Drops everything (the connection closed).
     mutating func removeAll() {
         chunks = []
+        spare = []
         head = 0
         offset = 0
         count = 0

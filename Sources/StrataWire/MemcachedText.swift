@@ -63,6 +63,40 @@ public enum MemcachedCommand: Sendable, Equatable {
         }
     }
 
+    /// The position of `name` in `names` (a counter's index), without making the String.
+    public var nameIndex: Int {
+        switch self {
+        case .get(_, let cas): return cas ? 1 : 0
+        case .gat(_, _, let cas): return cas ? 3 : 2
+        case .store(let s):
+            switch s.verb {
+            case .set: return 4
+            case .add: return 5
+            case .replace: return 6
+            case .append: return 7
+            case .prepend: return 8
+            case .cas: return 9
+            }
+        case .delete: return 10
+        case .arithmetic(_, _, let inc, _): return inc ? 11 : 12
+        case .touch: return 13
+        case .flushAll: return 14
+        case .stats: return 15
+        case .version: return 16
+        case .verbosity: return 17
+        case .quit: return 18
+        case .meta(let m):
+            switch m.verb {
+            case .get: return 19
+            case .set: return 20
+            case .delete: return 21
+            case .arithmetic: return 22
+            case .noop: return 23
+            case .debug: return 24
+            }
+        }
+    }
+
     /// Every name `name` can return, in a fixed order (for counters indexed by command).
     public static let names = ["get", "gets", "gat", "gats", "set", "add", "replace", "append", "prepend", "cas",
                                "delete", "incr", "decr", "touch", "flush_all", "stats", "version", "verbosity", "quit",

@@ -9,6 +9,20 @@ final class MemcachedTextTests: XCTestCase {
     func parse(_ b: [UInt8]) -> MemcachedParse { b.withUnsafeBytes { parser.parse($0) } }
     func k(_ s: String) -> [UInt8] { Array(s.utf8) }
 
+    /// The listener counts commands by `nameIndex` (no String per command): it must point at
+    /// `name` for every command, and every name must be reached.
+    func testEveryCommandsNameIndexIsItsName() {
+        var commands: [MemcachedCommand] = [.get(keys: [[1]], cas: false), .get(keys: [[1]], cas: true),
+                                            .gat(exptime: 0, keys: [[1]], cas: false), .gat(exptime: 0, keys: [[1]], cas: true),
+                                            .delete(key: [1], noreply: false), .arithmetic(key: [1], delta: 1, increment: true, noreply: false),
+                                            .arithmetic(key: [1], delta: 1, increment: false, noreply: false), .touch(key: [1], exptime: 0, noreply: false),
+                                            .flushAll(delay: 0, noreply: false), .stats(args: []), .version, .verbosity(noreply: false), .quit]
+        commands += MemcachedStoreVerb.allCases.map { .store(MemcachedStore(verb: $0, key: [1], value: [])) }
+        commands += [MemcachedMeta.Verb.get, .set, .delete, .arithmetic, .noop, .debug].map { .meta(MemcachedMeta(verb: $0, key: [1])) }
+        for c in commands { XCTAssertEqual(MemcachedCommand.names[c.nameIndex], c.name) }
+        XCTAssertEqual(Set(commands.map(\.nameIndex)), Set(MemcachedCommand.names.indices))
+    }
+
     func testRetrievalCommandsTakeEveryKey() {
         XCTAssertEqual(parse("get a bb ccc\r\n"), .command(.get(keys: [k("a"), k("bb"), k("ccc")], cas: false), consumed: 14))
         XCTAssertEqual(parse("gets a\r\n"), .command(.get(keys: [k("a")], cas: true), consumed: 8))

@@ -1,0 +1,127 @@
+import StrataCore
+import StrataNet
+
+/// The output half that both listeners' connections share (the binary `Connection` and the
+/// memcached `MemcachedConnection`): one `OutputQueue` per connection, sent with gathered
+/// writes; every unsent byte counted in the node's `OutputBudget` (`--max-output-bytes`) and
+/// buffered bytes; `--output-cap` closing a connection whose own unsent bytes pass it; and
+/// the slow-reader rule (unsent output that makes no progress for a frame timeout, or for one
+/// second while the node is over its output bound, closes the connection).
+///
+/// What each protocol keeps for itself: what a request is, when one may start (its own use
+/// of `OutputBudget.over`), what "done" means after a flush, and how it says goodbye.
+/// Loop thread only. Costs: one relaxed atomic add per change of unsent bytes.
+protocol OutputConnection: AnyObject {
+    var fd: Int32 { get }
+    var loop: EventLoop { get }
+    var node: Node { get }
+    var id: Int { get }
+    var closed: Bool { get }
+    var input: [UInt8] { get set }
+    var inputStart: Int { get set }
+    var output: OutputQueue { get set }
+    /// What this connection has added to the node's buffered bytes.
+    var accounted: Int { get set }
+    var wantWrite: Bool { get set }
+    var flushScheduled: Bool { get set }
+    var registered: EventLoop.Interest { get set }
+    var lastWriteProgress: Double { get set }
+    /// Whether reading is paused now (the protocol's own reasons).
+    var readPaused: Bool { get }
+    /// Sends what it can and starts what waited for the output to drain (the end of a loop
+    /// iteration in which output was queued, or the socket became writable).
+    func flushAndResume()
+    func close(reason: String)
+}
+
+extension OutputConnection {
+    /// `n` bytes were just appended to `output`: count them in the node's output budget,
+    /// close the connection past `--output-cap`, and flush at the end of this loop iteration
+    /// (so answers made in one iteration leave in one send). False when the connection closed.
+    @discardableResult
+    func queued(_ n: Int) -> Bool {
+        guard !closed else { return false }
+        if output.count == n { lastWriteProgress = monotonicSeconds() } // output was empty
+        node.outputBudget.add(n)
+        if output.count > node.config.outputCap {
+            node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
+            node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count))])
+            close(reason: "output cap")
+            return false
+        }
+        if !flushScheduled && !output.isEmpty {
+            flushScheduled = true
+            loop.atEndOfIteration { [self] in
+                flushScheduled = false
+                flushAndResume()
+            }
+        }
+        return true
+    }
+
+    /// Writes what the socket takes (gathered: many answers and shared values in one
+    /// `sendmsg`) and asks for EPOLLOUT only while bytes remain (`wantWrite`; the caller
+    /// updates the interest). Returns the bytes sent, nil when the connection closed.
+    func writeOutput() -> Int? {
+        guard !closed else { return nil }
+        var sent = 0
+        while !output.isEmpty {
+            let r: IOResult
+            do { r = try output.send(fd) } catch {
+                close(reason: "send: \(error)")
+                return nil
+            }
+            guard case .done(let n) = r, n > 0 else { break }
+            node.outputBudget.add(-n)
+            lastWriteProgress = monotonicSeconds()
+            sent += n
+        }
+        if sent > 0 { node.stats.bytesOut.add(sent, ordering: .relaxed) }
+        wantWrite = !output.isEmpty
+        return sent
+    }
+
+    func updateInterest() {
+        guard !closed else { return }
+        var want: EventLoop.Interest = []
+        if !readPaused { want.insert(.read) }
+        if wantWrite { want.insert(.write) }
+        if want != registered {
+            registered = want
+            loop.modify(fd, want)
+        }
+    }
+
+    /// Brings the node's buffered bytes (input + output) up to date with this connection.
+    func updateAccounting() {
+        guard !closed else { return }
+        let now = (input.count - inputStart) + output.count
+        if now != accounted {
+            node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
+            accounted = now
+        }
+    }
+
+    /// The slow-reader rule: output that makes no progress for a frame timeout (a peer that
+    /// stopped reading after it finished sending, say) closes the connection; while the node
+    /// is over its output bound, one second without progress does (its bytes hold everyone's
+    /// answers back). True when it closed.
+    func closedForStalledOutput(now: Double) -> Bool {
+        let stallLimit = node.outputBudget.over ? 1 : max(node.config.frameTimeout, 1)
+        guard !output.isEmpty && now - lastWriteProgress > stallLimit else { return false }
+        node.stats.timeouts.add(1, ordering: .relaxed)
+        close(reason: "output stalled")
+        return true
+    }
+
+    /// On close: gives back what the connection held in the node's buffered bytes and output
+    /// budget, and drops its buffers.
+    func releaseBuffers() {
+        node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
+        node.outputBudget.add(-output.count)
+        accounted = 0
+        input = []
+        inputStart = 0
+        output.removeAll()
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import TestSupport
+
+/// The memcached listener under the binary listener's output rules (one OutputQueue and
+/// OutputBudget for both): `--max-output-bytes` holds clients that do not read, and a stuck
+/// one is cut off after 1 s without progress while the node is over it.
+final class MemcachedBoundTests: XCTestCase {
+    /// The binary `testNeverReadingConnectionsStayWithinTheOutputBound`, through memcached:
+    /// 6 connections each send 40 `get` of a 1 MiB value and never read (240 MiB of answers,
+    /// under their `--output-cap`). Unsent output stays near the 8 MiB bound (and anonymous
+    /// memory with it), the bound holds commands back, a new client is answered and the stuck
+    /// connections are cut off. (Before the memcached connection used OutputQueue its output
+    /// was outside the bound: all 240 MiB were buffered, nothing was held.)
+    func testNeverReadingMemcachedClientsAreHeldByTheNodeWideOutputBound() throws {
+        let dir = TempDir()
+        let bound = 8 << 20
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0", "--max-output-bytes", "8MiB"])
+        defer { node.terminate() }
+        let port = try XCTUnwrap(node.memcachedPort)
+        let pid = node.process.processIdentifier
+        let size = 1 << 20
+        let writer = try TextSocket(port: port)
+        writer.send(Array("set big 0 0 \(size)\r\n".utf8) + MemoryBoundTests.noise(size, seed: 7) + Array("\r\n".utf8))
+        XCTAssertEqual(writer.line(), "STORED")
+        writer.send("get big\r\n")
+        XCTAssertEqual(writer.readBytes(until: "END\r\n").count, size + "VALUE big 0 \(size)\r\n\r\nEND\r\n".utf8.count)
+        let baseline = MemoryBoundTests.procStatus(pid, "RssAnon")
+        var stuck: [TextSocket] = []
+        for _ in 0..<6 {
+            let s = try TextSocket(port: port, timeout: 1)
+            var small: Int32 = 4096
+            setsockopt(s.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+            s.send(String(repeating: "get big\r\n", count: 40))
+            stuck.append(s)
+        }
+        let watch = try node.connect()
+        var worstAnon = 0
+        var worstOutput = 0
+        let until = monotonicSeconds() + 2
+        while monotonicSeconds() < until {
+            worstAnon = max(worstAnon, MemoryBoundTests.procStatus(pid, "RssAnon"))
+            worstOutput = max(worstOutput, try nodeStats(watch)["output_bytes"] as? Int ?? 0)
+            usleep(50_000)
+        }
+        // A new memcached client is served meanwhile.
+        let fresh = try TextSocket(port: port, timeout: 10)
+        fresh.send("version\r\n")
+        XCTAssertTrue(fresh.line().hasPrefix("VERSION"))
+        let stats = try nodeStats(watch)
+        XCTAssertGreaterThan(stats["output_held_requests"] as? Int ?? 0, 0, "the bound held commands back")
+        // The bound + at most one value per connection that had nothing unsent when it was
+        // crossed (and its header).
+        let outputBound = bound + 6 * (size + 64)
+        XCTAssertGreaterThan(worstOutput, 0, "memcached output is counted in output_bytes")
+        XCTAssertLessThanOrEqual(stats["output_peak_bytes"] as? Int ?? .max, outputBound)
+        XCTAssertLessThan(worstAnon - baseline, outputBound + 48 << 20, "anonymous memory grew by \((worstAnon - baseline) >> 20) MiB")
+        // The stuck connections make no progress while the node is over its bound: cut off
+        // after 1 s, then a new client's get of the value is answered.
+        XCTAssertTrue(eventually(10) { ((try? nodeStats(watch))?["timeouts"] as? Int ?? 0) >= 1 })
+        fresh.send("get big\r\n")
+        XCTAssertEqual(fresh.readBytes(until: "END\r\n").count, size + "VALUE big 0 \(size)\r\n\r\nEND\r\n".utf8.count)
+        withExtendedLifetime(stuck) {}
+        reportFigure("memcached output bound", "6 memcached connections × 40 gets of a 1 MiB value, never reading, --max-output-bytes 8MiB: unsent output peaked at \((stats["output_peak_bytes"] as? Int ?? 0) >> 10) KiB (sampled max \(worstOutput >> 10) KiB), \(stats["output_held_requests"] ?? 0) commands held; anonymous memory +\((worstAnon - baseline) >> 20) MiB")
+    }
+}

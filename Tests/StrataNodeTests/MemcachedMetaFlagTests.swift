@@ -1,0 +1,122 @@
+import Foundation
+import XCTest
+import StrataCore
+import TestSupport
+
+/// The meta flags that map onto Strata's versions and stale marks (E, ms I, md x), and the
+/// ones refused with CLIENT_ERROR instead of being ignored (mg h/l/u/E, ma E), over a raw
+/// socket against a real node (proto-spec/MEMCACHED.md §7).
+final class MemcachedMetaFlagTests: XCTestCase {
+    private func start(_ dir: TempDir) throws -> (NodeProcess, TextSocket) {
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"])
+        return (node, try TextSocket(port: try XCTUnwrap(node.memcachedPort)))
+    }
+
+    /// The CAS (version) `mg <key> c` reports.
+    private func cas(_ mc: TextSocket, _ key: String) throws -> UInt64 {
+        mc.send("mg \(key) c\r\n")
+        let line = mc.line()
+        return try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("c") }.flatMap { UInt64($0.dropFirst()) }, line)
+    }
+
+    func testFlagsThatCannotMapAreRefusedWithAClientError() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("ms k 1\r\nv\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        for (command, flag) in [("mg k v h", "h"), ("mg k v l", "l"), ("mg k v u", "u"), ("mg k N30 E5", "E"), ("ma n N0 E5", "E")] {
+            mc.send(command + "\r\n")
+            let line = mc.line()
+            XCTAssertTrue(line.hasPrefix("CLIENT_ERROR flag \(flag) is not supported"), "\(command): \(line)")
+        }
+        // The connection goes on, and nothing was changed.
+        mc.send("mg k v\r\nmg n\r\n")
+        XCTAssertEqual(mc.line(), "VA 1")
+        XCTAssertEqual(mc.line(), "v")
+        XCTAssertEqual(mc.line(), "EN")
+    }
+
+    func testEGivesTheItemItsCasWhenNewerAndIsRefusedOtherwise() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("ms k 1 E5000\r\na\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(try cas(mc, "k"), 5000)
+        mc.send("ms k 1 E4000\r\nb\r\n")
+        XCTAssertEqual(mc.line(), "NS", "a version not newer than the item's")
+        mc.send("ms k 1 C5000 E6000 c\r\nc\r\n")
+        XCTAssertEqual(mc.line(), "HD c6000", "CAS compared, then the new CAS set")
+        mc.send("ms k 1 MA E7000\r\nd\r\nmg k v c\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(mc.line(), "VA 2 c7000")
+        XCTAssertEqual(mc.line(), "cd")
+        mc.send("md k I E6500\r\n")
+        XCTAssertEqual(mc.line(), "EX", "an invalidate with an older version")
+        mc.send("md k I E8000\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(try cas(mc, "k"), 8000)
+        mc.send("md k E9000\r\nms k 1 E8500\r\ne\r\nmg k\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(mc.line(), "NS", "the delete's version guards against an older write")
+        XCTAssertEqual(mc.line(), "EN")
+        mc.send("ms k 1 E18446744073709551615\r\nf\r\n")
+        XCTAssertTrue(mc.line().hasPrefix("CLIENT_ERROR version "), "a version far ahead of the node's clock")
+        mc.send("ms k 1 E0\r\nf\r\n")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR bad token in command line format")
+    }
+
+    func testMsWithIAndAnOlderCasStoresTheValueStale() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("ms k 1\r\na\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        let first = try cas(mc, "k")
+        mc.send("ms k 1 C\(first)\r\nb\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        // A writer that read the first copy: a plain CAS set fails, with I it lands stale.
+        mc.send("ms k 1 C\(first)\r\nc\r\n")
+        XCTAssertEqual(mc.line(), "EX")
+        mc.send("ms k 1 C\(first) I\r\nc\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        mc.send("mg k v\r\n")
+        XCTAssertEqual(mc.line(), "VA 1 W X", "stale: this client wins the refill")
+        XCTAssertEqual(mc.line(), "c")
+        mc.send("mg k v\r\n")
+        XCTAssertEqual(mc.line(), "VA 1 Z X")
+        XCTAssertEqual(mc.line(), "c")
+        // With the current CAS, I is a plain CAS set (not stale); without C it is refused.
+        let current = try cas(mc, "k")
+        mc.send("ms k 1 C\(current) I\r\nd\r\nmg k v\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(mc.line(), "VA 1")
+        XCTAssertEqual(mc.line(), "d")
+        mc.send("ms k 1 I\r\ne\r\n")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR I with ms needs C<cas>")
+        mc.send("ms missing 1 C5 I\r\ne\r\n")
+        XCTAssertEqual(mc.line(), "NF")
+    }
+
+    func testMdWithXEmptiesTheValueAndKeepsTheItem() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("ms k 5 F7 T1000\r\nhello\r\nmd k x\r\nmg k v f s t\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(mc.line(), "HD")
+        let hit = mc.line()
+        XCTAssertTrue(hit.hasPrefix("VA 0 f0 s0 t"), hit)
+        let ttl = try XCTUnwrap(Int(hit.split(separator: " ").last!.dropFirst()))
+        XCTAssertTrue((990...1000).contains(ttl), "the expiry is kept: \(hit)")
+        XCTAssertEqual(mc.line(), "")
+        mc.send("md k x I F3\r\nmg k v f\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        XCTAssertEqual(mc.line(), "VA 0 f3 W X", "with I the emptied item is stale")
+        XCTAssertEqual(mc.line(), "")
+        mc.send("md k x C1\r\nmd missing x\r\n")
+        XCTAssertEqual(mc.line(), "EX")
+        XCTAssertEqual(mc.line(), "NF")
+    }
+}
