@@ -38,6 +38,15 @@ final class Connection: EventHandler, @unchecked Sendable {
     var wantWrite = false
 
     private(set) var authenticated: Bool
+    /// Who this connection is (`User.open` on a node without credentials) and the credentials
+    /// generation it was last checked against (a reload makes it look its user up again).
+    var user = User.open
+    var userGeneration = 0
+    /// A failed HELLO's answer held back by the brute-force throttle until `due` (monotonic
+    /// seconds); the tick sends it (`checkTimers`). Counted in `inFlight` meanwhile.
+    var delayedAnswer: (due: Double, frame: Frame)?
+    /// The peer's address (no port), read once when first needed (logs, the throttle).
+    lazy var peer: String = Sys.peerHost(fd) ?? "unknown"
     /// A token is set and this connection has not authenticated yet, nor closed: it counts
     /// against `--max-unauthenticated` and is closed at `--auth-timeout` (Admission.swift).
     var awaitingAuth: Bool
@@ -60,7 +69,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         self.loop = loop
         self.node = node
         self.id = id
-        authenticated = node.config.authToken == nil
+        authenticated = !node.authEnabled
         awaitingAuth = !authenticated
         acceptedAt = now
         lastActive = now
@@ -270,6 +279,23 @@ final class Connection: EventHandler, @unchecked Sendable {
                 return
             }
         }
+        if authenticated && user.role != .admin || userGeneration != node.credentials.generation {
+            guard currentUser() else {
+                send(Responses.error(to: f, .authFailed, "the credentials of user '\(user.name)' were removed or changed"))
+                closeAfterFlush = true
+                flushAndMaybeClose()
+                return
+            }
+            if let why = user.refusal(request, opcode: f.opcode) {
+                node.stats.forbidden.add(1, ordering: .relaxed)
+                send(Responses.error(to: f, .forbidden, why))
+                return
+            }
+        }
+        if case let .flush(ns, all, tiers) = request {
+            node.audit("flush", user: user.name, peer: peer,
+                       [("namespace", all ? "*" : logSafe(ns)), ("all", all ? "1" : "0"), ("tiers", String(tiers)), ("conn", String(id))])
+        }
         let quiet = f.requestFlags.contains(.quiet)
         switch request {
         case .ping:
@@ -288,15 +314,23 @@ final class Connection: EventHandler, @unchecked Sendable {
                 send(Responses.error(to: f, .unsupportedVersion, "this node speaks protocol version \(Wire.version) only"))
                 return
             }
-            if let expected = node.config.authToken {
-                guard constantTimeEqual(token, expected) else {
-                    node.stats.authFailures.add(1, ordering: .relaxed)
-                    node.log.warn("auth_failed", [("conn", String(id))])
-                    send(Responses.error(to: f, .authFailed, "wrong token"))
+            if let users = node.credentials.current {
+                guard let u = users.authenticate(token) else {
+                    let answer = Responses.error(to: f, .authFailed, "wrong token")
                     closeAfterFlush = true
+                    let delay = node.authenticationFailed(peer: peer, connection: id, protocol: "binary")
+                    if delay > 0 {
+                        // Answered by the tick once the delay has passed; nothing else runs meanwhile.
+                        delayedAnswer = (monotonicSeconds() + delay, answer)
+                        inFlight += 1
+                        return
+                    }
+                    send(answer)
                     flushAndMaybeClose()
                     return
                 }
+                user = u
+                userGeneration = node.credentials.generation
                 authenticated = true
                 if awaitingAuth {
                     awaitingAuth = false
@@ -351,6 +385,9 @@ final class Connection: EventHandler, @unchecked Sendable {
             default: return false
             }
         }()
+        // STATS `namespaces` lists only what the user may read.
+        let reader = user
+        let visible: (@Sendable ([UInt8]) -> Bool)? = reader.role == .admin ? nil : { @Sendable in reader.mayRead($0) }
         if case .set(let s) = request, !imageCheck, s.mode != .lease, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s),
@@ -388,7 +425,7 @@ final class Connection: EventHandler, @unchecked Sendable {
                 loop.execute { [self] in heldByWorker(Pending(frame: f, request: request, scope: scope, received: started)) }
                 return
             }
-            let resp = dispatcher.execute(request, f)
+            let resp = dispatcher.execute(request, f, visible: visible)
             // Counted from now: an answer on its way to the loop is output too.
             let size = resp?.encodedSize ?? 0
             budget.add(size)
@@ -423,14 +460,17 @@ final class Connection: EventHandler, @unchecked Sendable {
     }
 }
 
-/// Compares without an early exit, so the time taken does not reveal how much matched.
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    var diff = UInt8(a.count == b.count ? 0 : 1)
-    let n = max(a.count, b.count)
-    for i in 0..<n {
-        let x = i < a.count ? a[i] : 0
-        let y = i < b.count ? b[i] : 0
-        diff |= x ^ y
+extension Connection {
+    /// Brings `user` up to date after a credentials reload: the same name with the same token
+    /// keeps working with its new role and namespaces; false when the user is gone or its
+    /// token changed (the connection is then refused).
+    func currentUser() -> Bool {
+        let gen = node.credentials.generation
+        guard gen != userGeneration else { return true }
+        userGeneration = gen
+        guard authenticated, node.authEnabled else { return true }
+        guard let users = node.credentials.current, let u = users.current(user.name, hash: user.tokenHash) else { return false }
+        user = u
+        return true
     }
-    return diff == 0
 }

@@ -80,6 +80,16 @@ extension MemcachedConnection {
 
     func checkTimers(now: Double) {
         guard !closed else { return }
+        // A failed authentication held back by the brute-force throttle: answered, then closed.
+        if let d = delayedAnswer {
+            guard now >= d.due else { return }
+            delayedAnswer = nil
+            busy = false
+            listener.error(d.line, into: &output)
+            outputAdded()
+            finish()
+            return
+        }
         if awaitingAuth && now - acceptedAt >= node.config.authTimeout {
             node.stats.authTimeouts.add(1, ordering: .relaxed)
             closeWithNotice(.authRequired, "unauthenticated: no authentication within the auth timeout (\(node.config.authTimeout) s)",
