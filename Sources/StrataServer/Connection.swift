@@ -37,7 +37,7 @@ final class Connection: EventHandler, @unchecked Sendable {
     var accounted = 0
     var wantWrite = false
 
-    private(set) var authenticated: Bool
+    var authenticated: Bool
     /// Who this connection is (`User.open` on a node without credentials) and the credentials
     /// generation it was last checked against (a reload makes it look its user up again).
     var user = User.open
@@ -279,22 +279,9 @@ final class Connection: EventHandler, @unchecked Sendable {
                 return
             }
         }
+        // The user's role and namespaces (PROTOCOL.md §4.1); Connection+Auth.swift.
         if authenticated && user.role != .admin || userGeneration != node.credentials.generation {
-            guard currentUser() else {
-                send(Responses.error(to: f, .authFailed, "the credentials of user '\(user.name)' were removed or changed"))
-                closeAfterFlush = true
-                flushAndMaybeClose()
-                return
-            }
-            if let why = user.refusal(request, opcode: f.opcode) {
-                node.stats.forbidden.add(1, ordering: .relaxed)
-                send(Responses.error(to: f, .forbidden, why))
-                return
-            }
-        }
-        if case let .flush(ns, all, tiers) = request {
-            node.audit("flush", user: user.name, peer: peer,
-                       [("namespace", all ? "*" : logSafe(ns)), ("all", all ? "1" : "0"), ("tiers", String(tiers)), ("conn", String(id))])
+            guard authorize(request, f) else { return }
         }
         let quiet = f.requestFlags.contains(.quiet)
         switch request {
@@ -314,29 +301,7 @@ final class Connection: EventHandler, @unchecked Sendable {
                 send(Responses.error(to: f, .unsupportedVersion, "this node speaks protocol version \(Wire.version) only"))
                 return
             }
-            if let users = node.credentials.current {
-                guard let u = users.authenticate(token) else {
-                    let answer = Responses.error(to: f, .authFailed, "wrong token")
-                    closeAfterFlush = true
-                    let delay = node.authenticationFailed(peer: peer, connection: id, protocol: "binary")
-                    if delay > 0 {
-                        // Answered by the tick once the delay has passed; nothing else runs meanwhile.
-                        delayedAnswer = (monotonicSeconds() + delay, answer)
-                        inFlight += 1
-                        return
-                    }
-                    send(answer)
-                    flushAndMaybeClose()
-                    return
-                }
-                user = u
-                userGeneration = node.credentials.generation
-                authenticated = true
-                if awaitingAuth {
-                    awaitingAuth = false
-                    node.leftAuthQueue(on: loop)
-                }
-            }
+            guard authenticate(token, f) else { return }
             node.checkPause() // a SIGCONT's first requests may come before the loop's first tick
             send(Responses.hello(to: f, version: Wire.version, authenticated: authenticated,
                                  startVersion: node.verifiedSince.load(ordering: .relaxed),
@@ -354,6 +319,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             send(Responses.error(to: f, .busy, "the node is at its buffered-bytes limit; retry later"))
             return
         }
+        if case let .flush(ns, all, tiers) = request { auditFlush(ns, all: all, tiers: tiers) }
         if case .get(let g) = request, let hit = node.dispatcher.memoryHit(g, f) {
             send(hit)
             node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
@@ -457,20 +423,5 @@ final class Connection: EventHandler, @unchecked Sendable {
         node.outputBudget.heldRequests.add(1, ordering: .relaxed)
         hold(p, first: true)
         resume()
-    }
-}
-
-extension Connection {
-    /// Brings `user` up to date after a credentials reload: the same name with the same token
-    /// keeps working with its new role and namespaces; false when the user is gone or its
-    /// token changed (the connection is then refused).
-    func currentUser() -> Bool {
-        let gen = node.credentials.generation
-        guard gen != userGeneration else { return true }
-        userGeneration = gen
-        guard authenticated, node.authEnabled else { return true }
-        guard let users = node.credentials.current, let u = users.current(user.name, hash: user.tokenHash) else { return false }
-        user = u
-        return true
     }
 }

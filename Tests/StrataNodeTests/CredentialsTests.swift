@@ -291,4 +291,32 @@ final class BruteForceTests: XCTestCase {
         XCTAssertEqual(node.stderr.components(separatedBy: "event=auth_failed").count - 1, 1, node.stderr)
         XCTAssertTrue(node.stderr.contains("event=auth_failed peer=127.0.0.1"), node.stderr)
     }
+
+    func testMemcachedAuthenticationFailuresShareTheDelays() throws {
+        let dir = TempDir()
+        try Data(CredentialsUnitTests.file(CredentialsTests.users)).write(to: URL(fileURLWithPath: dir.path + "/users.json"))
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--credentials", dir.path + "/users.json", "--memcached-port", "0"])
+        let port = try XCTUnwrap(node.memcachedPort)
+        func wrong() throws -> Double {
+            let mc = try TextSocket(port: port, timeout: 20)
+            let t0 = monotonicSeconds()
+            mc.send("set auth 0 0 7\r\nx guess\r\n")
+            XCTAssertEqual(mc.line(), "CLIENT_ERROR authentication failure")
+            let took = monotonicSeconds() - t0
+            XCTAssertTrue(mc.peerCloses(within: 10))
+            return took
+        }
+        for _ in 0..<5 { _ = try wrong() }
+        // Binary and memcached failures count together: a wrong HELLO is the 6th.
+        let c = try NodeConnection(host: "127.0.0.1", port: node.port, timeout: 20)
+        XCTAssertEqual(try c.call(.hello(minVersion: 1, maxVersion: 1, token: b("guess"))).statusCode, .authFailed)
+        XCTAssertGreaterThanOrEqual(try wrong(), 0.5, "the 7th failure waits 0.5 s")
+        let good = try TextSocket(port: port)
+        good.send("set auth 0 0 7\r\nx t-ops\r\nget k\r\n")
+        XCTAssertEqual(good.line(), "STORED")
+        XCTAssertEqual(good.line(), "END")
+        let stats = try nodeStats(try node.connect(token: b("t-ops")))
+        XCTAssertEqual(stats["auth_delayed"] as? Int, 2)
+        XCTAssertEqual(stats["auth_failures"] as? Int, 7)
+    }
 }
