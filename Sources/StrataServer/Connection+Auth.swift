@@ -23,6 +23,7 @@ extension Connection {
             return false
         }
         user = u
+        scopeMemo = ScopeMemo()
         userGeneration = node.credentials.generation
         authenticated = true
         if awaitingAuth {
@@ -41,12 +42,17 @@ extension Connection {
             flushAndMaybeClose()
             return false
         }
-        if let why = user.refusal(request, opcode: f.opcode) {
-            node.stats.forbidden.add(1, ordering: .relaxed)
-            send(Responses.error(to: f, .forbidden, why))
-            return false
+        let allowed: Bool
+        switch User.need(request) {
+        case .nothing: allowed = true
+        case .admin: allowed = user.role == .admin
+        case .read(let ns): allowed = scopeMemo.rights(user, ns).read
+        case .write(let ns): allowed = scopeMemo.rights(user, ns).write
         }
-        return true
+        if allowed { return true }
+        node.stats.forbidden.add(1, ordering: .relaxed)
+        send(Responses.error(to: f, .forbidden, user.refusal(request, opcode: f.opcode) ?? "forbidden"))
+        return false
     }
 
     /// Brings `user` up to date after a credentials reload: the same name with the same token
@@ -59,6 +65,7 @@ extension Connection {
         guard authenticated, node.authEnabled else { return true }
         guard let users = node.credentials.current, let u = users.current(user.name, hash: user.tokenHash) else { return false }
         user = u
+        scopeMemo = ScopeMemo()
         return true
     }
 
@@ -66,5 +73,21 @@ extension Connection {
     func auditFlush(_ ns: [UInt8], all: Bool, tiers: UInt8) {
         node.audit("flush", user: user.name, peer: peer,
                    [("namespace", all ? "*" : logSafe(ns)), ("all", all ? "1" : "0"), ("tiers", String(tiers)), ("conn", String(id))])
+    }
+}
+
+/// A connection's user's rights on the namespace it last named (reset when the user changes).
+struct ScopeMemo {
+    private var namespace: [UInt8]? = nil
+    private var read = false
+    private var write = false
+
+    mutating func rights(_ user: User, _ ns: [UInt8]) -> (read: Bool, write: Bool) {
+        if namespace != ns {
+            namespace = ns
+            read = user.mayRead(ns)
+            write = user.mayWrite(ns)
+        }
+        return (read, write)
     }
 }

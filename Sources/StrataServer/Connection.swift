@@ -42,6 +42,9 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// generation it was last checked against (a reload makes it look its user up again).
     var user = User.open
     var userGeneration = 0
+    /// The user's rights on the namespace of its last request (most requests of a connection
+    /// name the same one): saves hashing the namespace into the user's scope every time.
+    var scopeMemo = ScopeMemo()
     /// A failed HELLO's answer held back by the brute-force throttle until `due` (monotonic
     /// seconds); the tick sends it (`checkTimers`). Counted in `inFlight` meanwhile.
     var delayedAnswer: (due: Double, frame: Frame)?

@@ -40,8 +40,9 @@ public struct NamespaceScope: Sendable, Equatable {
     }
 }
 
-/// One named user: its token's SHA-256, its role and its namespaces.
-public struct User: Sendable {
+/// One named user: its token's SHA-256, its role and its namespaces. Immutable; a class so a
+/// connection holds it with one reference (read on every request).
+public final class User: Sendable {
     public let name: String
     /// SHA-256 of the token (32 bytes). The node never holds the token of a file user.
     let tokenHash: [UInt8]
