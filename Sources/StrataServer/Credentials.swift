@@ -192,6 +192,9 @@ public struct Credentials: Sendable {
             guard let hex = u["token_sha256"] as? String, let hash = parseHex(hex), hash.count == 32 else {
                 throw CredentialsError("user '\(name)': token_sha256 must be 64 hex digits (strata credentials hash prints it)")
             }
+            guard hash != SHA256.hash([]) else {
+                throw CredentialsError("user '\(name)': token_sha256 is the hash of an empty token")
+            }
             guard let r = u["role"] as? String, let role = Role(rawValue: r) else {
                 throw CredentialsError("user '\(name)': role must be admin, readwrite or readonly")
             }

@@ -49,6 +49,8 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     /// generation it was checked against (a reload makes it look its user up again).
     var user = User.open
     var userGeneration = 0
+    /// Whether `user` may write the listener's namespace (kept with `user`).
+    var userMayWrite = true
     /// A failed authentication's answer held back by the brute-force throttle until `due`
     /// (monotonic seconds); the tick sends it. The connection is `busy` meanwhile.
     var delayedAnswer: (due: Double, line: String)?
@@ -150,7 +152,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 case .command(let c, let used):
                     inputStart += used
                     commandStarted = nil
-                    if user.role != .admin && !user.mayWrite(listener.namespace) && listener.writes(c) {
+                    if !userMayWrite && listener.writes(c) {
                         // A readonly user: refused in place, so answers keep their order.
                         node.stats.forbidden.add(1, ordering: .relaxed)
                         batch.append(.error("CLIENT_ERROR forbidden: user '\(user.name)' may only read", consumed: used, swallow: 0, close: false))
@@ -214,6 +216,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                     return true
                 }
                 user = u
+                userMayWrite = u.mayWrite(listener.namespace)
                 userGeneration = node.credentials.generation
                 authenticated = true
                 awaitingAuth = false
@@ -359,6 +362,7 @@ extension MemcachedConnection {
         guard let users = node.credentials.current, let u = users.current(user.name, hash: user.tokenHash),
               u.mayRead(listener.namespace) else { return false }
         user = u
+        userMayWrite = u.mayWrite(listener.namespace)
         return true
     }
 }

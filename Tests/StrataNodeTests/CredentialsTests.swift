@@ -160,14 +160,22 @@ final class CredentialsTests: XCTestCase {
 
     func testSIGHUPReloadAddsAndRemovesUsers() throws {
         let dir = TempDir()
-        let node = try startNode(dir, users: [("old", "t-old", "readwrite", ["app1"]), ("stays", "t-stays", "readonly", ["app1"])])
+        let node = try startNode(dir, users: [("old", "t-old", "readwrite", ["app1", ""]), ("stays", "t-stays", "readonly", ["app1", ""])],
+                                 extra: ["--memcached-port", "0"])
         let oldConnection = try node.connect(token: b("t-old"))
         let staysConnection = try node.connect(token: b("t-stays"))
+        let mcPort = try XCTUnwrap(node.memcachedPort)
+        let oldText = try TextSocket(port: mcPort), staysText = try TextSocket(port: mcPort)
+        oldText.send("set auth 0 0 7\r\nx t-old\r\n")
+        staysText.send("set auth 0 0 9\r\nx t-stays\r\nset m 0 0 1\r\nv\r\n")
+        XCTAssertEqual(oldText.line(), "STORED")
+        XCTAssertEqual(staysText.line(), "STORED")
+        XCTAssertEqual(staysText.line(), "CLIENT_ERROR forbidden: user 'stays' may only read")
         XCTAssertEqual(try oldConnection.call(.set(SetRequest(key: b("k"), value: b("v"), namespace: b("app1")))).statusCode, .ok)
         XCTAssertThrowsError(try node.connect(token: b("t-new")))
 
         // The new file: "old" removed, "new" added, "stays" may now write.
-        try Data(CredentialsUnitTests.file([("new", "t-new", "readwrite", ["app1"]), ("stays", "t-stays", "readwrite", ["app1"])]))
+        try Data(CredentialsUnitTests.file([("new", "t-new", "readwrite", ["app1"]), ("stays", "t-stays", "readwrite", ["app1", ""])]))
             .write(to: URL(fileURLWithPath: dir.path + "/users.json"))
         kill(node.process.processIdentifier, SIGHUP)
         XCTAssertTrue(eventually(10) { node.stderr.contains("action=credentials_reload") }, node.stderr)
@@ -184,6 +192,12 @@ final class CredentialsTests: XCTestCase {
         XCTAssertTrue(peerCloses(oldConnection, within: 5))
         // A user that stays keeps its connection, with its new role.
         XCTAssertEqual(try staysConnection.call(.set(SetRequest(key: b("k2"), value: b("v"), namespace: b("app1")))).statusCode, .ok)
+        // The same on the memcached listener.
+        oldText.send("get m\r\n")
+        XCTAssertEqual(oldText.line(), "CLIENT_ERROR authentication failure: the credentials of user 'old' were removed or changed")
+        XCTAssertTrue(oldText.peerCloses(within: 5))
+        staysText.send("set m 0 0 1\r\nv\r\n")
+        XCTAssertEqual(staysText.line(), "STORED")
 
         // A bad file keeps the users in force and says why.
         try "{\"users\": [".write(toFile: dir.path + "/users.json", atomically: true, encoding: .utf8)

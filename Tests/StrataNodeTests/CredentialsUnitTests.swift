@@ -52,6 +52,8 @@ final class CredentialsUnitTests: XCTestCase {
         XCTAssertTrue(reason(Array("{\"users\":[{\"name\":\"a\",\"token_sha256\":\"abc\",\"role\":\"admin\"}]}".utf8)).contains("64 hex"))
         XCTAssertTrue(reason(Array("{\"users\":[{\"name\":\"a b\",\"token_sha256\":\"\",\"role\":\"admin\"}]}".utf8)).contains("name must be"))
         XCTAssertTrue(reason(Array("{\"users\":[],\"x\":1}".utf8)).contains("unknown key"))
+        XCTAssertTrue(reason(Array("{\"users\":[{\"name\":\"a\",\"token_sha256\":\"\(SHA256.hex([]))\",\"role\":\"admin\"}]}".utf8))
+            .contains("empty token"))
     }
 
     func testThePermissionTable() {
