@@ -138,7 +138,7 @@ extension CacheError {
         case .busy, .tooManyConnections: code = .busy
         case .invalidImage: code = .invalidImage
         case .shuttingDown: code = .closed
-        case .authRequired, .authFailed: code = .unauthorized
+        case .authRequired, .authFailed, .forbidden: code = .unauthorized
         case .negative: code = .loadFailed
         default: code = .internalError
         }
@@ -171,7 +171,7 @@ extension CacheError {
 
     private static let knownStatuses: [CacheStatus] = [
         .notFound, .exists, .casMismatch, .superseded, .notANumber, .negative, .leaseLost, .invalidArgument,
-        .tooLarge, .unknownOpcode, .malformed, .authRequired, .authFailed, .unsupportedVersion, .busy,
+        .tooLarge, .unknownOpcode, .malformed, .authRequired, .authFailed, .unsupportedVersion, .forbidden, .busy,
         .diskFull, .serverError, .shuttingDown, .tooManyConnections, .invalidImage,
     ]
 }

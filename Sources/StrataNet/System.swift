@@ -78,6 +78,30 @@ public enum Sys {
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
+    /// The numeric address of a connected socket's peer (`getpeername`): `1.2.3.4` or `::1`
+    /// (an IPv4-mapped IPv6 address as its IPv4 form), without the port; nil if the socket has
+    /// none (closed, or not an inet socket).
+    public static func peerHost(_ fd: Int32) -> String? {
+        var storage = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let r = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &len) }
+        }
+        guard r == 0 else { return nil }
+        var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch Int32(storage.ss_family) {
+        case AF_INET:
+            var a = withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in.self) }.sin_addr
+            guard inet_ntop(AF_INET, &a, &buf, socklen_t(buf.count)) != nil else { return nil }
+        case AF_INET6:
+            var a = withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in6.self) }.sin6_addr
+            guard inet_ntop(AF_INET6, &a, &buf, socklen_t(buf.count)) != nil else { return nil }
+        default: return nil
+        }
+        let s = String(cString: buf)
+        return s.hasPrefix("::ffff:") && s.contains(".") ? String(s.dropFirst(7)) : s
+    }
+
     public static func ignoreSIGPIPE() { signal(SIGPIPE, SIG_IGN) }
 
     /// The process's descriptor limit (RLIMIT_NOFILE), soft and hard; `Int.max` stands for

@@ -142,7 +142,7 @@ extension Node {
             return
         }
         let waiting = connections[loop.index].awaitingAuth
-        if config.authToken != nil && stats.connectionsUnauthenticated.load(ordering: .relaxed) >= maxUnauthenticated {
+        if authEnabled && stats.connectionsUnauthenticated.load(ordering: .relaxed) >= maxUnauthenticated {
             guard let oldest = waiting.oldest() else {
                 refuse(fd, .tooManyConnections, "too many unauthenticated connections (limit \(maxUnauthenticated))", kind)
                 return

@@ -51,6 +51,16 @@ extension Connection: OutputConnection {
     /// node is back under it.
     func checkTimers(now: Double) {
         guard !closed else { return }
+        // A failed HELLO held back by the brute-force throttle: answered (then closed) once
+        // due; until then no other timer applies (the delay is bounded, AuthThrottle.maxDelay).
+        if let d = delayedAnswer {
+            guard now >= d.due else { return }
+            delayedAnswer = nil
+            inFlight -= 1
+            send(d.frame)
+            flushAndMaybeClose()
+            return
+        }
         // A token is set and no HELLO carried it in time: counted from the accept, whatever the
         // connection did meanwhile (PINGs included).
         if awaitingAuth && now - acceptedAt >= node.config.authTimeout {

@@ -37,7 +37,19 @@ final class Connection: EventHandler, @unchecked Sendable {
     var accounted = 0
     var wantWrite = false
 
-    private(set) var authenticated: Bool
+    var authenticated: Bool
+    /// Who this connection is (`User.open` on a node without credentials) and the credentials
+    /// generation it was last checked against (a reload makes it look its user up again).
+    var user = User.open
+    var userGeneration = 0
+    /// The user's rights on the namespace of its last request (most requests of a connection
+    /// name the same one): saves hashing the namespace into the user's scope every time.
+    var scopeMemo = ScopeMemo()
+    /// A failed HELLO's answer held back by the brute-force throttle until `due` (monotonic
+    /// seconds); the tick sends it (`checkTimers`). Counted in `inFlight` meanwhile.
+    var delayedAnswer: (due: Double, frame: Frame)?
+    /// The peer's address (no port), read once when first needed (logs, the throttle).
+    lazy var peer: String = Sys.peerHost(fd) ?? "unknown"
     /// A token is set and this connection has not authenticated yet, nor closed: it counts
     /// against `--max-unauthenticated` and is closed at `--auth-timeout` (Admission.swift).
     var awaitingAuth: Bool
@@ -60,7 +72,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         self.loop = loop
         self.node = node
         self.id = id
-        authenticated = node.config.authToken == nil
+        authenticated = !node.authEnabled
         awaitingAuth = !authenticated
         acceptedAt = now
         lastActive = now
@@ -270,6 +282,10 @@ final class Connection: EventHandler, @unchecked Sendable {
                 return
             }
         }
+        // The user's role and namespaces (PROTOCOL.md §4.1); Connection+Auth.swift.
+        if authenticated && user.role != .admin || userGeneration != node.credentials.generation {
+            guard authorize(request, f) else { return }
+        }
         let quiet = f.requestFlags.contains(.quiet)
         switch request {
         case .ping:
@@ -288,21 +304,7 @@ final class Connection: EventHandler, @unchecked Sendable {
                 send(Responses.error(to: f, .unsupportedVersion, "this node speaks protocol version \(Wire.version) only"))
                 return
             }
-            if let expected = node.config.authToken {
-                guard constantTimeEqual(token, expected) else {
-                    node.stats.authFailures.add(1, ordering: .relaxed)
-                    node.log.warn("auth_failed", [("conn", String(id))])
-                    send(Responses.error(to: f, .authFailed, "wrong token"))
-                    closeAfterFlush = true
-                    flushAndMaybeClose()
-                    return
-                }
-                authenticated = true
-                if awaitingAuth {
-                    awaitingAuth = false
-                    node.leftAuthQueue(on: loop)
-                }
-            }
+            guard authenticate(token, f) else { return }
             node.checkPause() // a SIGCONT's first requests may come before the loop's first tick
             send(Responses.hello(to: f, version: Wire.version, authenticated: authenticated,
                                  startVersion: node.verifiedSince.load(ordering: .relaxed),
@@ -320,6 +322,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             send(Responses.error(to: f, .busy, "the node is at its buffered-bytes limit; retry later"))
             return
         }
+        if case let .flush(ns, all, tiers) = request { auditFlush(ns, all: all, tiers: tiers) }
         if case .get(let g) = request, let hit = node.dispatcher.memoryHit(g, f) {
             send(hit)
             node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
@@ -351,6 +354,9 @@ final class Connection: EventHandler, @unchecked Sendable {
             default: return false
             }
         }()
+        // STATS `namespaces` lists only what the user may read.
+        let reader = user
+        let visible: (@Sendable ([UInt8]) -> Bool)? = reader.role == .admin ? nil : { @Sendable in reader.mayRead($0) }
         if case .set(let s) = request, !imageCheck, s.mode != .lease, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s),
@@ -388,7 +394,7 @@ final class Connection: EventHandler, @unchecked Sendable {
                 loop.execute { [self] in heldByWorker(Pending(frame: f, request: request, scope: scope, received: started)) }
                 return
             }
-            let resp = dispatcher.execute(request, f)
+            let resp = dispatcher.execute(request, f, visible: visible)
             // Counted from now: an answer on its way to the loop is output too.
             let size = resp?.encodedSize ?? 0
             budget.add(size)
@@ -421,16 +427,4 @@ final class Connection: EventHandler, @unchecked Sendable {
         hold(p, first: true)
         resume()
     }
-}
-
-/// Compares without an early exit, so the time taken does not reveal how much matched.
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    var diff = UInt8(a.count == b.count ? 0 : 1)
-    let n = max(a.count, b.count)
-    for i in 0..<n {
-        let x = i < a.count ? a[i] : 0
-        let y = i < b.count ? b[i] : 0
-        diff |= x ^ y
-    }
-    return diff == 0
 }

@@ -276,7 +276,9 @@ final class Dispatcher: @unchecked Sendable {
     }
 
     /// Runs `r` against the store (may block on the disk tier). Nil = no response (QUIET success).
-    func execute(_ r: Request, _ f: Frame) -> Frame? {
+    /// `visible`: the namespaces STATS `namespaces` may list (nil: all; the connection's user
+    /// decides, see `User.mayRead`).
+    func execute(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)? = nil) -> Frame? {
         let quiet = f.requestFlags.contains(.quiet)
         func ok(cas: UInt64 = 0) -> Frame? { quiet ? nil : Responses.status(to: f, .ok, cas: cas) }
         do {
@@ -397,7 +399,7 @@ final class Dispatcher: @unchecked Sendable {
                 if t.contains(.disk) { lineage.forget(namespace: all ? nil : ns) }
                 return ok()
             case .namespaceStats(let q):
-                return Responses.stats(to: f, json: try NamespaceStats.json(q, store: store, limit: namespaceStatsLimit))
+                return Responses.stats(to: f, json: try NamespaceStats.json(q, store: store, limit: namespaceStatsLimit, visible: visible))
             case let .imageInfo(ns, key):
                 guard let item = try store.get(key, namespace: ns) else { return Responses.status(to: f, .notFound) }
                 do {

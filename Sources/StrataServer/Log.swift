@@ -20,6 +20,19 @@ public struct Logger: Sendable {
         line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
     }
 
+    /// An audit line (`level=audit event=audit action=… user=… peer=…`): written whatever the
+    /// log level, since it records who did what (admin operations, credential reloads,
+    /// membership changes).
+    public func audit(_ action: String, user: String, peer: String, _ fields: [(String, String)] = []) {
+        var line = "ts=\(isoNow()) level=audit event=audit"
+        for (k, v) in [("action", action), ("user", user), ("peer", peer)] + fields {
+            let needsQuotes = v.contains(" ") || v.contains("=") || v.isEmpty
+            line += " \(k)=" + (needsQuotes ? "\"" + v.replacingQuotes() + "\"" : v)
+        }
+        line += "\n"
+        line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    }
+
     public func info(_ e: String, _ f: [(String, String)] = []) { log(.info, e, f) }
     public func warn(_ e: String, _ f: [(String, String)] = []) { log(.warn, e, f) }
     public func error(_ e: String, _ f: [(String, String)] = []) { log(.error, e, f) }

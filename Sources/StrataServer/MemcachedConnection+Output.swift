@@ -84,6 +84,16 @@ extension MemcachedConnection: OutputConnection {
 
     func checkTimers(now: Double) {
         guard !closed else { return }
+        // A failed authentication held back by the brute-force throttle: answered, then closed.
+        if let d = delayedAnswer {
+            guard now >= d.due else { return }
+            delayedAnswer = nil
+            busy = false
+            emit { listener.error(d.line, into: &$0) }
+            flush()
+            finish()
+            return
+        }
         if awaitingAuth && now - acceptedAt >= node.config.authTimeout {
             node.stats.authTimeouts.add(1, ordering: .relaxed)
             closeWithNotice(.authRequired, "unauthenticated: no authentication within the auth timeout (\(node.config.authTimeout) s)",

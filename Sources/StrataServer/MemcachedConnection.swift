@@ -47,6 +47,17 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     var swallow = 0
     var authenticated: Bool
     var awaitingAuth: Bool
+    /// Who this connection is (`User.open` without credentials), and the credentials
+    /// generation it was checked against (a reload makes it look its user up again).
+    var user = User.open
+    var userGeneration = 0
+    /// Whether `user` may write the listener's namespace (kept with `user`).
+    var userMayWrite = true
+    /// A failed authentication's answer held back by the brute-force throttle until `due`
+    /// (monotonic seconds); the tick sends it. The connection is `busy` meanwhile.
+    var delayedAnswer: (due: Double, line: String)?
+    /// The peer's address (no port), read once when first needed.
+    lazy var peer: String = Sys.peerHost(fd) ?? "unknown"
     let acceptedAt: Double
     /// When the command now arriving started (nil between commands).
     var commandStarted: Double?
@@ -61,7 +72,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         self.node = node
         self.listener = listener
         self.id = id
-        authenticated = node.config.authToken == nil
+        authenticated = !node.authEnabled
         awaitingAuth = !authenticated
         acceptedAt = now
         lastActive = now
@@ -132,6 +143,11 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 guard authenticateNext() else { break }
                 continue
             }
+            guard currentUser() else {
+                emit { listener.error("CLIENT_ERROR authentication failure: the credentials of user '\(user.name)' were removed or changed", into: &$0) }
+                closeAfterFlush = true
+                break
+            }
             var batch: [MemcachedParse] = []
             var stop = false
             while batch.count < Self.maxBatch && input.count > inputStart && !stop {
@@ -143,6 +159,16 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 case .command(let c, let used):
                     inputStart += used
                     commandStarted = nil
+                    if !userMayWrite && listener.writes(c) {
+                        // A readonly user: refused in place, so answers keep their order.
+                        node.stats.forbidden.add(1, ordering: .relaxed)
+                        batch.append(.error("CLIENT_ERROR forbidden: user '\(user.name)' may only read", consumed: used, swallow: 0, close: false))
+                        continue
+                    }
+                    if case .flushAll = c {
+                        node.audit("flush", user: user.name, peer: peer, [("namespace", logSafe(listener.namespace)), ("all", "0"),
+                                                                           ("protocol", "memcached"), ("conn", String(id))])
+                    }
                     batch.append(p)
                     if case .quit = c { stop = true }
                 case .error(_, let used, let drop, let fatal):
@@ -185,18 +211,33 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 break
             }
             listener.authCommands.add()
+            // `<user> <token>`: the token alone picks the user (tokens are unique per user).
             let parts = s.value.split(separator: 0x20, maxSplits: 1, omittingEmptySubsequences: false)
-            if parts.count == 2, let expected = node.config.authToken, constantTimeEqual(Array(parts[1]), expected) {
+            if parts.count == 2, let users = node.credentials.current, let u = users.authenticate(Array(parts[1])) {
+                guard u.mayRead(listener.namespace) else {
+                    listener.authErrors.add()
+                    node.stats.forbidden.add(1, ordering: .relaxed)
+                    emit { listener.error("CLIENT_ERROR forbidden: user '\(u.name)' may not use namespace '\(String(decoding: listener.namespace, as: UTF8.self))'", into: &$0) }
+                    closeAfterFlush = true
+                    return true
+                }
+                user = u
+                userMayWrite = u.mayWrite(listener.namespace)
+                userGeneration = node.credentials.generation
                 authenticated = true
                 awaitingAuth = false
                 node.leftAuthQueue(on: loop)
                 emit { MemcachedResponse.line("STORED", into: &$0) }
             } else {
                 listener.authErrors.add()
-                node.stats.authFailures.add(1, ordering: .relaxed)
-                node.log.warn("auth_failed", [("conn", String(id)), ("protocol", "memcached")])
-                emit { listener.error("CLIENT_ERROR authentication failure", into: &$0) }
                 closeAfterFlush = true
+                let delay = node.authenticationFailed(peer: peer, connection: id, protocol: "memcached")
+                if delay > 0 {
+                    delayedAnswer = (monotonicSeconds() + delay, "CLIENT_ERROR authentication failure")
+                    busy = true
+                    return true
+                }
+                emit { listener.error("CLIENT_ERROR authentication failure", into: &$0) }
             }
         }
         return true
@@ -340,5 +381,21 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         } else if inputStart > 64 << 10 && inputStart * 2 > input.count {
             input.removeFirst(inputStart); inputStart = 0
         }
+    }
+}
+
+extension MemcachedConnection {
+    /// Brings `user` up to date after a credentials reload: false when the user is gone, its
+    /// token changed, or it may no longer use the listener's namespace.
+    func currentUser() -> Bool {
+        let gen = node.credentials.generation
+        guard gen != userGeneration else { return true }
+        userGeneration = gen
+        guard authenticated, node.authEnabled else { return true }
+        guard let users = node.credentials.current, let u = users.current(user.name, hash: user.tokenHash),
+              u.mayRead(listener.namespace) else { return false }
+        user = u
+        userMayWrite = u.mayWrite(listener.namespace)
+        return true
     }
 }

@@ -180,6 +180,14 @@ final class MemcachedListener: Sendable {
         }
     }
 
+    /// Whether a command changes anything (a readonly user's are refused): every command that
+    /// writes keys, flush_all, and mg with N or R (a lease: the promise to fill the key).
+    func writes(_ c: MemcachedCommand) -> Bool {
+        if case .flushAll = c { return true }
+        if case .meta(let m) = c, m.verb == .get, m.number("N") != .absent || m.number("R") != .absent { return true }
+        return !keysWritten(by: c).isEmpty
+    }
+
     func written(_ key: [UInt8]) {
         let id = ItemKey(namespace: namespace, key: key)
         dispatcher.leases.revoke(id)

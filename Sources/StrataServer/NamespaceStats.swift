@@ -32,13 +32,16 @@ enum NamespaceStats {
     }
 
     /// The answer to STATS with group `namespace` or `namespaces`.
-    static func json(_ q: NamespaceStatsQuery, store: TieredCache, limit: Int) throws -> String {
+    /// `visible`: only these namespaces are listed, counted or summed into `other` (a user's
+    /// own, PROTOCOL.md §4.1); nil: every namespace.
+    static func json(_ q: NamespaceStatsQuery, store: TieredCache, limit: Int, visible: ((([UInt8]) -> Bool))? = nil) throws -> String {
         switch q {
         case .one(let name):
             let n = try store.namespaceStats(name)
             return "{" + nameFields(name) + "," + fields(n, items: n.diskItems ?? 0, bytes: n.diskBytes ?? 0) + "}"
         case .top:
-            let counters = store.namespaceCounters()
+            var counters = store.namespaceCounters()
+            if let visible { counters = counters.filter { visible($0.key) } }
             let usage = try store.namespaceUsage(waitForBacklog: true)
             let (top, rest) = rank(counters, limit: limit)
             let listed = top.map { name, n in

@@ -30,6 +30,10 @@ public final class Node: @unchecked Sendable {
     /// When a loop last ran its tick (monotonic milliseconds; any loop).
     let lastAlive = Atomic<Int>(Int(monotonicSeconds() * 1000))
     let dispatcher: Dispatcher
+    /// The users (`--credentials`, `--auth-token-file`); disabled when neither is set.
+    let credentials: CredentialStore
+    /// Failed authentications per source address, and the delays they earn (Node+Auth.swift).
+    let authThrottle: AuthThrottle
     let workers: WorkerPool
     let imageWorkers: WorkerPool
     let smallImageWorkers: WorkerPool
@@ -71,11 +75,13 @@ public final class Node: @unchecked Sendable {
         guard let address = SocketAddress(host: config.host, port: config.port) else {
             throw NodeError(exitCode: 2, "--host must be a numeric IPv4/IPv6 address or localhost, got '\(config.host)'")
         }
-        if !address.isLoopback && config.authToken == nil && !config.insecure {
-            throw NodeError(exitCode: 2, "refusing to listen on \(address) without an auth token: set --auth-token-file, or pass --insecure to allow it")
+        if !address.isLoopback && config.authToken == nil && config.credentialsFile == nil && !config.insecure {
+            throw NodeError(exitCode: 2, "refusing to listen on \(address) without an auth token: set --auth-token-file or --credentials, or pass --insecure to allow it")
         }
         self.config = config
         self.log = Logger(level: config.logLevel)
+        credentials = CredentialStore(try Self.loadCredentials(config))
+        authThrottle = AuthThrottle(threshold: config.authDelayAfter)
         outputBudget = OutputBudget(limit: config.maxOutputBytes)
         var sc = StoreConfiguration(directory: config.dataDirectory)
         sc.memoryCostLimit = config.memoryLimit
@@ -185,7 +191,7 @@ public final class Node: @unchecked Sendable {
         }
         log.info("listening", [("addr", SocketAddress(host: config.host, port: bound)!.description),
                                ("data", config.dataDirectory), ("threads", String(n)),
-                               ("auth", config.authToken == nil ? "off" : "token"), ("version", Node.version)])
+                               ("auth", authMode), ("version", Node.version)])
     }
 
     func scratch(for loop: EventLoop) -> UnsafeMutableRawBufferPointer { scratchBuffers[loop.index] }
@@ -320,6 +326,12 @@ public final class Node: @unchecked Sendable {
             ("output_cap_cutoffs", String(stats.outputCapCutoffs.load(ordering: .relaxed))),
             ("timeouts", String(stats.timeouts.load(ordering: .relaxed))),
             ("auth_failures", String(stats.authFailures.load(ordering: .relaxed))),
+            ("auth_delayed", String(stats.authDelayed.load(ordering: .relaxed))),
+            ("auth_throttled_addresses", String(authThrottle.count)),
+            ("forbidden", String(stats.forbidden.load(ordering: .relaxed))),
+            ("credentials_users", String(credentials.current?.users.count ?? 0)),
+            ("credentials_reloads", String(stats.credentialsReloads.load(ordering: .relaxed))),
+            ("credentials_reload_failures", String(stats.credentialsReloadFailures.load(ordering: .relaxed))),
             ("disk_jobs_outstanding", String(workers.outstanding)),
             ("memory_items", String(s.memory.items)), ("memory_bytes", String(s.memory.bytes)),
             ("memory_hits", String(s.memory.hits)), ("memory_misses", String(s.memory.misses)),

@@ -29,7 +29,15 @@ public struct NodeConfiguration: Sendable {
     public var diskWorkers = 32
     /// Disk jobs queued beyond the workers before new ones get BUSY.
     public var maxQueuedDiskJobs = 10_000
+    /// `--auth-token-file`'s token: authenticates as the admin user `token` (also beside a
+    /// credentials file).
     public var authToken: [UInt8]? = nil
+    /// `--credentials FILE`: named users with roles and namespaces (`Credentials`), reloaded
+    /// on SIGHUP (`Node.reload`).
+    public var credentialsFile: String? = nil
+    /// `--auth-delay-after`: failed authentications from one address within a minute that are
+    /// answered at once; later ones wait 0.25 s doubling to 4 s (`AuthThrottle`). 0 = never delay.
+    public var authDelayAfter = 5
     /// Allow a non-loopback address without a token.
     public var insecure = false
     /// Connections at once. Lowered at start, with a warning, to what the descriptor limit

@@ -65,6 +65,13 @@ final class NodeStats: Sendable {
     let outputCapCutoffs = Atomic<Int>(0)
     let timeouts = Atomic<Int>(0)
     let authFailures = Atomic<Int>(0)
+    /// Failed authentications answered after a delay (`AuthThrottle`).
+    let authDelayed = Atomic<Int>(0)
+    /// Requests answered FORBIDDEN (and memcached commands refused as forbidden).
+    let forbidden = Atomic<Int>(0)
+    /// Credential reloads (SIGHUP) that took effect, and those refused (the old users stay).
+    let credentialsReloads = Atomic<Int>(0)
+    let credentialsReloadFailures = Atomic<Int>(0)
     /// Connections open and not yet authenticated (a token is set).
     let connectionsUnauthenticated = Atomic<Int>(0)
     /// Connections closed for sending no HELLO with the token within the auth timeout.

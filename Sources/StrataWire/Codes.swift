@@ -69,6 +69,8 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let authRequired = Status(rawValue: 0x0014)
     public static let authFailed = Status(rawValue: 0x0015)
     public static let unsupportedVersion = Status(rawValue: 0x0016)
+    /// The connection's user may not run this operation on this namespace (PROTOCOL.md §4.1).
+    public static let forbidden = Status(rawValue: 0x0017)
     public static let busy = Status(rawValue: 0x0020)
     public static let diskFull = Status(rawValue: 0x0021)
     public static let serverError = Status(rawValue: 0x0022)
@@ -93,6 +95,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
         case .authRequired: "AUTH_REQUIRED"
         case .authFailed: "AUTH_FAILED"
         case .unsupportedVersion: "UNSUPPORTED_VERSION"
+        case .forbidden: "FORBIDDEN"
         case .busy: "BUSY"
         case .diskFull: "DISK_FULL"
         case .serverError: "SERVER_ERROR"

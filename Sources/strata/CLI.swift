@@ -30,6 +30,7 @@ commands:
   variant   a resized variant of a stored image (bytes to stdout)
   ring      where keys live on a set of nodes, or how evenly they share keys
   check     verify a stopped node's data directory offline
+  credentials  hash a token for a --credentials file, or check such a file
 
 Client commands talk to one node (--server) or a cluster (--nodes H:P,H:P,…).
 
@@ -75,6 +76,7 @@ func runCLI(_ args: [String]) -> Int32 {
         case "serve": return try serveCommand(rest)
         case "ring": return try ringCommand(rest)
         case "check": return try checkCommand(rest)
+        case "credentials": return try credentialsCommand(rest)
         case "--help", "-h", "help":
             printOut(topUsage)
             return 0

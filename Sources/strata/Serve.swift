@@ -9,7 +9,9 @@ import StrataStore
 let serveUsage = """
 usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--memory-limit 256MiB]
                     [--disk-limit 4GiB] [--max-item 32MiB] [--default-ttl SECONDS] [--threads N]
-                    [--auth-token-file FILE] [--insecure] [--config FILE.json] [--log-level info]
+                    [--auth-token-file FILE] [--credentials FILE.json] [--auth-delay-after 5]
+                    [--insecure] [--config FILE.json]
+                    [--log-level info]
                     [--max-connections 10000] [--auth-timeout 5] [--max-unauthenticated N]
                     [--idle-timeout SECONDS] [--frame-timeout 10]
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
@@ -26,11 +28,14 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
 name in upper case with _ for -), then flags; the later wins. Sizes accept B, KiB, MiB, GiB.
-Binding an address other than loopback needs --auth-token-file or --insecure.
+Binding an address other than loopback needs --auth-token-file, --credentials or --insecure.
+--credentials names users with roles (admin, readwrite, readonly) and namespaces; write it with
+the hashes `strata credentials hash` prints (docs/OPERATING.md "Credentials"). SIGHUP reloads it
+(a bad file keeps the old users and logs credentials_reload_failed).
 --max-connections is lowered, with a warning, to what the descriptor limit (ulimit -n) allows.
 --memcached-port also serves memcached's text protocol on that port of --host (off by default;
 0 = any free port), on the same store: see proto-spec/MEMCACHED.md.
-SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
+SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0. SIGHUP: reload.
 """
 
 /// The settings `serve` knows, by flag name (without dashes); each maps to the config.
@@ -42,7 +47,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "disk-trim-to", "disk-evict", "pause-threshold",
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
-                               "memcached-namespace"]
+                               "memcached-namespace", "credentials", "auth-delay-after"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -82,6 +87,7 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     sigemptyset(&set)
     sigaddset(&set, SIGTERM)
     sigaddset(&set, SIGINT)
+    sigaddset(&set, SIGHUP)
     pthread_sigmask(SIG_BLOCK, &set, nil)
 
     let node = try Node(config: config)
@@ -96,7 +102,11 @@ func serveCommand(_ args: [String]) throws -> Int32 {
         printOut("memcached on \(h):\(mp) (namespace '\(String(decoding: config.memcachedNamespace, as: UTF8.self))', \(config.memcachedMemoryOnly ? "memory only" : "the node's tiers"))")
     }
     var sig: Int32 = 0
-    sigwait(&set, &sig)
+    while true {
+        sigwait(&set, &sig)
+        if sig == SIGHUP { node.reload(); continue }
+        break
+    }
     node.shutdown()
     return 0
 }
@@ -212,6 +222,9 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         c.logLevel = l
     }
     if let path = s["auth-token-file"] { c.authToken = try readToken(path) }
+    if let v = try int("auth-delay-after") { c.authDelayAfter = v }
+    // "" (the example config's value) = no credentials file.
+    if let path = s["credentials"], !path.isEmpty { c.credentialsFile = path }
 }
 
 /// The token in `path`, trailing newline removed. Empty or unreadable files are usage errors.

@@ -103,6 +103,8 @@ final class VectorTests: XCTestCase {
             ("release_not_found", .release(namespace: [], key: Array("cold".utf8), token: token), { Responses.status(to: $0, .notFound) }),
             ("scan_empty_page", .scan(namespace: [], cursor: Array("logo.png".utf8), limit: 1),
              { Responses.scan(to: $0, keys: [], next: variantKey) }),
+            ("error_forbidden", .set(SetRequest(key: Array("k".utf8), value: Array("v".utf8), namespace: Array("other".utf8))),
+             { Responses.error(to: $0, .forbidden, "user 'app1' (readwrite) may not use namespace 'other' (SET)") }),
             ("error_busy", .get(GetRequest(key: foo)),
              { Responses.error(to: $0, .busy, "the node is at its buffered-bytes limit; retry later") }),
             ("error_disk_full", .set(setBlob),

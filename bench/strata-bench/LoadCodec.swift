@@ -21,14 +21,15 @@ struct StrataLoadCodec: LoadCodec {
     var nextID: UInt32 = 1
     var tiers: UInt8 = 0
     var writeBehind = false
+    var namespace: [UInt8] = []
     let decoder = FrameDecoder(magic: Wire.responseMagic, maxBody: 64 << 20)
 
     mutating func appendGet(_ key: [UInt8], into out: inout [UInt8]) {
-        Request.get(GetRequest(key: key, tiers: tiers)).frame(id: nextID).encode(into: &out)
+        Request.get(GetRequest(key: key, namespace: namespace, tiers: tiers)).frame(id: nextID).encode(into: &out)
         nextID &+= 1
     }
     mutating func appendSet(_ key: [UInt8], _ value: [UInt8], into out: inout [UInt8]) {
-        var s = SetRequest(key: key, value: value)
+        var s = SetRequest(key: key, value: value, namespace: namespace)
         s.tiers = tiers
         s.writeBehind = writeBehind
         Request.set(s).frame(id: nextID).encode(into: &out)

@@ -15,6 +15,9 @@ struct NetBench {
         var nodes: [(host: String, port: UInt16)] = []
         /// Server processes whose CPU is counted (--server-pid, else found from the ports).
         var pids: [Int32] = []
+        /// A Strata target's token (`--token-file` after its `--target`): every connection says
+        /// HELLO with it first.
+        var token: [UInt8]? = nil
         var label: String { kind == "cluster" ? "cluster(\(nodes.count))@\(host):\(port)" : "\(kind)@\(host):\(port)" }
     }
 
@@ -31,6 +34,8 @@ struct NetBench {
         var preload = true
         var strataTiers: UInt8 = 0
         var strataWriteBehind = false
+        /// The namespace of every Strata GET and SET (`--namespace`; default the empty one).
+        var strataNamespace: [UInt8] = []
         /// Copies per key for a cluster target.
         var replicas = 2
         /// Report the servers' resident memory per item after the preload.
@@ -60,6 +65,7 @@ struct NetBench {
              [--zipf 0.99] [--value-size 100 | --value-size 100-1000] [--connections 50] [--pipeline 1]
              [--duration 5] [--ops N] [--no-preload] [--tiers memory|disk|all] [--write-behind]
              [--replicas 2] [--server-pid PID …] [--memory-report] [--rounds 1] [--json] [--svg FILE]
+             [--token-file FILE] [--namespace NS]
       KIND is strata, memcached (text protocol), redis (RESP), or cluster=H:P,H:P,… (a Strata
       cluster through the cluster client: ring placement, --replicas copies, pipeline 1).
       --server-pid gives the server's PID for CPU per operation (one per target, in order; by
@@ -67,6 +73,8 @@ struct NetBench {
       each server's resident memory per item (beyond key and value) after the preload.
       With several targets and rounds, targets run alternately (A B A B …) and each figure is
       the median; ratios are to the first.
+      --token-file FILE: the Strata target given just before authenticates with the token in FILE
+      (HELLO on every connection). --namespace NS: Strata GETs and SETs use namespace NS.
     """
 
     init(arguments: [String]) throws {
@@ -108,6 +116,17 @@ struct NetBench {
                 let kind = String(v[..<eq])
                 guard ["strata", "memcached", "redis"].contains(kind) else { throw UsageError(message: "unknown target kind '\(kind)'") }
                 targets.append(Target(kind: kind, host: String(v[v.index(after: eq)..<colon]), port: port))
+            case "--token-file":
+                let path = try value()
+                guard !targets.isEmpty, targets[targets.count - 1].kind == "strata" else {
+                    throw UsageError(message: "--token-file follows the --target strata=… it is for")
+                }
+                guard let f = fopen(path, "r") else { throw UsageError(message: "cannot read '\(path)'") }
+                var bytes: [UInt8] = []
+                while true { let ch = fgetc(f); if ch < 0 || ch == 10 || ch == 13 { break }; bytes.append(UInt8(ch)) }
+                fclose(f)
+                targets[targets.count - 1].token = bytes
+            case "--namespace": w.strataNamespace = Array(try value().utf8)
             case "--get-ratio":
                 w.getRatio = try number(try value(), a)
                 guard w.getRatio <= 1 else { throw UsageError(message: "--get-ratio must be 0…1") }
@@ -160,6 +179,7 @@ struct NetBench {
             var c = StrataLoadCodec()
             c.tiers = workload.strataTiers
             c.writeBehind = workload.strataWriteBehind
+            c.namespace = workload.strataNamespace
             return c
         }
     }
@@ -230,7 +250,7 @@ struct NetBench {
             return
         }
         var codec = codec(for: t)
-        let conn = try RawConnection(host: t.host, port: t.port)
+        let conn = try connect(t, codec)
         var rng = SplitMix(seed: 42)
         var i = 0
         while i < keys.count {
@@ -244,6 +264,16 @@ struct NetBench {
             }
             i += n
         }
+    }
+
+    /// A connection to `t`, authenticated with its token when it has one.
+    func connect(_ t: Target, _ codec: any LoadCodec) throws -> RawConnection {
+        let conn = try RawConnection(host: t.host, port: t.port)
+        if let token = t.token {
+            try conn.send(Request.hello(minVersion: Wire.version, maxVersion: Wire.version, token: token).frame(id: UInt32.max).encoded())
+            if case .error(let e) = try conn.readReply(codec) { throw UsageError(message: "HELLO to \(t.label) failed: \(e)") }
+        }
+        return conn
     }
 
     func valueBytes(_ rng: inout SplitMix) -> [UInt8] {
@@ -299,7 +329,7 @@ struct NetBench {
                             result.ops += 1
                         }
                     } else {
-                        let conn = try RawConnection(host: t.host, port: t.port)
+                        let conn = try self.connect(t, codec)
                         var out: [UInt8] = []
                         while monotonicSeconds() < deadline {
                             var batch = w.pipeline

@@ -19,7 +19,7 @@ R_STALE, R_LEASE, R_FILLING = 0x1, 0x2, 0x4  # response flags (the header's last
 OK, NOT_FOUND, EXISTS, CAS_MISMATCH, SUPERSEDED, NOT_A_NUMBER, NEGATIVE, LEASE_LOST = 0, 1, 2, 3, 4, 5, 6, 7
 TOKEN = 0x00000000075BCD15  # stands for a lease token a node granted (real ones are random, §7.4.1)
 INVALID_ARGUMENT, TOO_LARGE, UNKNOWN_OPCODE, MALFORMED, AUTH_REQUIRED, AUTH_FAILED = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
-UNSUPPORTED_VERSION = 0x16
+UNSUPPORTED_VERSION, FORBIDDEN = 0x16, 0x17
 BUSY, DISK_FULL, SERVER_ERROR, SHUTTING_DOWN, TOO_MANY_CONNECTIONS, INVALID_IMAGE = 0x20, 0x21, 0x22, 0x23, 0x24, 0x25
 V = 0x0001800000000001  # stands for a version a node assigns
 # A 1×1 RGBA PNG that decodes (for VALIDATE_IMAGE).
@@ -256,6 +256,10 @@ case("error_too_large_frame", "A SET header claiming a 20,000-byte body, before 
      struct.pack(">BBBBHBBHHIIQI", REQ, 1, OPS["SET"], 0, 0, 0, 0, 3, 22, 20000, 95, 0, 0),
      frame(RESP, OPS["SET"], 95, status=TOO_LARGE, value=b"frame body of 20000 bytes is over the limit of 16384"),
      "the limit in the message (and body length)")
+case("error_forbidden", "SET in namespace other by user app1 (readwrite, namespaces app1 and tenant-*): FORBIDDEN, nothing stored; the connection stays open (§4.1)",
+     frame(REQ, OPS["SET"], 94, extras=set_extras(), ns=b"other", key=b"k", value=b"v"),
+     frame(RESP, OPS["SET"], 94, status=FORBIDDEN, value=b"user 'app1' (readwrite) may not use namespace 'other' (SET)"),
+     "the message, which names the user, its role, the namespace and the operation (and body length)")
 case("error_busy", "GET foo while the node's buffered bytes are over its limit: BUSY",
      frame(REQ, OPS["GET"], 96, key=b"foo"),
      frame(RESP, OPS["GET"], 96, status=BUSY, value=b"the node is at its buffered-bytes limit; retry later"),
