@@ -1,9 +1,10 @@
 # Strata — two commands do everything on a fresh machine: `make run` and `make test`.
 SHELL := /bin/bash
 # iproute2: the partition tests make network namespaces with `ip` (they skip without it).
+# libssl-dev: TLS (OpenSSL 3); openssl: the CLI that scripts/make-certs.sh and TLSTests use.
 # libmemcached-tools, nutcracker: real memcached clients and twemproxy, run against the
 # memcached listener (MemcachedClientTests; they install them too, or skip saying why).
-DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config iproute2 libmemcached-tools nutcracker
+DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev libssl-dev openssl pkg-config iproute2 libmemcached-tools nutcracker
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 

@@ -37,9 +37,10 @@ extension Connection {
     /// `sendmsg`); EPOLLOUT is asked for only while bytes remain.
     func flush() {
         guard !closed else { return }
+        if let t = tls, !t.handshakeDone { return } // nothing may be sent before the handshake
         while !output.isEmpty {
             let r: IOResult
-            do { r = try output.send(fd) } catch {
+            do { r = try sendOutput() } catch {
                 close(reason: "send: \(error)")
                 return
             }
@@ -76,7 +77,7 @@ extension Connection {
         guard !closed else { return }
         var want: EventLoop.Interest = []
         if !readPaused { want.insert(.read) }
-        if wantWrite { want.insert(.write) }
+        if wantWrite || readWantsWrite { want.insert(.write) }
         if want != registered {
             registered = want
             loop.modify(fd, want)
@@ -108,6 +109,10 @@ extension Connection {
         }
         if let started = frameStarted, now - started > node.config.frameTimeout {
             node.stats.timeouts.add(1, ordering: .relaxed)
+            if let t = tls, !t.handshakeDone {
+                handshakeFailed("no complete handshake within the frame timeout (\(node.config.frameTimeout) s)")
+                return
+            }
             close(reason: "frame timeout")
             return
         }
@@ -148,6 +153,7 @@ extension Connection {
         guard !closed else { return }
         closed = true
         loop.unregister(fd)
+        tls?.shutdown() // close_notify, best effort (only after a handshake)
         Sys.close(fd)
         node.stats.bufferedBytes.add(-accounted, ordering: .relaxed)
         node.outputBudget.add(-output.count)

@@ -51,12 +51,19 @@ final class Connection: EventHandler, @unchecked Sendable {
     var peerFinished = false
     var registered: EventLoop.Interest = .read
     var lastWriteProgress = monotonicSeconds()
-    /// When the frame now being received started to arrive (nil when between frames).
-    private(set) var frameStarted: Double?
+    /// When the frame now being received started to arrive (nil when between frames); for a
+    /// TLS connection, its accept until the handshake is done.
+    var frameStarted: Double?
+    /// The TLS session of a connection accepted on the TLS port (Connection+TLS.swift).
+    let tls: TLSSession?
+    /// The session's read waits for the socket to take bytes (asks for EPOLLOUT).
+    var readWantsWrite = false
     private(set) var lastActive: Double
 
-    init(fd: Int32, loop: EventLoop, node: Node, id: Int, now: Double = monotonicSeconds()) {
+    init(fd: Int32, loop: EventLoop, node: Node, id: Int, now: Double = monotonicSeconds(), tls: TLSSession? = nil) {
         self.fd = fd
+        self.tls = tls
+        if tls != nil { frameStarted = now }
         self.loop = loop
         self.node = node
         self.id = id
@@ -71,18 +78,25 @@ final class Connection: EventHandler, @unchecked Sendable {
     // MARK: Events
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        if let t = tls, !t.handshakeDone {
+            if hangup && !readable && !writable { close(reason: "hangup") } else { continueHandshake() }
+            return
+        }
         if writable { flushAndResume() }
-        if readable { readAvailable() }
+        if readable || (writable && readWantsWrite) { readAvailable() }
         if hangup && !closed && !readable { close(reason: "hangup") }
     }
 
+    func readAvailableNow() { readAvailable() }
+
     private func readAvailable() {
         guard !closed else { return }
+        readWantsWrite = false
         let scratch = node.scratch(for: loop)
         var sawEOF = false
         while !closed && !readPaused && input.count - inputStart < readTarget() {
             let r: IOResult
-            do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
+            do { r = try receive(scratch) } catch {
                 close(reason: "read: \(error)")
                 return
             }
@@ -91,7 +105,8 @@ final class Connection: EventHandler, @unchecked Sendable {
             input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
             node.stats.bytesIn.add(n, ordering: .relaxed)
             lastActive = monotonicSeconds()
-            if n < scratch.count { break }
+            // A TLS read returns one record (≤ 16 KiB) at a time: read on until the socket is empty.
+            if n < scratch.count && tls == nil { break }
         }
         processFrames()
         if sawEOF {
