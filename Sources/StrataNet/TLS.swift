@@ -24,7 +24,7 @@ private func drainErrors() -> String {
         if e == 0 { break }
         if let r = ERR_reason_error_string(e) { reasons.append(String(cString: r)) } else {
             ERR_error_string_n(e, &buf, buf.count)
-            reasons.append(String(cString: buf))
+            reasons.append(String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
     }
     return reasons.isEmpty ? "unknown TLS error" : reasons.joined(separator: "; ")
@@ -91,7 +91,11 @@ public final class TLSContext: @unchecked Sendable {
             throw TLSError("cannot load the certificate '\(certificate)': \(drainErrors())")
         }
         guard SSL_CTX_use_PrivateKey_file(ctx, key, STRATA_SSL_FILETYPE_PEM) == 1 else {
-            throw TLSError("cannot load the private key '\(key)': \(drainErrors())")
+            let reason = drainErrors()
+            if reason.contains("key values mismatch") {
+                throw TLSError("the private key '\(key)' does not match the certificate '\(certificate)'")
+            }
+            throw TLSError("cannot load the private key '\(key)': \(reason)")
         }
         guard SSL_CTX_check_private_key(ctx) == 1 else {
             throw TLSError("the private key '\(key)' does not match the certificate '\(certificate)': \(drainErrors())")
@@ -234,7 +238,7 @@ public final class TLSStream: @unchecked Sendable {
         session = try TLSSession(context: context, fd: fd, server: false, expectedName: expectedName)
         let deadline = monotonicSeconds() + timeout
         while true {
-            switch try session.handshake() {
+            switch try withoutSIGPIPE({ Result { () throws(TLSError) -> Outcome in try session.handshake() } }).get() {
             case .done, .closed: return
             case .wantRead: try wait(POLLIN, until: deadline, "handshake")
             case .wantWrite: try wait(POLLOUT, until: deadline, "handshake")
@@ -248,7 +252,7 @@ public final class TLSStream: @unchecked Sendable {
         let deadline = monotonicSeconds() + readTimeout
         while true {
             lock.lock()
-            let r = Result { () throws(TLSError) -> Outcome in try session.read(buffer, count) }
+            let r = withoutSIGPIPE { Result { () throws(TLSError) -> Outcome in try session.read(buffer, count) } }
             lock.unlock()
             let o = try r.get()
             switch o {
@@ -266,7 +270,7 @@ public final class TLSStream: @unchecked Sendable {
         let deadline = monotonicSeconds() + writeTimeout
         while sent < count {
             lock.lock()
-            let r = Result { () throws(TLSError) -> Outcome in try session.write(buffer + sent, count - sent) }
+            let r = withoutSIGPIPE { Result { () throws(TLSError) -> Outcome in try session.write(buffer + sent, count - sent) } }
             lock.unlock()
             let o = try r.get()
             switch o {
@@ -279,9 +283,32 @@ public final class TLSStream: @unchecked Sendable {
     }
 
     /// Sends close_notify (best effort).
-    public func shutdown() { lock.withLock { session.shutdown() } }
+    public func shutdown() { lock.withLock { withoutSIGPIPE { session.shutdown() } } }
 
     private typealias Outcome = TLSSession.Outcome
+
+    /// Runs `body` with SIGPIPE blocked on this thread, and takes back a SIGPIPE it raised:
+    /// OpenSSL writes with write(2), which raises SIGPIPE on a closed connection, and a
+    /// library must not kill (or change the signal handling of) the process that uses it.
+    /// Costs two sigprocmask calls, and one sigtimedwait when the pipe broke.
+    private func withoutSIGPIPE<T>(_ body: () -> T) -> T {
+        var pipe = sigset_t(), old = sigset_t(), pending = sigset_t()
+        sigemptyset(&pipe)
+        sigaddset(&pipe, SIGPIPE)
+        sigpending(&pending)
+        let alreadyPending = sigismember(&pending, SIGPIPE) == 1
+        pthread_sigmask(SIG_BLOCK, &pipe, &old)
+        let result = body()
+        if !alreadyPending {
+            sigpending(&pending)
+            if sigismember(&pending, SIGPIPE) == 1 {
+                var zero = timespec(tv_sec: 0, tv_nsec: 0)
+                _ = sigtimedwait(&pipe, nil, &zero)
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old, nil)
+        return result
+    }
 
     private func wait(_ events: Int32, until deadline: Double, _ what: String) throws(TLSError) {
         while true {
