@@ -8,7 +8,7 @@ DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev libssl-dev ope
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps venv build release test run bench-store soak soak-battery sanitize clean
+.PHONY: deps venv build release test run bench-store soak soak-battery sanitize clean certs
 
 # Where `make run` keeps the node's data (override: make run DATA=/path PORT=7401).
 DATA ?= ./strata-data
@@ -96,3 +96,8 @@ sanitize: deps
 
 clean:
 	swift package clean
+
+# A local CA, a node certificate for CERT_NAMES and a client certificate in ./certs (README "TLS").
+CERT_NAMES ?= 127.0.0.1 localhost
+certs: deps
+	scripts/make-certs.sh certs $(CERT_NAMES)
