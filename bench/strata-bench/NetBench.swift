@@ -15,7 +15,9 @@ struct NetBench {
         var nodes: [(host: String, port: UInt16)] = []
         /// Server processes whose CPU is counted (--server-pid, else found from the ports).
         var pids: [Int32] = []
-        var label: String { kind == "cluster" ? "cluster(\(nodes.count))@\(host):\(port)" : "\(kind)@\(host):\(port)" }
+        /// `KIND+tls=`: connections go through TLS (verified with --tls-ca).
+        var tls = false
+        var label: String { kind == "cluster" ? "cluster(\(nodes.count))@\(host):\(port)" : "\(kind)\(tls ? "+tls" : "")@\(host):\(port)" }
     }
 
     struct Workload {
@@ -35,6 +37,10 @@ struct NetBench {
         var replicas = 2
         /// Report the servers' resident memory per item after the preload.
         var memoryReport = false
+        /// `+tls` targets: the CA that verifies the servers (and a client certificate).
+        var tlsCA: String? = nil
+        var tlsCert: String? = nil
+        var tlsKey: String? = nil
     }
 
     struct Result {
@@ -51,6 +57,7 @@ struct NetBench {
 
     let targets: [Target]
     let workload: Workload
+    let tlsContext: TLSContext?
     let rounds: Int
     let json: Bool
     let svgPath: String?
@@ -62,6 +69,8 @@ struct NetBench {
              [--replicas 2] [--server-pid PID …] [--memory-report] [--rounds 1] [--json] [--svg FILE]
       KIND is strata, memcached (text protocol), redis (RESP), or cluster=H:P,H:P,… (a Strata
       cluster through the cluster client: ring placement, --replicas copies, pipeline 1).
+      strata+tls=… and redis+tls=… connect through TLS (a node's --tls-port, Redis's tls-port),
+      verifying the server with --tls-ca FILE [--tls-cert FILE --tls-key FILE].
       --server-pid gives the server's PID for CPU per operation (one per target, in order; by
       default found from the listening port; a cluster sums its nodes). --memory-report prints
       each server's resident memory per item (beyond key and value) after the preload.
@@ -105,9 +114,13 @@ struct NetBench {
                       let port = UInt16(v[v.index(after: colon)...]) else {
                     throw UsageError(message: "--target must be KIND=HOST:PORT, got '\(v)'")
                 }
-                let kind = String(v[..<eq])
+                var kind = String(v[..<eq])
+                let tls = kind.hasSuffix("+tls")
+                if tls { kind.removeLast(4) }
                 guard ["strata", "memcached", "redis"].contains(kind) else { throw UsageError(message: "unknown target kind '\(kind)'") }
-                targets.append(Target(kind: kind, host: String(v[v.index(after: eq)..<colon]), port: port))
+                var t = Target(kind: kind, host: String(v[v.index(after: eq)..<colon]), port: port)
+                t.tls = tls
+                targets.append(t)
             case "--get-ratio":
                 w.getRatio = try number(try value(), a)
                 guard w.getRatio <= 1 else { throw UsageError(message: "--get-ratio must be 0…1") }
@@ -135,6 +148,9 @@ struct NetBench {
                 guard let p = Int32(try value()), p > 0 else { throw UsageError(message: "--server-pid must be a process id") }
                 pids.append(p)
             case "--memory-report": w.memoryReport = true
+            case "--tls-ca": w.tlsCA = try value()
+            case "--tls-cert": w.tlsCert = try value()
+            case "--tls-key": w.tlsKey = try value()
             case "--rounds": rounds = max(1, Int(try number(try value(), a)))
             case "--json": json = true
             case "--svg": svg = try value()
@@ -149,6 +165,12 @@ struct NetBench {
             throw UsageError(message: "a cluster target runs at pipeline 1 (the cluster client is not pipelined)")
         }
         guard w.duration > 0 || w.maxOps < Int.max else { throw UsageError(message: "give --duration or --ops") }
+        if targets.contains(where: { $0.tls }) {
+            guard let ca = w.tlsCA else { throw UsageError(message: "+tls targets need --tls-ca FILE") }
+            do { tlsContext = try TLSContext.client(ca: ca, certificate: w.tlsCert, key: w.tlsKey) } catch {
+                throw UsageError(message: "\(error)")
+            }
+        } else { tlsContext = nil }
         self.targets = targets; workload = w; self.rounds = rounds; self.json = json; svgPath = svg
     }
 
@@ -230,7 +252,7 @@ struct NetBench {
             return
         }
         var codec = codec(for: t)
-        let conn = try RawConnection(host: t.host, port: t.port)
+        let conn = try RawConnection(host: t.host, port: t.port, tls: t.tls ? tlsContext : nil)
         var rng = SplitMix(seed: 42)
         var i = 0
         while i < keys.count {
@@ -299,7 +321,7 @@ struct NetBench {
                             result.ops += 1
                         }
                     } else {
-                        let conn = try RawConnection(host: t.host, port: t.port)
+                        let conn = try RawConnection(host: t.host, port: t.port, tls: t.tls ? tlsContext : nil)
                         var out: [UInt8] = []
                         while monotonicSeconds() < deadline {
                             var batch = w.pipeline
@@ -431,17 +453,24 @@ struct KeySpace: @unchecked Sendable {
 /// A blocking socket that sends whole buffers and reads replies with a codec.
 final class RawConnection {
     let fd: Int32
+    private let tls: TLSStream?
     private var buffer: [UInt8] = []
     private var start = 0
     private var chunk = [UInt8](repeating: 0, count: 256 << 10)
 
-    init(host: String, port: UInt16) throws {
+    init(host: String, port: UInt16, tls tlsContext: TLSContext? = nil) throws {
         guard let a = SocketAddress(host: host, port: port) else { throw UsageError(message: "\(host) is not a numeric address") }
-        fd = try Socket.connect(a, timeout: 10)
+        let fd = try Socket.connect(a, timeout: 10)
+        self.fd = fd
+        tls = try tlsContext.map { try TLSStream(fd: fd, context: $0, expectedName: host, timeout: 10) }
     }
-    deinit { Sys.close(fd) }
+    deinit { tls?.shutdown(); Sys.close(fd) }
 
     func send(_ bytes: [UInt8]) throws {
+        if let t = tls {
+            try bytes.withUnsafeBytes { try t.write($0.baseAddress!, $0.count) }
+            return
+        }
         var sent = 0
         while sent < bytes.count {
             let r = try bytes.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + sent, bytes.count - sent) }
@@ -461,7 +490,10 @@ final class RawConnection {
                 }
             }
             if start > 0 { buffer.removeFirst(start); start = 0 }
-            let r = try chunk.withUnsafeMutableBytes { try Sys.read(fd, $0.baseAddress!, $0.count) }
+            let r = try chunk.withUnsafeMutableBytes { p in
+                if let t = tls { return try t.read(p.baseAddress!, p.count) }
+                return try Sys.read(fd, p.baseAddress!, p.count)
+            }
             guard case .done(let n) = r else { throw UsageError(message: "read timed out") }
             if n == 0 { throw UsageError(message: "the server closed the connection") }
             buffer.append(contentsOf: chunk[0..<n])
