@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 SECS="${1:-5}"
 ROUNDS="${2:-1}"
 command -v redis-server >/dev/null || { echo "redis-server is not installed (apt-get install redis-server)" >&2; exit 2; }
-make -s release >/dev/null
+[ -n "${SKIP_BUILD:-}" ] || make -s release >/dev/null   # SKIP_BUILD=1: use the release build as it is
 W=$(mktemp -d /tmp/strata-tlsbench-XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 SP=$(free_port); ST=$(free_port); RP=$(free_port); RT=$(free_port)
