@@ -105,8 +105,10 @@ final class Connection: EventHandler, @unchecked Sendable {
             input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
             node.stats.bytesIn.add(n, ordering: .relaxed)
             lastActive = monotonicSeconds()
-            // A TLS read returns one record (≤ 16 KiB) at a time: read on until the socket is empty.
-            if n < scratch.count && tls == nil { break }
+            // A short read means the socket is empty (epoll is level-triggered: more bytes wake
+            // the loop again), saving the read that would say so. A TLS read returns one record
+            // (≤ 16 KiB) at a time: a short record with nothing buffered in the session.
+            if let t = tls { if n < 16 << 10 && !t.hasPending { break } } else if n < scratch.count { break }
         }
         processFrames()
         if sawEOF {
