@@ -149,6 +149,7 @@ public final class TLSSession {
     /// it fails (a peer that is not speaking TLS, a certificate that does not verify).
     public func handshake() throws(TLSError) -> Outcome {
         ERR_clear_error()
+        errno = 0
         let r = SSL_do_handshake(ssl)
         if r == 1 {
             handshakeDone = true
@@ -163,6 +164,7 @@ public final class TLSSession {
     /// Reads decrypted bytes (at most one record's, ≤ 16 KiB, per call).
     public func read(_ buffer: UnsafeMutableRawPointer, _ count: Int) throws(TLSError) -> Outcome {
         ERR_clear_error()
+        errno = 0
         let r = SSL_read(ssl, buffer, Int32(min(count, Int(Int32.max))))
         if r > 0 { return .done(Int(r)) }
         return try outcome(of: r, "read")
@@ -173,6 +175,7 @@ public final class TLSSession {
     public func write(_ buffer: UnsafeRawPointer, _ count: Int) throws(TLSError) -> Outcome {
         guard count > 0 else { return .done(0) }
         ERR_clear_error()
+        errno = 0
         let r = SSL_write(ssl, buffer, Int32(min(count, Int(Int32.max))))
         if r > 0 { return .done(Int(r)) }
         return try outcome(of: r, "write")

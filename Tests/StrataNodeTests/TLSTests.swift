@@ -250,6 +250,10 @@ final class TLSTests: XCTestCase {
         XCTAssertEqual(code, 2); XCTAssertTrue(err.contains("cannot load the certificate") && err.contains("missing.pem"), err)
         (code, err) = try serve(["--tls-cert", certs.path("node.pem")])
         XCTAssertEqual(code, 2); XCTAssertTrue(err.contains("need --tls-port"), err)
+        // TLS does not replace the token beyond loopback.
+        (code, err) = try serve(["--host", "0.0.0.0", "--tls-only", "--tls-port", "0", "--tls-cert", certs.path("node.pem"),
+                                 "--tls-key", certs.path("node.key")])
+        XCTAssertEqual(code, 2); XCTAssertTrue(err.contains("without an auth token"), err)
         // The same settings from the environment and a config file.
         let config = tempPath() + "/c.json"
         try #"{"tls_port": 0, "tls_cert": "\#(certs.path("node.pem"))", "tls_key": "\#(certs.path("node.key"))", "tls_only": true}"#
