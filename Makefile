@@ -1,13 +1,14 @@
 # Strata — two commands do everything on a fresh machine: `make run` and `make test`.
 SHELL := /bin/bash
 # iproute2: the partition tests make network namespaces with `ip` (they skip without it).
+# libssl-dev: TLS (OpenSSL 3); openssl: the CLI that scripts/make-certs.sh and TLSTests use.
 # libmemcached-tools, nutcracker: real memcached clients and twemproxy, run against the
 # memcached listener (MemcachedClientTests; they install them too, or skip saying why).
-DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev pkg-config iproute2 libmemcached-tools nutcracker
+DEB_PACKAGES := libsqlite3-dev libzstd-dev libpng-dev libwebp-dev libssl-dev openssl pkg-config iproute2 libmemcached-tools nutcracker
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps venv build release test run bench-store soak soak-battery sanitize clean
+.PHONY: deps venv build release test run bench-store soak soak-battery sanitize clean certs
 
 # Where `make run` keeps the node's data (override: make run DATA=/path PORT=7401).
 DATA ?= ./strata-data
@@ -75,7 +76,7 @@ soak: deps
 soak-battery: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	set -o pipefail; STRATA_SOAK=1 swift test --skip-build --disable-swift-testing $(SWIFT_BUILD_FLAGS) \
-	  --filter 'FaultTests|PartitionTests|HostileTests|HostileClientTests|DiskBudgetTests|FullDiskTests' 2>&1 | tee .build/soak.log
+	  --filter 'FaultTests|PartitionTests|HostileTests|HostileClientTests|DiskBudgetTests|FullDiskTests|TLSHandshakeFuzzTests' 2>&1 | tee .build/soak.log
 	@grep '^FIGURE' .build/soak.log || true
 
 # Every test under ThreadSanitizer, then AddressSanitizer, each in its own build directory; the
@@ -95,3 +96,8 @@ sanitize: deps
 
 clean:
 	swift package clean
+
+# A local CA, a node certificate for CERT_NAMES and a client certificate in ./certs (README "TLS").
+CERT_NAMES ?= 127.0.0.1 localhost
+certs: deps
+	scripts/make-certs.sh certs $(CERT_NAMES)

@@ -22,11 +22,12 @@ let package = Package(
         .systemLibrary(name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
         .systemLibrary(name: "CPNG", pkgConfig: "libpng16", providers: [.apt(["libpng-dev"])]),
         .systemLibrary(name: "CWebP", pkgConfig: "libwebpdemux", providers: [.apt(["libwebp-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .target(name: "CLinux"),
 
         .target(name: "StrataCore", dependencies: ["CLinux"]),
         .target(name: "StrataWire"),
-        .target(name: "StrataNet", dependencies: ["StrataCore", "CLinux"]),
+        .target(name: "StrataNet", dependencies: ["StrataCore", "CLinux", "COpenSSL"]),
         .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore", "StrataImage"]),
         .target(name: "StrataClient", dependencies: ["StrataCore", "StrataWire", "StrataNet"]),
         .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire", "StrataStore"]),

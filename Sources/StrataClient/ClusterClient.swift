@@ -40,6 +40,10 @@ public struct ClusterConfiguration: Sendable {
     /// Seconds any one node may take to answer (connect, send, receive).
     public var timeout: Double = 2
     public var token: [UInt8]? = nil
+    /// Connect to the nodes' TLS ports and verify their certificates (nil: plaintext). Every
+    /// node address must then be a TLS port; the name checked is each node's host unless
+    /// `serverName` is set.
+    public var tls: TLSClientConfiguration? = nil
     public var pointsPerWeight = HashRing.defaultPointsPerWeight
     /// Seconds after a node (re)started on existing data during which its misses are checked
     /// against replicas (items older than its start are checked within this window too).
@@ -102,9 +106,13 @@ public final class ClusterClient: @unchecked Sendable {
         self.configuration = configuration
         ring = HashRing(members: configuration.nodes.map { .init(name: $0.name) }, pointsPerWeight: configuration.pointsPerWeight)
         var h: [String: NodeHandle] = [:]
+        var tls: ClientTLS? = nil
+        if let t = configuration.tls {
+            do { tls = try ClientTLS(t) } catch { throw ClusterError(message: "\(error)", failures: []) }
+        }
         for n in configuration.nodes { h[n.name] = NodeHandle(address: n, timeout: configuration.timeout, token: configuration.token,
                                                         maxIdle: configuration.maxIdleConnectionsPerNode, clock: configuration.clock,
-                                                        helloInterval: configuration.helloInterval) }
+                                                        helloInterval: configuration.helloInterval, tls: tls) }
         handles = h
         hlc = HybridLogicalClock(clock: configuration.clock)
     }

@@ -15,10 +15,13 @@ public final class NodeClient: @unchecked Sendable {
     public let connectTimeout: Double
     public let requestTimeout: Double
     public let token: [UInt8]?
+    /// The node's TLS port and how to verify it (nil: plaintext).
+    public let tls: TLSClientConfiguration?
 
     private let lock = Lock()
     private let sendLock = Lock()
-    private var fd: Int32 = -1
+    private var socket: ClientSocket?
+    private var loadedTLS: ClientTLS?
     private var generation = 0
     private var nextID: UInt32 = 1
     private var waiters: [UInt32: Waiter] = [:]
@@ -62,74 +65,73 @@ public final class NodeClient: @unchecked Sendable {
         }
     }
 
-    public init(host: String, port: UInt16, connectTimeout: Double = 2, requestTimeout: Double = 2, token: [UInt8]? = nil) {
+    public init(host: String, port: UInt16, connectTimeout: Double = 2, requestTimeout: Double = 2, token: [UInt8]? = nil,
+                tls: TLSClientConfiguration? = nil) {
         self.host = host; self.port = port; self.connectTimeout = connectTimeout
-        self.requestTimeout = requestTimeout; self.token = token
+        self.requestTimeout = requestTimeout; self.token = token; self.tls = tls
     }
 
     deinit { close() }
 
     public func close() {
-        let (f, pending): (Int32, [Waiter]) = lock.withLock {
+        let (s, pending): (ClientSocket?, [Waiter]) = lock.withLock {
             closed = true
-            let f = fd
-            fd = -1
+            let s = socket
+            socket = nil
             let p = Array(waiters.values)
             waiters.removeAll()
-            return (f, p)
+            return (s, p)
         }
         // The reader thread owns the descriptor and closes it; closing here too could close a
         // reused number that belongs to someone else.
-        if f >= 0 { shutdown(f, Int32(SHUT_RDWR)) }
+        s?.shutdownBoth()
         for w in pending { w.finish(.failure(ClientError(.connection, "connection to \(host):\(port) closed"))) }
     }
 
-    /// Opens the connection if it is not open (HELLO with the token when one is set).
-    private func connectIfNeeded() throws -> (Int32, Int) {
-        if let open: (Int32, Int) = lock.withLock({ fd >= 0 ? (fd, generation) : nil }) { return open }
+    /// Opens the connection if it is not open (the TLS handshake when `tls` is set, then HELLO
+    /// with the token when one is set).
+    private func connectIfNeeded() throws -> (ClientSocket, Int) {
+        if let open: (ClientSocket, Int) = lock.withLock({ socket.map { ($0, generation) } }) { return open }
         guard let address = SocketAddress(host: host, port: port) else {
             throw ClientError(.connection, "\(host) is not a numeric address")
         }
-        let newFD: Int32
-        do { newFD = try Socket.connect(address, timeout: connectTimeout) } catch {
-            throw ClientError(.connection, "cannot connect to \(address): \(error)")
+        var clientTLS: ClientTLS? = lock.withLock { loadedTLS }
+        if clientTLS == nil, let t = tls {
+            let loaded = try ClientTLS(t)
+            lock.withLock { loadedTLS = loaded }
+            clientTLS = loaded
         }
+        let newSocket = try ClientSocket(address, timeout: connectTimeout, tls: clientTLS)
         // HELLO (with the token) on the bare socket, before anyone else can send on it.
         if let t = token {
             do {
-                try helloOnBareSocket(newFD, token: t)
+                try helloOnBareSocket(newSocket, token: t)
             } catch {
-                Sys.close(newFD)
+                newSocket.close()
                 throw error
             }
         }
         // The reader blocks in recv; a short receive timeout lets it notice close().
-        var tv = timeval(tv_sec: 1, tv_usec: 0)
-        setsockopt(newFD, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        newSocket.setReadTimeout(1)
         let gen: Int = lock.withLock {
             if closed { return -1 }
-            if fd >= 0 { return -2 } // another caller connected first
-            fd = newFD
+            if socket != nil { return -2 } // another caller connected first
+            socket = newSocket
             generation += 1
             return generation
         }
         if gen < 0 {
-            Sys.close(newFD)
+            newSocket.close()
             if gen == -1 { throw ClientError(.connection, "client closed") }
             return try connectIfNeeded()
         }
-        startThread(name: "strata-client") { [self] in readLoop(fd: newFD, generation: gen) }
-        return (newFD, gen)
+        startThread(name: "strata-client") { [self] in readLoop(newSocket, generation: gen) }
+        return (newSocket, gen)
     }
 
-    private func helloOnBareSocket(_ fd: Int32, token: [UInt8]) throws {
+    private func helloOnBareSocket(_ s: ClientSocket, token: [UInt8]) throws {
         let bytes = Request.hello(minVersion: Wire.version, maxVersion: Wire.version, token: token).frame(id: 0xFFFF_FFFF).encoded()
-        var sent = 0
-        while sent < bytes.count {
-            guard let r = try? bytes.withUnsafeBytes({ try Sys.send(fd, $0.baseAddress! + sent, bytes.count - sent) }),
-                  case .done(let n) = r else { throw ClientError(.connection, "sending HELLO to \(host):\(port) failed") }
-            sent += n
-        }
+        guard s.sendAll(bytes) else { throw ClientError(.connection, "sending HELLO to \(host):\(port) failed") }
         let decoder = FrameDecoder(magic: Wire.responseMagic, maxBody: 1 << 20)
         var buffer: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
@@ -138,21 +140,21 @@ public final class NodeClient: @unchecked Sendable {
                 try NodeConnection.check(f, allow: [.ok])
                 return
             }
-            guard let r = try? chunk.withUnsafeMutableBytes({ try Sys.read(fd, $0.baseAddress!, $0.count) }),
+            guard let r = try? chunk.withUnsafeMutableBytes({ try s.read($0.baseAddress!, $0.count) }),
                   case .done(let n) = r, n > 0 else { throw ClientError(.connection, "no answer to HELLO from \(host):\(port)") }
             buffer.append(contentsOf: chunk[0..<n])
         }
     }
 
-    private func readLoop(fd: Int32, generation gen: Int) {
+    private func readLoop(_ s: ClientSocket, generation gen: Int) {
         let decoder = FrameDecoder(magic: Wire.responseMagic, maxBody: (40 << 20))
         var buffer: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         var failure = "connection to \(host):\(port) closed by the node"
         loop: while true {
-            if lock.withLock({ self.fd != fd || closed }) { break }
+            if lock.withLock({ self.socket !== s || closed }) { break }
             let r: IOResult
-            do { r = try chunk.withUnsafeMutableBytes { try Sys.read(fd, $0.baseAddress!, $0.count) } } catch {
+            do { r = try chunk.withUnsafeMutableBytes { try s.read($0.baseAddress!, $0.count) } } catch {
                 failure = "reading from \(host):\(port): \(error)"
                 break
             }
@@ -173,20 +175,20 @@ public final class NodeClient: @unchecked Sendable {
         }
         // Fail everyone waiting on this connection; the next request reconnects.
         let pending: [Waiter] = lock.withLock {
-            guard self.fd == fd else { return [] }
-            self.fd = -1
+            guard self.socket === s else { return [] }
+            self.socket = nil
             let p = Array(waiters.values)
             waiters.removeAll()
             return p
         }
-        Sys.close(fd) // the reader owns the descriptor
+        s.close() // the reader owns the descriptor
         for w in pending { w.finish(.failure(ClientError(.connection, failure))) }
     }
 
     /// Sends `request`; every failure finishes `waiter` exactly once (never throws).
     private func submit(_ request: Request, _ waiter: Waiter) {
-        let f: Int32
-        do { (f, _) = try connectIfNeeded() } catch {
+        let s: ClientSocket
+        do { (s, _) = try connectIfNeeded() } catch {
             waiter.finish(.failure(error as? ClientError ?? ClientError(.connection, "\(error)")))
             return
         }
@@ -198,19 +200,11 @@ public final class NodeClient: @unchecked Sendable {
             return id
         }
         let bytes = request.frame(id: id).encoded()
-        let ok: Bool = sendLock.withLock {
-            var sent = 0
-            while sent < bytes.count {
-                guard let r = try? bytes.withUnsafeBytes({ try Sys.send(f, $0.baseAddress! + sent, bytes.count - sent) }),
-                      case .done(let n) = r else { return false }
-                sent += n
-            }
-            return true
-        }
+        let ok: Bool = sendLock.withLock { s.sendAll(bytes) }
         if !ok {
             // Part of a frame may be on the wire: the stream is unusable. Shutting it down makes
             // the reader fail every waiter (this one included) and the next request reconnects.
-            shutdown(f, Int32(SHUT_RDWR))
+            s.shutdownBoth()
             if let w = lock.withLock({ waiters.removeValue(forKey: id) }) {
                 w.finish(.failure(ClientError(.connection, "sending to \(host):\(port) failed")))
             }

@@ -20,10 +20,11 @@ public struct ClientError: Error, CustomStringConvertible, Sendable {
 
 /// One blocking connection to one node: send a request, wait for the response with the same
 /// request id. For scripts, the CLI and tests; not thread-safe (one caller at a time).
-/// Every wait is bounded by `timeout` seconds.
+/// Every wait is bounded by `timeout` seconds. With a `TLSClientConfiguration` it connects to a
+/// node's TLS port and refuses a certificate that does not chain to the CA or name the host.
 public final class NodeConnection {
     public let address: SocketAddress
-    private var fd: Int32
+    private var socket: ClientSocket?
     private var nextID: UInt32 = 1
     private var buffer: [UInt8] = []
     private let decoder = FrameDecoder(magic: Wire.responseMagic, maxBody: (32 << 20) + (64 << 10) + (8 << 20))
@@ -32,14 +33,18 @@ public final class NodeConnection {
     /// Connects (and authenticates with HELLO when `token` is given).
     /// With `hello` (or a token) the connection starts with HELLO and records what the node
     /// says about itself (`startVersion`).
-    public init(host: String, port: UInt16, timeout: Double = 5, token: [UInt8]? = nil, hello: Bool = false) throws {
+    public convenience init(host: String, port: UInt16, timeout: Double = 5, token: [UInt8]? = nil, hello: Bool = false,
+                            tls: TLSClientConfiguration? = nil) throws {
+        try self.init(host: host, port: port, timeout: timeout, token: token, hello: hello, clientTLS: try tls.map(ClientTLS.init))
+    }
+
+    /// With a TLS configuration already loaded (a pool's connections share one).
+    init(host: String, port: UInt16, timeout: Double, token: [UInt8]?, hello: Bool, clientTLS: ClientTLS?) throws {
         guard let a = SocketAddress(host: host, port: port) else {
             throw ClientError(.connection, "\(host) is not a numeric address (or localhost)")
         }
         address = a
-        do { fd = try Socket.connect(a, timeout: timeout) } catch {
-            throw ClientError(.connection, "cannot connect to \(a): \(error)")
-        }
+        socket = try ClientSocket(a, timeout: timeout, tls: clientTLS)
         self.token = token
         if token != nil || hello { try sayHello() }
     }
@@ -62,24 +67,18 @@ public final class NodeConnection {
     deinit { close() }
 
     public func close() {
-        if fd >= 0 { Sys.close(fd); fd = -1 }
+        socket?.close()
+        socket = nil
     }
 
     /// Half-closes: the node sees end of stream but can still answer.
-    public func finishSending() { shutdown(fd, Int32(SHUT_WR)) }
+    public func finishSending() { socket?.finishSending() }
 
     /// Sends raw bytes (tests use this to send malformed frames).
     public func sendRaw(_ bytes: [UInt8]) throws {
-        var sent = 0
-        while sent < bytes.count {
-            let r: IOResult
-            do { r = try bytes.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + sent, bytes.count - sent) } } catch {
-                throw ClientError(.connection, "sending to \(address): \(error)")
-            }
-            // The socket is blocking with a send timeout: "would block" means the timeout passed.
-            guard case .done(let n) = r else { throw ClientError(.connection, "sending to \(address): timed out") }
-            sent += n
-        }
+        guard let s = socket else { throw ClientError(.connection, "the connection to \(address) is closed") }
+        // The socket is blocking with a send timeout (or a TLS stream bounded the same way).
+        guard s.sendAll(bytes) else { throw ClientError(.connection, "sending to \(address) failed or timed out") }
     }
 
     /// Reads the next response frame, whatever its id.
@@ -94,8 +93,9 @@ public final class NodeConnection {
             } catch {
                 throw ClientError(.protocolViolation, "bad response from \(address): \(error)")
             }
+            guard let s = socket else { throw ClientError(.connection, "the connection to \(address) is closed") }
             let r: IOResult
-            do { r = try chunk.withUnsafeMutableBytes { try Sys.read(fd, $0.baseAddress!, $0.count) } } catch {
+            do { r = try chunk.withUnsafeMutableBytes { try s.read($0.baseAddress!, $0.count) } } catch {
                 throw ClientError(.connection, "reading from \(address): \(error)")
             }
             guard case .done(let n) = r else { throw ClientError(.connection, "reading from \(address): timed out") }

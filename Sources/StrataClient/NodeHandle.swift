@@ -18,6 +18,8 @@ final class NodeHandle: @unchecked Sendable {
     private(set) var startVersion: UInt64 = 0
     let timeout: Double
     let token: [UInt8]?
+    /// The TLS configuration loaded once for every connection of this node (nil: plaintext).
+    let tls: ClientTLS?
 
     let maxIdle: Int
     private let clock: any Clock
@@ -29,8 +31,9 @@ final class NodeHandle: @unchecked Sendable {
     private var lastHello: Double = 0
 
     init(address: NodeAddress, timeout: Double, token: [UInt8]?, maxIdle: Int = 16, clock: any Clock = SystemClock(),
-         helloInterval: Double = 1) {
+         helloInterval: Double = 1, tls: ClientTLS? = nil) {
         self.address = address; self.timeout = timeout; self.token = token; self.maxIdle = maxIdle; self.clock = clock
+        self.tls = tls
         self.helloInterval = helloInterval
     }
 
@@ -48,7 +51,7 @@ final class NodeHandle: @unchecked Sendable {
             return idle.popLast()
         } ?? {
             do {
-                let c = try NodeConnection(host: address.host, port: address.port, timeout: timeout, token: token, hello: true)
+                let c = try NodeConnection(host: address.host, port: address.port, timeout: timeout, token: token, hello: true, clientTLS: tls)
                 lock.withLock { startVersion = c.startVersion; lastHello = now }
                 return c
             } catch {

@@ -122,3 +122,11 @@ public enum Sys {
         return setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &rl) == 0
     }
 }
+
+extension Sys {
+    /// Makes `fd` non-blocking (a client's TLS stream waits with `poll` instead).
+    public static func setNonBlocking(_ fd: Int32) {
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+    }
+}

@@ -80,7 +80,8 @@ final class OldestFirst<T> {
 
 /// Which protocol a listening socket speaks.
 enum ListenerKind: Sendable {
-    case strata, memcached
+    /// The binary protocol in plaintext, the binary protocol over TLS, memcached's text protocol.
+    case strata, tls, memcached
 }
 
 /// What the node needs of a client connection of either protocol (each owned by one loop;
@@ -156,6 +157,9 @@ extension Node {
         let c: any ClientConnection
         switch kind {
         case .strata: c = Connection(fd: fd, loop: loop, node: self, id: id)
+        case .tls:
+            guard let session = tlsSession(fd) else { return }
+            c = Connection(fd: fd, loop: loop, node: self, id: id, tls: session)
         case .memcached: c = MemcachedConnection(fd: fd, loop: loop, node: self, listener: memcached!, id: id)
         }
         do { try loop.register(fd, .read, c) } catch {
@@ -188,6 +192,9 @@ extension Node {
     /// A memcached client gets `SERVER_ERROR <message>` instead.
     func writeRefusal(_ fd: Int32, _ status: Status, _ message: String, _ kind: ListenerKind = .strata) {
         stats.connectionsRefused.add(1, ordering: .relaxed)
+        // No handshake has happened on a TLS connection: plaintext bytes would only confuse
+        // its client, so it is closed without a word.
+        if kind == .tls { return }
         if kind == .memcached {
             let line = Array("SERVER_ERROR \(message)\r\n".utf8)
             _ = line.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress!, $0.count) }

@@ -22,6 +22,8 @@ extension Connection: OutputConnection {
     /// Writes what the socket takes (OutputConnection); closes once a finishing connection
     /// has nothing left.
     func flush() {
+        guard !closed else { return }
+        if let t = tls, !t.handshakeDone { return } // nothing may be sent before the handshake
         guard writeOutput() != nil else { return }
         updateInterest()
         if output.isEmpty && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
@@ -44,6 +46,10 @@ extension Connection: OutputConnection {
     /// stops for good at end of stream (a level-triggered EOF would otherwise wake the loop
     /// forever).
     var readPaused: Bool { peerFinished || closeAfterFlush || deferredFull || heldByOutput }
+
+    /// A TLS connection sends through its session (Connection+TLS).
+    func sendQueued() throws -> IOResult { try sendOutput() }
+    var wantsWriteForRead: Bool { readWantsWrite }
 
     // MARK: Timers and closing
 
@@ -70,6 +76,10 @@ extension Connection: OutputConnection {
         }
         if let started = frameStarted, now - started > node.config.frameTimeout {
             node.stats.timeouts.add(1, ordering: .relaxed)
+            if let t = tls, !t.handshakeDone {
+                handshakeFailed("no complete handshake within the frame timeout (\(node.config.frameTimeout) s)")
+                return
+            }
             close(reason: "frame timeout")
             return
         }
@@ -102,6 +112,7 @@ extension Connection: OutputConnection {
         guard !closed else { return }
         closed = true
         loop.unregister(fd)
+        tls?.shutdown() // close_notify, best effort (only after a handshake)
         Sys.close(fd)
         releaseBuffers()
         deferred = []

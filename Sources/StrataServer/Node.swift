@@ -39,6 +39,11 @@ public final class Node: @unchecked Sendable {
     let smallImageWorkers: WorkerPool
     private var loops: [EventLoop] = []
     var listenFD: Int32 = -1
+    /// The TLS listener (`--tls-port`), or -1; its port; the context new TLS connections use
+    /// (replaced by `reloadTLS`). Node+TLS.swift.
+    var tlsFD: Int32 = -1
+    public internal(set) var tlsPort: UInt16? = nil
+    var tlsContext: TLSContextSlot? = nil
     /// The memcached text-protocol listener (`--memcached-port`), or -1.
     var memcachedFD: Int32 = -1
     /// The memcached listener's settings and counters (nil when it is off).
@@ -58,6 +63,8 @@ public final class Node: @unchecked Sendable {
     var maxUnauthenticated = 0
     /// One `accept_failed` line a second at most (the rest are counted in it).
     let acceptLogLimiter = LogRateLimiter(interval: 1)
+    /// One `tls_handshake_failed` line a second at most.
+    let tlsLogLimiter = LogRateLimiter(interval: 1)
     let nextConnectionID = Atomic<Int>(1)
     private let drainFlag = Atomic<Bool>(false)
     private let loopsStopped = Counter()
@@ -82,6 +89,7 @@ public final class Node: @unchecked Sendable {
         self.log = Logger(level: config.logLevel)
         credentials = CredentialStore(try Self.loadCredentials(config))
         authThrottle = AuthThrottle(threshold: config.authDelayAfter)
+        tlsContext = try Self.loadTLS(config)
         outputBudget = OutputBudget(limit: config.maxOutputBytes)
         var sc = StoreConfiguration(directory: config.dataDirectory)
         sc.memoryCostLimit = config.memoryLimit
@@ -142,13 +150,16 @@ public final class Node: @unchecked Sendable {
         if n <= 0 { n = processorCount }
         try fitConnectionsToDescriptors(loops: n)
         let address = SocketAddress(host: config.host, port: config.port)!
-        let (fd, bound): (Int32, UInt16)
-        do { (fd, bound) = try Socket.listen(address) } catch {
-            store.close()
-            throw NodeError(exitCode: 3, "cannot listen on \(address): \(error)")
+        var (fd, bound): (Int32, UInt16) = (-1, 0)
+        if !config.tlsOnly {
+            do { (fd, bound) = try Socket.listen(address) } catch {
+                store.close()
+                throw NodeError(exitCode: 3, "cannot listen on \(address): \(error)")
+            }
         }
         listenFD = fd
         port = bound
+        try listenTLS()
         if let mp = config.memcachedPort {
             let maddr = SocketAddress(host: config.host, port: mp)!
             do {
@@ -157,7 +168,8 @@ public final class Node: @unchecked Sendable {
                 memcached = MemcachedListener(config: config, port: mbound, store: store, dispatcher: dispatcher, threads: n,
                                               maxConnections: effectiveMaxConnections)
             } catch {
-                Sys.close(fd)
+                if fd >= 0 { Sys.close(fd) }
+                if tlsFD >= 0 { Sys.close(tlsFD) }
                 store.close()
                 throw NodeError(exitCode: 3, "cannot listen for memcached on \(maddr): \(error)")
             }
@@ -168,7 +180,8 @@ public final class Node: @unchecked Sendable {
             let loop = try EventLoop(index: i)
             loops.append(loop)
             scratchBuffers.append(.allocate(byteCount: 64 << 10, alignment: 16))
-            try loop.register(fd, .accept, Acceptor(node: self, loop: loop, listener: fd, kind: .strata))
+            if fd >= 0 { try loop.register(fd, .accept, Acceptor(node: self, loop: loop, listener: fd, kind: .strata)) }
+            if tlsFD >= 0 { try loop.register(tlsFD, .accept, Acceptor(node: self, loop: loop, listener: tlsFD, kind: .tls)) }
             if memcachedFD >= 0 {
                 try loop.register(memcachedFD, .accept, Acceptor(node: self, loop: loop, listener: memcachedFD, kind: .memcached))
             }
@@ -189,7 +202,8 @@ public final class Node: @unchecked Sendable {
         if let mp = config.metricsPort {
             metrics = try MetricsServer(node: self, host: config.metricsHost, port: mp)
         }
-        log.info("listening", [("addr", SocketAddress(host: config.host, port: bound)!.description),
+        log.info("listening", [("addr", SocketAddress(host: config.host, port: config.tlsOnly ? tlsPort! : bound)!.description),
+                               ("tls", tlsPort.map { SocketAddress(host: config.host, port: $0)!.description + (config.tlsCA == nil ? "" : " mutual") } ?? "off"),
                                ("data", config.dataDirectory), ("threads", String(n)),
                                ("auth", authMode), ("version", Node.version)])
     }
@@ -259,7 +273,8 @@ public final class Node: @unchecked Sendable {
         let dropped = Counter()
         for loop in loops {
             loop.execute {
-                loop.unregister(self.listenFD)
+                if self.listenFD >= 0 { loop.unregister(self.listenFD) }
+                if self.tlsFD >= 0 { loop.unregister(self.tlsFD) }
                 if self.memcachedFD >= 0 { loop.unregister(self.memcachedFD) }
                 dropped.add()
             }
@@ -276,7 +291,8 @@ public final class Node: @unchecked Sendable {
             }
         }
         if !loops.isEmpty { allStopped.wait() }
-        Sys.close(listenFD)
+        if listenFD >= 0 { Sys.close(listenFD) }
+        if tlsFD >= 0 { Sys.close(tlsFD) }
         if memcachedFD >= 0 { Sys.close(memcachedFD) }
         metrics?.stop()
         workers.stop()
@@ -332,6 +348,10 @@ public final class Node: @unchecked Sendable {
             ("credentials_users", String(credentials.current?.users.count ?? 0)),
             ("credentials_reloads", String(stats.credentialsReloads.load(ordering: .relaxed))),
             ("credentials_reload_failures", String(stats.credentialsReloadFailures.load(ordering: .relaxed))),
+            ("tls_connections", String(stats.tlsConnections.load(ordering: .relaxed))),
+            ("tls_handshake_failures", String(stats.tlsHandshakeFailures.load(ordering: .relaxed))),
+            ("tls_reloads", String(stats.tlsReloads.load(ordering: .relaxed))),
+            ("tls_reload_failures", String(stats.tlsReloadFailures.load(ordering: .relaxed))),
             ("disk_jobs_outstanding", String(workers.outstanding)),
             ("memory_items", String(s.memory.items)), ("memory_bytes", String(s.memory.bytes)),
             ("memory_hits", String(s.memory.hits)), ("memory_misses", String(s.memory.misses)),

@@ -94,6 +94,18 @@ public struct NodeConfiguration: Sendable {
     /// The memcached listener reads and writes the memory tier only (default: memory and disk).
     public var memcachedMemoryOnly = false
 
+    /// Serve the binary protocol over TLS on this port of `host` too (nil = off; 0 = any free
+    /// port), with `tlsCertificate` (PEM chain) and `tlsKey` (PEM). Same loops, limits,
+    /// timeouts and token as the plaintext listener.
+    public var tlsPort: UInt16? = nil
+    public var tlsCertificate: String? = nil
+    public var tlsKey: String? = nil
+    /// `--tls-ca`: clients of the TLS port must present a certificate that chains to this CA
+    /// (PEM; mutual TLS). nil = no client certificates asked for.
+    public var tlsCA: String? = nil
+    /// `--tls-only`: no plaintext listener (needs `tlsPort`).
+    public var tlsOnly = false
+
     /// Seconds a read-through lease lasts before another client may take it.
     public var leaseTimeout: Double = 10
     /// Leases held at once (beyond it, GET with LEASE gets no lease and loads without one).

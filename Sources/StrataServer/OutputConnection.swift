@@ -32,6 +32,17 @@ protocol OutputConnection: AnyObject {
     /// iteration in which output was queued, or the socket became writable).
     func flushAndResume()
     func close(reason: String)
+    /// Sends from `output` once (plaintext: `output.send(fd)`; a TLS connection through its
+    /// session).
+    func sendQueued() throws -> IOResult
+    /// Whether the connection needs EPOLLOUT for a reason of its own (a TLS read that must
+    /// write first).
+    var wantsWriteForRead: Bool { get }
+}
+
+extension OutputConnection {
+    func sendQueued() throws -> IOResult { try output.send(fd) }
+    var wantsWriteForRead: Bool { false }
 }
 
 extension OutputConnection {
@@ -67,7 +78,7 @@ extension OutputConnection {
         var sent = 0
         while !output.isEmpty {
             let r: IOResult
-            do { r = try output.send(fd) } catch {
+            do { r = try sendQueued() } catch {
                 close(reason: "send: \(error)")
                 return nil
             }
@@ -85,7 +96,7 @@ extension OutputConnection {
         guard !closed else { return }
         var want: EventLoop.Interest = []
         if !readPaused { want.insert(.read) }
-        if wantWrite { want.insert(.write) }
+        if wantWrite || wantsWriteForRead { want.insert(.write) }
         if want != registered {
             registered = want
             loop.modify(fd, want)

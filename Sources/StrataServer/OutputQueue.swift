@@ -126,7 +126,12 @@ struct OutputQueue {
         }
     }
 
-    private mutating func consume(_ sent: Int) {
+    /// The first unsent chunk's unsent bytes (never empty while `count > 0`).
+    func withHead<T>(_ body: (UnsafeRawBufferPointer) -> T) -> T {
+        chunks[head].withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+    }
+
+    mutating func consume(_ sent: Int) {
         count -= sent
         var n = sent
         while n > 0 {

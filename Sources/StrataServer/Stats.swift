@@ -82,6 +82,12 @@ final class NodeStats: Sendable {
     let authEvictions = Atomic<Int>(0)
     /// accept() calls that failed (out of descriptors, or the kernel refused).
     let acceptErrors = Atomic<Int>(0)
+    /// TLS: connections accepted on the TLS port, handshakes that failed (not TLS, a
+    /// certificate refused, cut by the frame timeout), certificate reloads and failed reloads.
+    let tlsConnections = Atomic<Int>(0)
+    let tlsHandshakeFailures = Atomic<Int>(0)
+    let tlsReloads = Atomic<Int>(0)
+    let tlsReloadFailures = Atomic<Int>(0)
     let ops: [Counter] = (0..<256).map { _ in Counter() }
     /// Images stored, by image format code (PROTOCOL.md §7.10).
     let imagesStored: [Counter] = (0..<8).map { _ in Counter() }

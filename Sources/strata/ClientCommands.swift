@@ -14,8 +14,23 @@ struct ClientCommand: Sendable {
     let run: @Sendable (ParsedOptions, NodeConnection) throws -> Int32
 }
 
-let common = "  --server HOST:PORT   the node (default 127.0.0.1:7400, or STRATA_SERVER)\n  --nodes H:P,H:P,…    a cluster instead (keys placed by proto-spec/RING.md); an entry\n                       dns:NAME:PORT stands for every address NAME resolves to\n  --replicas N         copies in total with --nodes (default 2)\n  --ack one|majority|all   nodes that must confirm a write (default all)\n  --read owner|quorum  where reads go (default owner, with version checks after a node restarts)\n  --auth-token-file F  authenticate with the token in F\n  --timeout SECONDS    per request (default 5; 2 per node with --nodes)"
+let common = "  --server HOST:PORT   the node (default 127.0.0.1:7400, or STRATA_SERVER)\n  --nodes H:P,H:P,…    a cluster instead (keys placed by proto-spec/RING.md); an entry\n                       dns:NAME:PORT stands for every address NAME resolves to\n  --replicas N         copies in total with --nodes (default 2)\n  --ack one|majority|all   nodes that must confirm a write (default all)\n  --read owner|quorum  where reads go (default owner, with version checks after a node restarts)\n  --auth-token-file F  authenticate with the token in F\n  --tls --tls-ca FILE  connect to the node's TLS port (--tls-port); its certificate must chain\n                       to the CA in FILE and name the host (an IP address: an IP SAN)\n  --tls-cert FILE --tls-key FILE   this client's certificate and key (mutual TLS)\n  --tls-server-name N  the name the node's certificate must carry instead of the host\n  --timeout SECONDS    per request (default 5; 2 per node with --nodes)"
 let keyOpts: Set<String> = ["--ns", "--tiers"]
+/// The TLS options every client command takes.
+let tlsValued: Set<String> = ["--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name"]
+
+/// `--tls --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]`, or nil
+/// without `--tls`.
+func tlsOption(_ o: ParsedOptions) throws -> TLSClientConfiguration? {
+    guard o.switches.contains("--tls") else {
+        if let opt = tlsValued.sorted().first(where: { o.string($0) != nil }) { throw UsageError(message: "\(opt) needs --tls") }
+        return nil
+    }
+    guard let ca = o.string("--tls-ca") else { throw UsageError(message: "--tls needs --tls-ca FILE (the CA that signed the node's certificate)") }
+    let cert = o.string("--tls-cert"), key = o.string("--tls-key")
+    if (cert == nil) != (key == nil) { throw UsageError(message: "--tls-cert and --tls-key go together") }
+    return TLSClientConfiguration(caFile: ca, certificateFile: cert, keyFile: key, serverName: o.string("--tls-server-name"))
+}
 
 func tiersOption(_ o: ParsedOptions) throws -> UInt8 {
     guard let t = o.string("--tiers") else { return 0 }
@@ -288,8 +303,8 @@ func counterCommand(decrement: Bool) -> ClientCommand {
 }
 
 func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) throws -> Int32 {
-    let o = try ParsedOptions(args, valued: spec.valued.union(["--server", "--auth-token-file", "--timeout", "--initial"]).union(clusterOptions),
-                              switches: spec.switches.union(["--help", "--all", "--json", "--meta"]), maxPositionals: spec.positionals)
+    let o = try ParsedOptions(args, valued: spec.valued.union(["--server", "--auth-token-file", "--timeout", "--initial"]).union(clusterOptions).union(tlsValued),
+                              switches: spec.switches.union(["--help", "--all", "--json", "--meta", "--tls"]), maxPositionals: spec.positionals)
     if o.switches.contains("--help") {
         printOut("usage: \(spec.usage)\n\n\(common)")
         return 0
@@ -316,18 +331,20 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
     let timeout = try o.double("--timeout") ?? 5
     let token = try o.string("--auth-token-file").map(readToken)
+    let tls = try tlsOption(o)
     if name == "get" && o.string("--or-run") != nil {
         // Read-through lives in the cluster client: a cluster of this one node.
         var c = ClusterConfiguration(nodes: [NodeAddress(host: host, port: port)])
         c.replicas = 1
         c.timeout = timeout
         c.token = token
+        c.tls = tls
         return try getOrRun(o, try ClusterClient(configuration: c))
     }
     for opt in readThroughOptions where opt != "--or-run" && o.string(opt) != nil {
         throw UsageError(message: "\(opt) needs --or-run")
     }
-    let conn = try NodeConnection(host: host, port: port, timeout: timeout, token: token)
+    let conn = try NodeConnection(host: host, port: port, timeout: timeout, token: token, tls: tls)
     defer { conn.close() }
     return try spec.run(o, conn)
 }

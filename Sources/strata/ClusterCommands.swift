@@ -43,6 +43,7 @@ func clusterConfiguration(_ o: ParsedOptions) throws -> ClusterConfiguration {
     }
     c.timeout = try o.double("--timeout") ?? 2
     c.token = try o.string("--auth-token-file").map(readToken)
+    c.tls = try tlsOption(o)
     return c
 }
 

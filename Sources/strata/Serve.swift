@@ -24,6 +24,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--max-output-bytes 256MiB] [--max-write-behind-bytes 64MiB]
                     [--image-decode-limit 128MiB]
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
+                    [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -35,7 +36,14 @@ the hashes `strata credentials hash` prints (docs/OPERATING.md "Credentials"). S
 --max-connections is lowered, with a warning, to what the descriptor limit (ulimit -n) allows.
 --memcached-port also serves memcached's text protocol on that port of --host (off by default;
 0 = any free port), on the same store: see proto-spec/MEMCACHED.md.
-SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0. SIGHUP: reload.
+--tls-port also serves the binary protocol over TLS (1.2 or later) on that port of --host, with
+the certificate chain --tls-cert and key --tls-key (PEM); --tls-ca makes clients present a
+certificate that chains to that CA (mutual TLS); --tls-only turns the plaintext port off (the
+"listening on" line then shows the TLS port). A token is still needed beyond loopback.
+SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections (open
+TLS connections keep theirs; a reload that fails keeps the old ones and logs
+credentials_reload_failed or tls_reload_failed).
+SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
 
 /// The settings `serve` knows, by flag name (without dashes); each maps to the config.
@@ -47,11 +55,11 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "disk-trim-to", "disk-evict", "pause-threshold",
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
-                               "memcached-namespace", "credentials", "auth-delay-after"]
+                               "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
-                                 switches: ["--insecure", "--help", "--validate-images", "--memcached-memory-only"], maxPositionals: 0)
+                                 switches: ["--insecure", "--help", "--validate-images", "--memcached-memory-only", "--tls-only"], maxPositionals: 0)
     if opts.switches.contains("--help") {
         printOut(serveUsage)
         return 0
@@ -72,9 +80,11 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     if let v = env["STRATA_INSECURE"] { insecure = v == "1" || v == "true" }
     if let v = env["STRATA_VALIDATE_IMAGES"] { settings["validate-images"] = v }
     if let v = env["STRATA_MEMCACHED_MEMORY_ONLY"] { settings["memcached-memory-only"] = v }
+    if let v = env["STRATA_TLS_ONLY"] { settings["tls-only"] = v }
     for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
     if opts.switches.contains("--validate-images") { settings["validate-images"] = "true" }
     if opts.switches.contains("--memcached-memory-only") { settings["memcached-memory-only"] = "true" }
+    if opts.switches.contains("--tls-only") { settings["tls-only"] = "true" }
     if opts.switches.contains("--insecure") { insecure = true }
 
     var config = NodeConfiguration()
@@ -92,7 +102,11 @@ func serveCommand(_ args: [String]) throws -> Int32 {
 
     let node = try Node(config: config)
     try node.start()
-    printOut("strata \(Node.version) listening on \(config.host):\(node.port), data in \(config.dataDirectory)")
+    printOut("strata \(Node.version) listening on \(config.host):\(config.tlsOnly ? node.tlsPort! : node.port), data in \(config.dataDirectory)")
+    if let tp = node.tlsPort {
+        let h = config.host.contains(":") ? "[\(config.host)]" : config.host
+        printOut("tls on \(h):\(tp) (\(config.tlsCA == nil ? "no client certificates" : "client certificates required")\(config.tlsOnly ? ", TLS only" : ""))")
+    }
     if let mp = node.metricsPort {
         let h = config.metricsHost.contains(":") ? "[\(config.metricsHost)]" : config.metricsHost
         printOut("metrics on http://\(h):\(mp)/metrics")
@@ -104,7 +118,7 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     var sig: Int32 = 0
     while true {
         sigwait(&set, &sig)
-        if sig == SIGHUP { node.reload(); continue }
+        if sig == SIGHUP { node.reload(); node.reloadTLS(); continue }
         break
     }
     node.shutdown()
@@ -164,6 +178,14 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         c.memcachedNamespace = Array(v.utf8)
     }
     if let v = s["memcached-memory-only"] { c.memcachedMemoryOnly = v == "true" || v == "1" }
+    if let v = try int("tls-port") {
+        guard v <= 65535 else { throw UsageError(message: "--tls-port must be 0…65535, got \(v)") }
+        c.tlsPort = UInt16(v)
+    }
+    if let v = s["tls-cert"] { c.tlsCertificate = v }
+    if let v = s["tls-key"] { c.tlsKey = v }
+    if let v = s["tls-ca"] { c.tlsCA = v }
+    if let v = s["tls-only"] { c.tlsOnly = v == "true" || v == "1" }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
     if let v = try size("output-cap") { c.outputCap = v }
@@ -250,7 +272,7 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
     var insecure: Bool? = nil
     for (k, v) in obj {
         let name = k.replacingOccurrences(of: "_", with: "-")
-        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" {
+        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" {
             guard let b = v as? Bool else { throw UsageError(message: "config '\(k)' must be true or false") }
             if name == "insecure" { insecure = b } else { out[name] = b ? "true" : "false" }
             continue

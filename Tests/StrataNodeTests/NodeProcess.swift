@@ -45,6 +45,7 @@ final class NodeProcess: @unchecked Sendable {
         var line = ""
         let deadline = monotonicSeconds() + 20
         let linesWanted = 1 + (extra.contains("--metrics-port") ? 1 : 0) + (extra.contains("--memcached-port") ? 1 : 0)
+            + (extra.contains("--tls-port") ? 1 : 0)
         let out = stdoutPipe.fileHandleForReading
         while line.filter({ $0 == "\n" }).count < linesWanted && process.isRunning {
             let left = deadline - monotonicSeconds()
@@ -70,6 +71,17 @@ final class NodeProcess: @unchecked Sendable {
         if let r = line.range(of: "memcached on "), let colon = line[r.upperBound...].firstIndex(of: ":") {
             memcachedPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
         }
+        if let r = line.range(of: "tls on "), let colon = line[r.upperBound...].firstIndex(of: ":") {
+            tlsPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
+        }
+    }
+
+    /// The TLS listener's port, from "tls on HOST:PORT".
+    private(set) var tlsPort: UInt16?
+
+    /// A connection to the TLS port, verified with `tls`.
+    func connectTLS(_ tls: TLSClientConfiguration, host: String = "127.0.0.1", token: [UInt8]? = nil, timeout: Double = 10) throws -> NodeConnection {
+        try NodeConnection(host: host, port: try XCTUnwrap(tlsPort), timeout: timeout, token: token, tls: tls)
     }
 
     private(set) var metricsPort: UInt16?

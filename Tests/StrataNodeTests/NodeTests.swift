@@ -589,6 +589,11 @@ final class DeployFileTests: XCTestCase {
         var cfg = example.replacingOccurrences(of: "\"/etc/strata/token\"", with: "\"\(dir.path)/token\"")
         cfg = cfg.replacingOccurrences(of: "\"metrics_port\": 9740", with: "\"metrics_port\": 0")
         cfg = cfg.replacingOccurrences(of: "\"memcached_port\": 11211", with: "\"memcached_port\": 0")
+        // Its TLS files, made by the shipped script (which this checks too).
+        let made = try runProcess(Self.root.appendingPathComponent("scripts/make-certs.sh").path, [dir.path + "/tls", "127.0.0.1"])
+        XCTAssertEqual(made.status, 0, made.output)
+        cfg = cfg.replacingOccurrences(of: "\"/etc/strata/tls/", with: "\"\(dir.path)/tls/")
+        cfg = cfg.replacingOccurrences(of: "\"tls_port\": 7443", with: "\"tls_port\": 0")
         try "t0ken\n".write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
         try cfg.write(toFile: dir.path + "/strata.json", atomically: true, encoding: .utf8)
         let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--config", dir.path + "/strata.json", "--metrics-port", "0"])

@@ -18,7 +18,9 @@ struct NetBench {
         /// A Strata target's token (`--token-file` after its `--target`): every connection says
         /// HELLO with it first.
         var token: [UInt8]? = nil
-        var label: String { kind == "cluster" ? "cluster(\(nodes.count))@\(host):\(port)" : "\(kind)@\(host):\(port)" }
+        /// `KIND+tls=`: connections go through TLS (verified with --tls-ca).
+        var tls = false
+        var label: String { kind == "cluster" ? "cluster(\(nodes.count))@\(host):\(port)" : "\(kind)\(tls ? "+tls" : "")@\(host):\(port)" }
     }
 
     struct Workload {
@@ -40,6 +42,10 @@ struct NetBench {
         var replicas = 2
         /// Report the servers' resident memory per item after the preload.
         var memoryReport = false
+        /// `+tls` targets: the CA that verifies the servers (and a client certificate).
+        var tlsCA: String? = nil
+        var tlsCert: String? = nil
+        var tlsKey: String? = nil
     }
 
     struct Result {
@@ -56,6 +62,7 @@ struct NetBench {
 
     let targets: [Target]
     let workload: Workload
+    let tlsContext: TLSContext?
     let rounds: Int
     let json: Bool
     let svgPath: String?
@@ -68,6 +75,8 @@ struct NetBench {
              [--token-file FILE] [--namespace NS]
       KIND is strata, memcached (text protocol), redis (RESP), or cluster=H:P,H:P,… (a Strata
       cluster through the cluster client: ring placement, --replicas copies, pipeline 1).
+      strata+tls=… and redis+tls=… connect through TLS (a node's --tls-port, Redis's tls-port),
+      verifying the server with --tls-ca FILE [--tls-cert FILE --tls-key FILE].
       --server-pid gives the server's PID for CPU per operation (one per target, in order; by
       default found from the listening port; a cluster sums its nodes). --memory-report prints
       each server's resident memory per item (beyond key and value) after the preload.
@@ -113,9 +122,13 @@ struct NetBench {
                       let port = UInt16(v[v.index(after: colon)...]) else {
                     throw UsageError(message: "--target must be KIND=HOST:PORT, got '\(v)'")
                 }
-                let kind = String(v[..<eq])
+                var kind = String(v[..<eq])
+                let tls = kind.hasSuffix("+tls")
+                if tls { kind.removeLast(4) }
                 guard ["strata", "memcached", "redis"].contains(kind) else { throw UsageError(message: "unknown target kind '\(kind)'") }
-                targets.append(Target(kind: kind, host: String(v[v.index(after: eq)..<colon]), port: port))
+                var t = Target(kind: kind, host: String(v[v.index(after: eq)..<colon]), port: port)
+                t.tls = tls
+                targets.append(t)
             case "--token-file":
                 let path = try value()
                 guard !targets.isEmpty, targets[targets.count - 1].kind == "strata" else {
@@ -154,6 +167,9 @@ struct NetBench {
                 guard let p = Int32(try value()), p > 0 else { throw UsageError(message: "--server-pid must be a process id") }
                 pids.append(p)
             case "--memory-report": w.memoryReport = true
+            case "--tls-ca": w.tlsCA = try value()
+            case "--tls-cert": w.tlsCert = try value()
+            case "--tls-key": w.tlsKey = try value()
             case "--rounds": rounds = max(1, Int(try number(try value(), a)))
             case "--json": json = true
             case "--svg": svg = try value()
@@ -168,6 +184,12 @@ struct NetBench {
             throw UsageError(message: "a cluster target runs at pipeline 1 (the cluster client is not pipelined)")
         }
         guard w.duration > 0 || w.maxOps < Int.max else { throw UsageError(message: "give --duration or --ops") }
+        if targets.contains(where: { $0.tls }) {
+            guard let ca = w.tlsCA else { throw UsageError(message: "+tls targets need --tls-ca FILE") }
+            do { tlsContext = try TLSContext.client(ca: ca, certificate: w.tlsCert, key: w.tlsKey) } catch {
+                throw UsageError(message: "\(error)")
+            }
+        } else { tlsContext = nil }
         self.targets = targets; workload = w; self.rounds = rounds; self.json = json; svgPath = svg
     }
 
@@ -268,7 +290,7 @@ struct NetBench {
 
     /// A connection to `t`, authenticated with its token when it has one.
     func connect(_ t: Target, _ codec: any LoadCodec) throws -> RawConnection {
-        let conn = try RawConnection(host: t.host, port: t.port)
+        let conn = try RawConnection(host: t.host, port: t.port, tls: t.tls ? tlsContext : nil)
         if let token = t.token {
             try conn.send(Request.hello(minVersion: Wire.version, maxVersion: Wire.version, token: token).frame(id: UInt32.max).encoded())
             if case .error(let e) = try conn.readReply(codec) { throw UsageError(message: "HELLO to \(t.label) failed: \(e)") }
@@ -455,47 +477,6 @@ struct KeySpace: @unchecked Sendable {
         var s = String(i)
         while s.count < 10 { s = "0" + s }
         return Array(("key-" + s).utf8)
-    }
-}
-
-/// A blocking socket that sends whole buffers and reads replies with a codec.
-final class RawConnection {
-    let fd: Int32
-    private var buffer: [UInt8] = []
-    private var start = 0
-    private var chunk = [UInt8](repeating: 0, count: 256 << 10)
-
-    init(host: String, port: UInt16) throws {
-        guard let a = SocketAddress(host: host, port: port) else { throw UsageError(message: "\(host) is not a numeric address") }
-        fd = try Socket.connect(a, timeout: 10)
-    }
-    deinit { Sys.close(fd) }
-
-    func send(_ bytes: [UInt8]) throws {
-        var sent = 0
-        while sent < bytes.count {
-            let r = try bytes.withUnsafeBytes { try Sys.send(fd, $0.baseAddress! + sent, bytes.count - sent) }
-            guard case .done(let n) = r else { throw UsageError(message: "send timed out") }
-            sent += n
-        }
-    }
-
-    func readReply(_ codec: any LoadCodec) throws -> Reply {
-        while true {
-            if start < buffer.count {
-                let parsed = buffer.withUnsafeBytes { codec.parse(UnsafeRawBufferPointer(rebasing: $0[start...])) }
-                if let (reply, used) = parsed {
-                    start += used
-                    if start == buffer.count { buffer.removeAll(keepingCapacity: true); start = 0 }
-                    return reply
-                }
-            }
-            if start > 0 { buffer.removeFirst(start); start = 0 }
-            let r = try chunk.withUnsafeMutableBytes { try Sys.read(fd, $0.baseAddress!, $0.count) }
-            guard case .done(let n) = r else { throw UsageError(message: "read timed out") }
-            if n == 0 { throw UsageError(message: "the server closed the connection") }
-            buffer.append(contentsOf: chunk[0..<n])
-        }
     }
 }
 
