@@ -46,6 +46,9 @@ final class Dispatcher: @unchecked Sendable {
     let namespaceUsage = NamespaceUsageCache()
     var imageDecodeLimit = ImageCodec.defaultDecodeLimit
 
+    /// The node's cluster (`--cluster`), for anti-entropy and the UNVERIFIED flag; nil without one.
+    var cluster: ClusterView? = nil
+
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
     let variantFlights = SingleFlight<ItemKey, (bytes: [UInt8], width: Int, height: Int, stored: Bool)>()
@@ -132,7 +135,7 @@ final class Dispatcher: @unchecked Sendable {
         guard g.touch == nil, !g.wantMeta, Tiers(wire: g.tiers).contains(.memory),
               let item = try? store.memoryHit(g.key, namespace: g.namespace) else { return nil }
         if g.lease && needsLease(.hit(item), g) { return nil }
-        return hitResponse(item, f)
+        return markUnverified(.get(g), hitResponse(item, f))
     }
 
     func payload(_ item: CacheItem) -> ItemPayload {
@@ -279,6 +282,11 @@ final class Dispatcher: @unchecked Sendable {
     /// `visible`: the namespaces STATS `namespaces` may list (nil: all; the connection's user
     /// decides, see `User.mayRead`).
     func execute(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)? = nil) -> Frame? {
+        guard let response = executeOnStore(r, f, visible: visible) else { return nil }
+        return markUnverified(r, response)
+    }
+
+    private func executeOnStore(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)?) -> Frame? {
         let quiet = f.requestFlags.contains(.quiet)
         func ok(cas: UInt64 = 0) -> Frame? { quiet ? nil : Responses.status(to: f, .ok, cas: cas) }
         do {
@@ -410,6 +418,10 @@ final class Dispatcher: @unchecked Sendable {
                 } catch { return Responses.error(to: f, .invalidImage, error.message) }
             case .imageVariant(let v):
                 return try variant(v, f)
+            case .syncDigest(let s):
+                return try syncDigest(s, f)
+            case .syncKeys(let s):
+                return try syncKeys(s, f)
             case .ping, .quit, .hello, .stats:
                 return ok() // answered by the connection itself; kept total for safety
             }
