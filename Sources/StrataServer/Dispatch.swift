@@ -48,6 +48,8 @@ final class Dispatcher: @unchecked Sendable {
 
     /// The node's cluster (`--cluster`), for anti-entropy and the UNVERIFIED flag; nil without one.
     var cluster: ClusterView? = nil
+    /// Notices a pause before a read is answered (`Node.checkPause`); set with `cluster`.
+    var pauseCheck: (@Sendable () -> Void)? = nil
 
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
@@ -336,7 +338,10 @@ final class Dispatcher: @unchecked Sendable {
                 return Self.setResponse(out, f)
             case let .delete(ns, key, tiers, version, writeBehind):
                 defer { leases.revoke(ItemKey(namespace: ns, key: key)) }
-                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version, writeBehind: writeBehind) {
+                // In a cluster every disk delete leaves a tombstone, so anti-entropy spreads the
+                // delete instead of copying the item back from a replica (§7.19).
+                let v = version ?? (cluster != nil && Tiers(wire: tiers).contains(.disk) ? store.nextVersion() : nil)
+                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: v, writeBehind: writeBehind) {
                 case .removed:
                     originalChanged(ItemKey(namespace: ns, key: key))
                     return ok()

@@ -40,6 +40,9 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
     // The cluster client picks each node's tiers itself (the owner all, replicas disk).
     if o.string("--tiers") != nil && name != "flush" { throw UsageError(message: "--tiers needs --server (with --nodes only flush takes it)") }
     if o.switches.contains("--write-behind") { throw UsageError(message: "--write-behind needs --server") }
+    if o.switches.contains("--allow-unverified") {
+        throw UsageError(message: "--allow-unverified needs --server (with --nodes an UNVERIFIED answer is checked with the key's other replicas)")
+    }
     switch name {
     case "ping":
         var failed = 0

@@ -46,10 +46,12 @@ certificate that chains to that CA (mutual TLS); --tls-only turns the plaintext 
 SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections (open
 TLS connections keep theirs; a reload that fails keeps the old ones and logs
 credentials_reload_failed or tls_reload_failed).
---cluster names every node of the cluster, this one included (the clients' --nodes list);
-the node then repairs its keys with the other replicas in the background (anti-entropy) and
-flags answers it has not verified yet. --advertise picks this node's entry when it is not
-the one on --host and --port. See docs/OPERATING.md, "Clusters".
+--cluster names every node of the cluster, this one included (the same list, and the same
+--replicas, as the clients use); the node then repairs its keys with the other replicas in the
+background (anti-entropy, every --sync-interval seconds) and flags answers it has not verified
+yet (UNVERIFIED). --advertise picks this node's entry when it is not the one on --host and
+--port. Nodes authenticate to each other with --auth-token-file's token. See
+docs/OPERATING.md, "Clusters".
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
 
@@ -255,13 +257,14 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try int("auth-delay-after") { c.authDelayAfter = v }
     // "" (the example config's value) = no credentials file.
     if let path = s["credentials"], !path.isEmpty { c.credentialsFile = path }
-    if let list = s["cluster"] {
+    // "" (the example config's value) = no cluster.
+    if let list = s["cluster"], !list.isEmpty {
         do { c.cluster = try NodeAddress.parseList(list, option: "--cluster") } catch let e as ClientError {
             throw e.kind == .connection ? NodeError(exitCode: 3, e.message) : UsageError(message: e.message)
         }
         guard !c.cluster.isEmpty else { throw UsageError(message: "--cluster needs at least one HOST:PORT") }
     }
-    if let v = s["advertise"] { c.advertise = v }
+    if let v = s["advertise"], !v.isEmpty { c.advertise = v }
     if let v = try int("replicas", min: 1) { c.replicas = v }
     if let v = try seconds("sync-interval") {
         guard v >= 0.1 && v <= 3600 else { throw UsageError(message: "--sync-interval must be 0.1…3600 seconds, got \(v)") }

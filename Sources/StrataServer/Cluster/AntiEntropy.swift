@@ -21,8 +21,13 @@ import Synchronization
 /// While P is synced, items written in the last `settle` seconds are left out of the
 /// comparison (they are usually still on their way to both nodes); a round that catches up
 /// (P unsynced) compares everything. A finished round marks P synced in `ClusterView` unless
-/// something unverified it meanwhile. No contact with P for `lostContact` seconds makes P
-/// unsynced (a partition may be hiding writes from this node).
+/// something unverified it meanwhile.
+///
+/// Contact: a pass in which rounds with more than half of the peers fail means this node may
+/// be the one cut off (clients may be writing to the others without it), so those peers are
+/// unverified at once. Rounds failing with a minority of peers mean those peers are down or
+/// cut off; this node stays verified, and unverifies each of them when contact comes back
+/// (it may have taken writes this node missed), so the round that regains contact catches up.
 ///
 /// Cost when nothing differs: two passes over the disk tier's rows per peer and round (one
 /// here, one on the peer) plus the digests (8 × 2^bits bytes); work on differences is
@@ -38,28 +43,26 @@ final class AntiEntropy: @unchecked Sendable {
     let interval: Double
     let timeout: Double
     let settle: Double = 2
-    var lostContact: Double { max(3 * interval, 3) }
     private let stopFlag = Atomic<Bool>(false)
     private let finished = Completion<Void>()
-    /// Per peer: when a request to it last succeeded (monotonic seconds), and whether it has
-    /// been declared out of contact.
-    private var lastContact: [String: Double] = [:]
+    /// Peers whose last round failed (touched by the sync thread only).
     private var outOfContact: Set<String> = []
 
     init(view: ClusterView, store: TieredCache, dispatcher: Dispatcher, log: Logger, stats: NodeStats,
          token: [UInt8]?, interval: Double, timeout: Double = 2) {
         self.view = view; self.store = store; self.dispatcher = dispatcher; self.log = log; self.stats = stats
         self.token = token; self.interval = interval; self.timeout = timeout
-        let now = monotonicSeconds()
-        for p in view.peers { lastContact[p.name] = now }
     }
 
     func start() {
         _ = startThread(name: "strata-sync") { [self] in
             while !stopFlag.load(ordering: .relaxed) {
                 let t0 = monotonicSeconds()
-                for peer in view.peers where !stopFlag.load(ordering: .relaxed) { _ = round(peer) }
-                checkContact()
+                var failed: [String] = []
+                for peer in view.peers where !stopFlag.load(ordering: .relaxed) {
+                    if !round(peer) { failed.append(peer.name) }
+                }
+                if !stopFlag.load(ordering: .relaxed) { lost(failed) }
                 let spent = monotonicSeconds() - t0
                 var wait = max(interval, 20 * spent) - spent
                 while wait > 0 && !stopFlag.load(ordering: .relaxed) {
@@ -76,20 +79,24 @@ final class AntiEntropy: @unchecked Sendable {
         finished.wait()
     }
 
+    /// A round reached `peer`. After a failed one, the peer may hold writes this node missed:
+    /// unverified until this round (which starts after this call) finishes.
     private func contacted(_ peer: String) {
-        lastContact[peer] = monotonicSeconds()
         if outOfContact.remove(peer) != nil {
+            view.unverify(peer: peer)
             log.info("peer_contact_regained", [("peer", peer)])
         }
     }
 
-    private func checkContact() {
-        let now = monotonicSeconds()
-        for p in view.peers where !outOfContact.contains(p.name) && now - (lastContact[p.name] ?? now) > lostContact {
-            outOfContact.insert(p.name)
-            view.unverify(peer: p.name)
-            stats.peersLost.add()
-            log.warn("peer_contact_lost", [("peer", p.name), ("seconds", String(Int(now - (lastContact[p.name] ?? now))))])
+    /// The peers this pass failed to finish a round with (see the type's "Contact").
+    private func lost(_ failed: [String]) {
+        let isolated = failed.count * 2 > view.peers.count
+        for p in failed {
+            if outOfContact.insert(p).inserted {
+                stats.peersLost.add()
+                log.warn("peer_contact_lost", [("peer", p), ("isolated", isolated ? "1" : "0")])
+            }
+            if isolated { view.unverify(peer: p) }
         }
     }
 

@@ -59,13 +59,17 @@ extension Dispatcher {
     }
 
     /// `response` with the UNVERIFIED flag when this node has not caught up with the other
-    /// replicas of a key the GET or MGET read (PROTOCOL.md §7.19).
+    /// replicas of a key the GET, MGET, EXISTS or META read (PROTOCOL.md §7.19).
     func markUnverified(_ r: Request, _ response: Frame) -> Frame {
-        guard let c = cluster, !c.verified else { return response }
+        guard let c = cluster else { return response }
+        // A SIGCONT's first requests may be read before any loop's tick noticed the pause.
+        pauseCheck?()
+        guard !c.verified else { return response }
         let unverified: Bool
         switch r {
         case .get(let g): unverified = !c.isVerified(namespace: g.namespace, key: g.key)
         case let .mget(ns, keys, _): unverified = keys.contains { !c.isVerified(namespace: ns, key: $0) }
+        case let .exists(ns, key, _), let .meta(ns, key, _): unverified = !c.isVerified(namespace: ns, key: key)
         default: return response
         }
         guard unverified else { return response }

@@ -61,6 +61,7 @@ extension Node {
     /// Starts anti-entropy with the peers (after the listeners are up).
     func startCluster() {
         guard let c = cluster else { return }
+        dispatcher.pauseCheck = { [weak self] in self?.checkPause() }
         let ae = AntiEntropy(view: c, store: store, dispatcher: dispatcher, log: log, stats: stats,
                              token: config.authToken, interval: config.syncInterval)
         antiEntropy = ae
