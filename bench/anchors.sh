@@ -107,13 +107,14 @@ mem() { # NAME ITEMS VALUE_SIZE
 mem 7a-memory-1M-100B 1000000 100
 mem 7b-memory-100k-10KiB 100000 10KiB
 
-# 8. A 3-node Strata cluster with R = 2 against one node, both through the cluster client
-# (workload 1's mix). On this 2-core machine the three nodes share the cores with the load.
+# 8. A 3-node Strata cluster with R = 2 (nodes started with --cluster: anti-entropy on) against
+# one node, both through the cluster client (workload 1's mix). On this 2-core machine the three
+# nodes share the cores with the load. bench/cluster.sh isolates the cost of anti-entropy.
 CP=(); CN=""
-for i in 1 2 3; do
-  p=$(free_port); CP+=("$p")
-  start .build/release/strata serve --host 127.0.0.1 --port "$p" --data "$WORK/cluster-$i" --threads 1 --log-level warn > /dev/null
-  CN="$CN${CN:+,}127.0.0.1:$p"
+for i in 1 2 3; do p=$(free_port); CP+=("$p"); CN="$CN${CN:+,}127.0.0.1:$p"; done
+for i in 0 1 2; do
+  start .build/release/strata serve --host 127.0.0.1 --port "${CP[$i]}" --data "$WORK/cluster-$i" --threads 1 --log-level warn \
+    --cluster "$CN" --replicas 2 > /dev/null
 done
 for p in "${CP[@]}"; do wait_port "$p"; done
 run 8-cluster-3-nodes-R2 --target "cluster=$CN" --target "cluster=127.0.0.1:$P_STRATA" --replicas 2 --value-size 100 --keys 100000 --connections 50

@@ -55,12 +55,6 @@ extension Node {
         log.audit(action, user: user, peer: peer, fields)
     }
 
-    /// The hook for cluster membership changes (a node joining or leaving, a new `--cluster`
-    /// list): the caller says who asked (a user name, or `-` for the node itself), from where
-    /// (a peer address, `signal`, `config`) and what changed.
-    public func auditMembershipChange(user: String, peer: String, detail: [(String, String)]) {
-        audit("membership_change", user: user, peer: peer, detail)
-    }
 
     /// A failed authentication from `peer`: counted, logged at most once per address per 10 s,
     /// and the seconds to wait before answering it (0: at once).

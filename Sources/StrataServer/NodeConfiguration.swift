@@ -138,6 +138,9 @@ public struct NodeConfiguration: Sendable {
     public var replicas = 2
     /// Seconds between anti-entropy rounds with each peer (`--sync-interval`).
     public var syncInterval: Double = 2
+    /// `--cluster-tls-ca`: the `cluster` ports are TLS ports; peers are reached over TLS and
+    /// must present a certificate chaining to this CA (this node presents `tlsCertificate`).
+    public var clusterTLSCA: String? = nil
     public init() {}
 
     /// The largest frame body: max item + 64 KiB for key, namespace and extras.

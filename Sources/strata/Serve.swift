@@ -27,7 +27,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
                     [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
                     [--cluster H:P,H:P,…|dns:NAME:PORT] [--advertise NAME] [--replicas 2]
-                    [--sync-interval 2]
+                    [--sync-interval 2] [--cluster-tls-ca FILE]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -50,7 +50,9 @@ credentials_reload_failed or tls_reload_failed).
 --replicas, as the clients use); the node then repairs its keys with the other replicas in the
 background (anti-entropy, every --sync-interval seconds) and flags answers it has not verified
 yet (UNVERIFIED). --advertise picks this node's entry when it is not the one on --host and
---port. Nodes authenticate to each other with --auth-token-file's token. See
+--port (or --tls-port). Nodes authenticate to each other with --auth-token-file's token;
+with --cluster-tls-ca the --cluster ports are TLS ports, and peers are reached over TLS,
+verified against that CA (this node presents its --tls-cert and --tls-key). See
 docs/OPERATING.md, "Clusters".
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
@@ -65,7 +67,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
-                               "cluster", "advertise", "replicas", "sync-interval"]
+                               "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -265,6 +267,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         guard !c.cluster.isEmpty else { throw UsageError(message: "--cluster needs at least one HOST:PORT") }
     }
     if let v = s["advertise"], !v.isEmpty { c.advertise = v }
+    if let v = s["cluster-tls-ca"], !v.isEmpty { c.clusterTLSCA = v }
     if let v = try int("replicas", min: 1) { c.replicas = v }
     if let v = try seconds("sync-interval") {
         guard v >= 0.1 && v <= 3600 else { throw UsageError(message: "--sync-interval must be 0.1…3600 seconds, got \(v)") }

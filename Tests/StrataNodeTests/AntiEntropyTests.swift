@@ -221,6 +221,61 @@ final class AntiEntropyTests: XCTestCase {
         XCTAssertEqual(String(decoding: fine.out, as: UTF8.self), "v", fine.err)
     }
 
+    /// A node audits the membership it starts with when it differs from the last start's
+    /// (a node joining or leaving the list): one `action=membership_change` line, whatever
+    /// the log level.
+    func testMembershipChangesAreAudited() throws {
+        let cluster = try SyncCluster(count: 3, members: [])
+        func lines(_ n: NodeProcess?) -> [String] {
+            (n?.stderr ?? "").split(separator: "\n").map(String.init).filter { $0.contains("action=membership_change") }
+        }
+        try cluster.start(0, members: [0, 1])
+        XCTAssertTrue(eventually { lines(cluster.nodes[0]).count == 1 }, cluster.nodes[0]!.stderr)
+        let first = lines(cluster.nodes[0])[0]
+        XCTAssertTrue(first.contains("level=audit") && first.contains("from=-") && first.contains("to=\(cluster.list([0, 1]))"), first)
+        cluster.nodes[0]!.terminate()
+        try cluster.start(0, members: [0, 1])
+        XCTAssertTrue(try nodeStats(try cluster.connect(0))["cluster_members"] as? Int == 2)
+        XCTAssertEqual(lines(cluster.nodes[0]), [], "the same list again is no change")
+        cluster.nodes[0]!.terminate()
+        try cluster.start(0, members: [0, 1, 2])
+        XCTAssertTrue(eventually { lines(cluster.nodes[0]).count == 1 })
+        let grown = lines(cluster.nodes[0])[0]
+        XCTAssertTrue(grown.contains("added=\(cluster.name(2))") && grown.hasSuffix("removed=\"\""), grown)
+        cluster.nodes[0]!.terminate()
+        cluster.nodes[0] = try NodeProcess(dataDir: cluster.dirs[0].path, port: cluster.ports[0])
+        XCTAssertTrue(eventually { lines(cluster.nodes[0]).count == 1 })
+        XCTAssertTrue(lines(cluster.nodes[0])[0].contains("to=-"), lines(cluster.nodes[0])[0])
+    }
+
+    /// `--cluster-tls-ca`: TLS-only nodes sync over TLS, verifying each other against the CA;
+    /// a node given another CA refuses its peer's certificate and never counts it as synced.
+    func testTLSOnlyNodesSyncOverTLSAndRefuseAPeerTheirCADidNotSign() throws {
+        let certs = try TestCertificates()
+        let cluster = try SyncCluster(count: 2, members: [])
+        let both = [0, 1]
+        func start(_ i: Int, ca: String) throws {
+            cluster.nodes[i] = try NodeProcess(dataDir: cluster.dirs[i].path, port: 0, extra: [
+                "--tls-port", String(cluster.ports[i]), "--tls-only", "--tls-cert", certs.path("node.pem"), "--tls-key", certs.path("node.key"),
+                "--cluster", cluster.list(both), "--cluster-tls-ca", certs.path(ca), "--sync-interval", "0.5"])
+        }
+        try start(0, ca: "ca.pem")
+        try start(1, ca: "ca.pem")
+        let tls0 = try cluster.nodes[0]!.connectTLS(certs.client())
+        XCTAssertEqual(try tls0.set(SetRequest(key: b("secret"), value: b("over tls"))).statusCode, .ok)
+        let tls1 = try cluster.nodes[1]!.connectTLS(certs.client())
+        XCTAssertTrue(eventually(20, interval: 0.1) { (try? tls1.get(b("secret"), tiers: 2))??.value == b("over tls") },
+                      "anti-entropy over TLS did not copy the key: \(cluster.nodes[1]!.stderr)")
+        XCTAssertEqual(try nodeStats(tls1)["cluster_verified"] as? Int, 1)
+        // Node 1 restarted trusting another CA: node 0's certificate does not chain to it.
+        cluster.nodes[1]!.terminate()
+        try start(1, ca: "other-ca.pem")
+        let again = try cluster.nodes[1]!.connectTLS(certs.client())
+        XCTAssertTrue(eventually(10, interval: 0.1) { cluster.nodes[1]!.stderr.contains("peer_contact_lost") }, cluster.nodes[1]!.stderr)
+        XCTAssertEqual(try nodeStats(again)["cluster_verified"] as? Int, 0, "never synced with a peer it cannot verify")
+        XCTAssertNotEqual(try again.call(.get(GetRequest(key: b("secret")))).responseFlags & ResponseFlags.unverified.rawValue, 0)
+    }
+
     /// SYNC requests are for the members of the node's --cluster only.
     func testSyncRequestsFromOutsideTheClusterAreRefused() throws {
         let cluster = try SyncCluster(count: 2)

@@ -40,6 +40,8 @@ final class AntiEntropy: @unchecked Sendable {
     let log: Logger
     let stats: NodeStats
     let token: [UInt8]?
+    /// TLS to the peers (`--cluster-tls-ca`), nil for plaintext.
+    let tls: TLSClientConfiguration?
     let interval: Double
     let timeout: Double
     let settle: Double = 2
@@ -47,11 +49,13 @@ final class AntiEntropy: @unchecked Sendable {
     private let finished = Completion<Void>()
     /// Peers whose last round failed (touched by the sync thread only).
     private var outOfContact: Set<String> = []
+    /// Why the last connection to each peer failed (for the `peer_contact_lost` line).
+    private var connectFailure: [String: String] = [:]
 
     init(view: ClusterView, store: TieredCache, dispatcher: Dispatcher, log: Logger, stats: NodeStats,
-         token: [UInt8]?, interval: Double, timeout: Double = 2) {
+         token: [UInt8]?, interval: Double, timeout: Double = 2, tls: TLSClientConfiguration? = nil) {
         self.view = view; self.store = store; self.dispatcher = dispatcher; self.log = log; self.stats = stats
-        self.token = token; self.interval = interval; self.timeout = timeout
+        self.token = token; self.interval = interval; self.timeout = timeout; self.tls = tls
     }
 
     func start() {
@@ -82,6 +86,7 @@ final class AntiEntropy: @unchecked Sendable {
     /// A round reached `peer`. After a failed one, the peer may hold writes this node missed:
     /// unverified until this round (which starts after this call) finishes.
     private func contacted(_ peer: String) {
+        connectFailure[peer] = nil
         if outOfContact.remove(peer) != nil {
             view.unverify(peer: peer)
             log.info("peer_contact_regained", [("peer", peer)])
@@ -94,7 +99,8 @@ final class AntiEntropy: @unchecked Sendable {
         for p in failed {
             if outOfContact.insert(p).inserted {
                 stats.peersLost.add()
-                log.warn("peer_contact_lost", [("peer", p), ("isolated", isolated ? "1" : "0")])
+                log.warn("peer_contact_lost", [("peer", p), ("isolated", isolated ? "1" : "0"),
+                                               ("error", connectFailure[p] ?? "the round failed (see sync_failed)")])
             }
             if isolated { view.unverify(peer: p) }
         }
@@ -104,7 +110,8 @@ final class AntiEntropy: @unchecked Sendable {
     @discardableResult
     func round(_ peer: NodeAddress) -> Bool {
         let conn: NodeConnection
-        do { conn = try NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true) } catch {
+        do { conn = try NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true, tls: tls) } catch {
+            connectFailure[peer.name] = "\(error)"
             return false
         }
         defer { conn.close() }

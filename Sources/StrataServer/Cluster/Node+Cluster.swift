@@ -21,8 +21,9 @@ extension Node {
             me = a
         } else {
             let loopback = ["127.0.0.1", "localhost", "::1"]
+            let ports = [config.tlsOnly ? nil : config.port, config.tlsPort].compactMap { $0 }
             let mine = config.cluster.filter {
-                $0.port == config.port && ($0.host == config.host || (loopback.contains(config.host) && loopback.contains($0.host)))
+                ports.contains($0.port) && ($0.host == config.host || (loopback.contains(config.host) && loopback.contains($0.host)))
             }
             guard mine.count == 1 else {
                 throw NodeError(exitCode: 2, "cannot tell which --cluster member this node is (\(mine.count) match \(config.host):\(config.port)): pass --advertise NAME, one of \(names.joined(separator: ","))")
@@ -30,6 +31,9 @@ extension Node {
             me = mine[0].name
         }
         guard config.replicas >= 1 else { throw NodeError(exitCode: 2, "--replicas must be at least 1") }
+        if let ca = config.clusterTLSCA, access(ca, R_OK) != 0 {
+            throw NodeError(exitCode: 2, "--cluster-tls-ca \(ca): \(String(cString: strerror(errno)))")
+        }
         return ClusterView(members: config.cluster, selfName: me, replicas: config.replicas)
     }
 
@@ -58,12 +62,51 @@ extension Node {
         return id
     }
 
+    /// Audits a membership change (docs/OPERATING.md "Clusters"): the `--cluster` list (or no
+    /// list) this node starts with, compared with the one it last started with in this data
+    /// directory (`DIR/cluster-members`, rewritten when it differs). Logged as
+    /// `action=membership_change user=- peer=config from=… to=… added=… removed=…`.
+    func recordMembership() {
+        let path = config.dataDirectory + "/cluster-members"
+        let now = (cluster?.ring.members.map(\.name) ?? []).sorted()
+        var before: [String]? = nil
+        if let f = fopen(path, "r") {
+            var text: [UInt8] = []
+            var buf = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = fread(&buf, 1, buf.count, f)
+                if n <= 0 { break }
+                text += buf[0..<n]
+            }
+            fclose(f)
+            before = String(decoding: text, as: UTF8.self).split(separator: "\n").map(String.init).sorted()
+        }
+        guard before != now, !(before == nil && now.isEmpty) else { return }
+        let old = before ?? []
+        audit("membership_change", user: "-", peer: "config",
+              [("self", cluster?.selfName ?? "-"), ("from", old.isEmpty ? "-" : old.joined(separator: ",")),
+               ("to", now.isEmpty ? "-" : now.joined(separator: ",")),
+               ("added", now.filter { !old.contains($0) }.joined(separator: ",")),
+               ("removed", old.filter { !now.contains($0) }.joined(separator: ","))])
+        if now.isEmpty { unlink(path); return }
+        let tmp = path + ".tmp"
+        guard let f = fopen(tmp, "w") else {
+            log.warn("cluster_members_not_saved", [("path", tmp), ("error", String(cString: strerror(errno)))])
+            return
+        }
+        fputs(now.joined(separator: "\n") + "\n", f)
+        fflush(f); fsync(fileno(f)); fclose(f)
+        if rename(tmp, path) != 0 { log.warn("cluster_members_not_saved", [("path", path), ("error", String(cString: strerror(errno)))]) }
+    }
+
     /// Starts anti-entropy with the peers (after the listeners are up).
     func startCluster() {
+        recordMembership()
         guard let c = cluster else { return }
         dispatcher.pauseCheck = { [weak self] in self?.checkPause() }
         let ae = AntiEntropy(view: c, store: store, dispatcher: dispatcher, log: log, stats: stats,
-                             token: config.authToken, interval: config.syncInterval)
+                             token: config.authToken, interval: config.syncInterval,
+                             tls: config.clusterTLSCA.map { TLSClientConfiguration(caFile: $0, certificateFile: config.tlsCertificate, keyFile: config.tlsKey) })
         antiEntropy = ae
         ae.start()
         log.info("cluster", [("self", c.selfName), ("members", String(c.ring.members.count)), ("replicas", String(c.replicas)),
