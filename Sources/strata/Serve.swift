@@ -25,6 +25,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--image-decode-limit 128MiB]
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
                     [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
+                    [--memcached-tls-port PORT]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -40,8 +41,12 @@ the hashes `strata credentials hash` prints (docs/OPERATING.md "Credentials"). S
 the certificate chain --tls-cert and key --tls-key (PEM); --tls-ca makes clients present a
 certificate that chains to that CA (mutual TLS); --tls-only turns the plaintext port off (the
 "listening on" line then shows the TLS port). A token is still needed beyond loopback.
-SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections (open
-TLS connections keep theirs; a reload that fails keeps the old ones and logs
+--memcached-tls-port serves memcached's text protocol over TLS on that port of --host, with the
+same --tls-cert, --tls-key and --tls-ca (it works without --tls-port too); with --tls-only the
+plaintext --memcached-port is not opened (and --memcached-port without --memcached-tls-port is
+refused).
+SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections on
+both TLS ports (open TLS connections keep theirs; a reload that fails keeps the old ones and logs
 credentials_reload_failed or tls_reload_failed).
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
@@ -55,7 +60,8 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "disk-trim-to", "disk-evict", "pause-threshold",
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
-                               "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca"]
+                               "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
+                               "memcached-tls-port"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -114,6 +120,10 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     if let mp = node.memcachedPort {
         let h = config.host.contains(":") ? "[\(config.host)]" : config.host
         printOut("memcached on \(h):\(mp) (namespace '\(String(decoding: config.memcachedNamespace, as: UTF8.self))', \(config.memcachedMemoryOnly ? "memory only" : "the node's tiers"))")
+    }
+    if let mp = node.memcachedTLSPort {
+        let h = config.host.contains(":") ? "[\(config.host)]" : config.host
+        printOut("memcached tls on \(h):\(mp) (namespace '\(String(decoding: config.memcachedNamespace, as: UTF8.self))', \(config.memcachedMemoryOnly ? "memory only" : "the node's tiers"), \(config.tlsCA == nil ? "no client certificates" : "client certificates required"))")
     }
     var sig: Int32 = 0
     while true {
@@ -181,6 +191,10 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try int("tls-port") {
         guard v <= 65535 else { throw UsageError(message: "--tls-port must be 0…65535, got \(v)") }
         c.tlsPort = UInt16(v)
+    }
+    if let v = try int("memcached-tls-port") {
+        guard v <= 65535 else { throw UsageError(message: "--memcached-tls-port must be 0…65535, got \(v)") }
+        c.memcachedTLSPort = UInt16(v)
     }
     if let v = s["tls-cert"] { c.tlsCertificate = v }
     if let v = s["tls-key"] { c.tlsKey = v }
