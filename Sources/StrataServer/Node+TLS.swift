@@ -5,8 +5,9 @@ import StrataCore
 import StrataNet
 
 // The TLS listeners (`--tls-port` for the binary protocol, `--memcached-tls-port` for
-// memcached's): their settings checked at start, binding, a session per accepted connection
-// (one context for both), and reloading the certificate, key and CA (SIGHUP).
+// memcached's, `--metrics-tls` for the metrics endpoint): their settings checked at start,
+// binding, a session per accepted connection (one context for all), and reloading the
+// certificate, key and CA (SIGHUP).
 extension Node {
     /// Checks the TLS settings and loads the context (nil when TLS is off). Throws a
     /// `NodeError` (exit 2) naming the file and OpenSSL's reason.
@@ -15,14 +16,16 @@ extension Node {
         if config.tlsOnly && config.memcachedPort != nil && config.memcachedTLSPort == nil {
             throw NodeError(exitCode: 2, "--tls-only with --memcached-port needs --memcached-tls-port (the memcached listener would stay plaintext)")
         }
-        guard config.tlsPort != nil || config.memcachedTLSPort != nil else {
+        if config.metricsTLS && config.metricsPort == nil { throw NodeError(exitCode: 2, "--metrics-tls needs --metrics-port") }
+        guard config.tlsPort != nil || config.memcachedTLSPort != nil || config.metricsTLS else {
             if config.tlsCertificate != nil || config.tlsKey != nil || config.tlsCA != nil {
-                throw NodeError(exitCode: 2, "--tls-cert, --tls-key and --tls-ca need --tls-port or --memcached-tls-port")
+                throw NodeError(exitCode: 2, "--tls-cert, --tls-key and --tls-ca need --tls-port, --memcached-tls-port or --metrics-tls")
             }
             return nil
         }
         guard config.tlsCertificate != nil, config.tlsKey != nil else {
-            throw NodeError(exitCode: 2, "\(config.tlsPort != nil ? "--tls-port" : "--memcached-tls-port") needs --tls-cert and --tls-key")
+            let user = config.tlsPort != nil ? "--tls-port" : config.memcachedTLSPort != nil ? "--memcached-tls-port" : "--metrics-tls"
+            throw NodeError(exitCode: 2, "\(user) needs --tls-cert and --tls-key")
         }
         do { return TLSContextSlot(try makeTLSContext(config)) } catch {
             throw NodeError(exitCode: 2, "TLS: \(error)")

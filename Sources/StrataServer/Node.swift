@@ -198,7 +198,7 @@ public final class Node: @unchecked Sendable {
             startThread(name: "strata-lineage") { d.recoverLineage() }
         }
         if let mp = config.metricsPort {
-            metrics = try MetricsServer(node: self, host: config.metricsHost, port: mp)
+            metrics = try MetricsServer(node: self, host: config.metricsHost, port: mp, tls: config.metricsTLS)
         }
         log.info("listening", [("addr", SocketAddress(host: config.host, port: config.tlsOnly ? tlsPort! : bound)!.description),
                                ("tls", tlsPort.map { SocketAddress(host: config.host, port: $0)!.description + (config.tlsCA == nil ? "" : " mutual") } ?? "off"),

@@ -86,6 +86,9 @@ public struct NodeConfiguration: Sendable {
     public var metricsPort: UInt16? = nil
     /// The address the metrics endpoint binds (it has no authentication; not `host`).
     public var metricsHost = "127.0.0.1"
+    /// `--metrics-tls`: serve the metrics endpoint over HTTPS with the node's TLS certificate,
+    /// key and CA (`tlsCertificate`, `tlsKey`, `tlsCA`; needs `metricsPort`).
+    public var metricsTLS = false
     /// Serve memcached's text protocol on this port of `host` (nil = off; 0 = any free port).
     /// Same loops, store, connection limits, timeouts and output cap as the binary listener.
     public var memcachedPort: UInt16? = nil

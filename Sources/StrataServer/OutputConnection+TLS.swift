@@ -8,7 +8,44 @@ import StrataNet
 // `MemcachedConnection` on `--memcached-tls-port`): one path for the handshake — driven by the
 // loop without blocking, cut by the frame timeout like a frame that stalls — and for reads and
 // writes through the session. Loop thread only. A plaintext connection (`tls == nil`) reads
-// and writes the socket directly and never steps into the session code.
+// and writes the socket directly and never steps into the session code. The metrics
+// endpoint's HTTPS connections (`--metrics-tls`) step their handshake with the same
+// `TLSSession.step` and count failures with the same `Node.tlsHandshakeFailed`.
+
+/// What one step of a server handshake on an event loop came to.
+enum HandshakeStep: Equatable {
+    case done
+    /// Wait for this readiness of the socket, then step again.
+    case wait(EventLoop.Interest)
+    case failed(String)
+}
+
+extension TLSSession {
+    /// Takes the handshake as far as the socket allows (never blocks).
+    func step() -> HandshakeStep {
+        do {
+            switch try handshake() {
+            case .done, .closed: return .done
+            case .wantRead: return .wait(.read)
+            case .wantWrite: return .wait(.write)
+            }
+        } catch {
+            return .failed(error.message)
+        }
+    }
+}
+
+extension Node {
+    /// A handshake failed (not TLS, a client certificate refused, cut by a timeout): counted in
+    /// `tls_handshake_failures`, logged at most once a second. Any thread.
+    func tlsHandshakeFailed(_ reason: String, conn: Int, _ fields: [(String, String)] = []) {
+        stats.tlsHandshakeFailures.add(1, ordering: .relaxed)
+        if let suppressed = tlsLogLimiter.admit(now: monotonicSeconds()) {
+            log.warn("tls_handshake_failed", [("conn", String(conn)), ("reason", reason)] + fields + [("suppressed", String(suppressed))])
+        }
+    }
+}
+
 extension OutputConnection {
     /// The connection came from a TLS port and its handshake is not done yet.
     var handshaking: Bool {
@@ -29,29 +66,21 @@ extension OutputConnection {
     /// certificate refused) is counted, logged at most once a second, and closes the connection.
     func continueHandshake() {
         guard let t = tls, !closed else { return }
-        do {
-            switch try t.handshake() {
-            case .done, .closed:
-                wantWrite = !output.isEmpty
-                updateInterest()
-                readAvailable()
-            case .wantRead:
-                wantWrite = false
-                updateInterest()
-            case .wantWrite:
-                wantWrite = true
-                updateInterest()
-            }
-        } catch {
-            handshakeFailed(error.message)
+        switch t.step() {
+        case .done:
+            wantWrite = !output.isEmpty
+            updateInterest()
+            readAvailable()
+        case .wait(let interest):
+            wantWrite = interest == .write
+            updateInterest()
+        case .failed(let reason):
+            handshakeFailed(reason)
         }
     }
 
     func handshakeFailed(_ reason: String) {
-        node.stats.tlsHandshakeFailures.add(1, ordering: .relaxed)
-        if let suppressed = node.tlsLogLimiter.admit(now: monotonicSeconds()) {
-            node.log.warn("tls_handshake_failed", [("conn", String(id)), ("reason", reason), ("suppressed", String(suppressed))])
-        }
+        node.tlsHandshakeFailed(reason, conn: id)
         close(reason: "tls handshake: \(reason)")
     }
 

@@ -25,7 +25,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--image-decode-limit 128MiB]
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
                     [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
-                    [--memcached-tls-port PORT]
+                    [--memcached-tls-port PORT] [--metrics-tls]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -44,9 +44,10 @@ certificate that chains to that CA (mutual TLS); --tls-only turns the plaintext 
 --memcached-tls-port serves memcached's text protocol over TLS on that port of --host, with the
 same --tls-cert, --tls-key and --tls-ca (it works without --tls-port too); with --tls-only the
 plaintext --memcached-port is not opened (and --memcached-port without --memcached-tls-port is
-refused).
+refused). --metrics-tls serves --metrics-port over HTTPS with the same certificate (and, with
+--tls-ca, only to scrapers with a client certificate from that CA).
 SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections on
-both TLS ports (open TLS connections keep theirs; a reload that fails keeps the old ones and logs
+every TLS port (open TLS connections keep theirs; a reload that fails keeps the old ones and logs
 credentials_reload_failed or tls_reload_failed).
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
@@ -65,7 +66,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
-                                 switches: ["--insecure", "--help", "--validate-images", "--memcached-memory-only", "--tls-only"], maxPositionals: 0)
+                                 switches: ["--insecure", "--help", "--validate-images", "--memcached-memory-only", "--tls-only", "--metrics-tls"], maxPositionals: 0)
     if opts.switches.contains("--help") {
         printOut(serveUsage)
         return 0
@@ -87,10 +88,12 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     if let v = env["STRATA_VALIDATE_IMAGES"] { settings["validate-images"] = v }
     if let v = env["STRATA_MEMCACHED_MEMORY_ONLY"] { settings["memcached-memory-only"] = v }
     if let v = env["STRATA_TLS_ONLY"] { settings["tls-only"] = v }
+    if let v = env["STRATA_METRICS_TLS"] { settings["metrics-tls"] = v }
     for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
     if opts.switches.contains("--validate-images") { settings["validate-images"] = "true" }
     if opts.switches.contains("--memcached-memory-only") { settings["memcached-memory-only"] = "true" }
     if opts.switches.contains("--tls-only") { settings["tls-only"] = "true" }
+    if opts.switches.contains("--metrics-tls") { settings["metrics-tls"] = "true" }
     if opts.switches.contains("--insecure") { insecure = true }
 
     var config = NodeConfiguration()
@@ -115,7 +118,7 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     }
     if let mp = node.metricsPort {
         let h = config.metricsHost.contains(":") ? "[\(config.metricsHost)]" : config.metricsHost
-        printOut("metrics on http://\(h):\(mp)/metrics")
+        printOut("metrics on \(config.metricsTLS ? "https" : "http")://\(h):\(mp)/metrics")
     }
     if let mp = node.memcachedPort {
         let h = config.host.contains(":") ? "[\(config.host)]" : config.host
@@ -200,6 +203,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = s["tls-key"] { c.tlsKey = v }
     if let v = s["tls-ca"] { c.tlsCA = v }
     if let v = s["tls-only"] { c.tlsOnly = v == "true" || v == "1" }
+    if let v = s["metrics-tls"] { c.metricsTLS = v == "true" || v == "1" }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
     if let v = try size("output-cap") { c.outputCap = v }
@@ -286,7 +290,7 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
     var insecure: Bool? = nil
     for (k, v) in obj {
         let name = k.replacingOccurrences(of: "_", with: "-")
-        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" {
+        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" || name == "metrics-tls" {
             guard let b = v as? Bool else { throw UsageError(message: "config '\(k)' must be true or false") }
             if name == "insecure" { insecure = b } else { out[name] = b ? "true" : "false" }
             continue

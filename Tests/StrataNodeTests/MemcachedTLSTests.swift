@@ -48,6 +48,19 @@ final class TLSTextSocket {
         return String(decoding: buffered, as: UTF8.self)
     }
 
+    /// Everything until the node ends the stream (close_notify or the socket's end); what came
+    /// before an error or the read timeout otherwise.
+    func readToEnd() -> String {
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            guard let r = try? chunk.withUnsafeMutableBytes({ try stream.read($0.baseAddress!, $0.count) }),
+                  case .done(let n) = r, n > 0 else { break }
+            buffered += chunk[0..<n]
+        }
+        defer { buffered = [] }
+        return String(decoding: buffered, as: UTF8.self)
+    }
+
     /// Sends `command` and reads its answer (up to `until`).
     func ask(_ command: String, until: String = "\r\n") throws -> String {
         try send(command)
@@ -244,7 +257,7 @@ final class MemcachedTLSTests: XCTestCase {
         (code, err) = try serve(["--memcached-tls-port", "70000"])
         XCTAssertEqual(code, 2); XCTAssertTrue(err.contains("--memcached-tls-port must be 0…65535"), err)
         (code, err) = try serve(["--tls-cert", certs.path("node.pem"), "--tls-key", certs.path("node.key")])
-        XCTAssertEqual(code, 2); XCTAssertTrue(err.contains("need --tls-port or --memcached-tls-port"), err)
+        XCTAssertEqual(code, 2); XCTAssertTrue(err.contains("need --tls-port, --memcached-tls-port or --metrics-tls"), err)
 
         let config = tempPath() + "/c.json"
         try #"{"memcached_tls_port": 0, "tls_cert": "\#(certs.path("node.pem"))", "tls_key": "\#(certs.path("node.key"))"}"#

@@ -65,7 +65,8 @@ final class NodeProcess: @unchecked Sendable {
             throw NSError(domain: "NodeProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "node did not start: \(line) \(stderr)"])
         }
         self.port = p
-        if let r = line.range(of: "metrics on http://"), let colon = line[r.upperBound...].firstIndex(of: ":") {
+        if let r = line.range(of: "metrics on http://") ?? line.range(of: "metrics on https://"),
+           let colon = line[r.upperBound...].firstIndex(of: ":") {
             metricsHost = String(line[r.upperBound..<colon])
             metricsPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
         }
