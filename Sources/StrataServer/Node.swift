@@ -153,7 +153,6 @@ public final class Node: @unchecked Sendable {
         var n = config.threads
         if n <= 0 { n = processorCount }
         try fitConnectionsToDescriptors(loops: n)
-        let address = SocketAddress(host: config.host, port: config.port)!
         var (fd, bound): (Int32, UInt16) = (-1, 0)
         if !config.tlsOnly { (fd, bound) = try bindListener(config.port, "") }
         listenFD = fd
