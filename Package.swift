@@ -28,7 +28,8 @@ let package = Package(
         .target(name: "StrataCore", dependencies: ["CLinux"]),
         .target(name: "StrataWire"),
         .target(name: "StrataNet", dependencies: ["StrataCore", "CLinux", "COpenSSL"]),
-        .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore", "StrataImage"]),
+        // The node talks to its peers (anti-entropy, issue 17) through the client's NodeConnection.
+        .target(name: "StrataServer", dependencies: ["StrataCore", "StrataWire", "StrataNet", "StrataStore", "StrataImage", "StrataClient"]),
         .target(name: "StrataClient", dependencies: ["StrataCore", "StrataWire", "StrataNet"]),
         .executableTarget(name: "strata", dependencies: ["StrataServer", "StrataClient", "StrataCore", "StrataWire", "StrataStore"]),
         .target(name: "StrataStore", dependencies: ["StrataCore", "CSQLite", "CZstd", "CLinux"]),

@@ -38,13 +38,14 @@ if [ -f "$DIR/pids" ]; then echo "a cluster is already recorded in $DIR; run '$0
 mkdir -p "$DIR"
 : > "$DIR/pids"
 nodes=""
+for i in $(seq 0 $((N - 1))); do nodes="${nodes:+$nodes,}127.0.0.1:$((BASE_PORT + i))"; done
+# Every node knows the whole cluster (--cluster), so the nodes repair each other's keys.
 for i in $(seq 0 $((N - 1))); do
   port=$((BASE_PORT + i))
   mkdir -p "$DIR/node$i"
-  "$BIN" serve --host 127.0.0.1 --port "$port" --data "$DIR/node$i/data" --threads 1 \
+  "$BIN" serve --host 127.0.0.1 --port "$port" --data "$DIR/node$i/data" --threads 1 --cluster "$nodes" \
       > "$DIR/node$i/out.log" 2> "$DIR/node$i/err.log" &
   echo $! >> "$DIR/pids"
-  nodes="${nodes:+$nodes,}127.0.0.1:$port"
 done
 # Wait until every node prints where it listens.
 for i in $(seq 0 $((N - 1))); do

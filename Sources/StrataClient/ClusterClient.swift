@@ -21,6 +21,39 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
         return NodeAddress(host: host, port: port, name: s)
     }
     public var description: String { name }
+
+    /// Parses a member list — `HOST:PORT,HOST:PORT,…`, where an entry `dns:NAME:PORT` stands
+    /// for every address NAME resolves to (a Kubernetes headless service) — as the CLI's
+    /// `--nodes` and the node's `--cluster` take it. Throws a message naming the bad entry.
+    public static func parseList(_ list: String, option: String) throws -> [NodeAddress] {
+        var nodes: [NodeAddress] = []
+        for part in list.split(separator: ",") {
+            let item = part.trimmedOfBlanks()
+            if item.hasPrefix("dns:") {
+                guard let a = NodeAddress.parse(String(item.dropFirst(4))) else {
+                    throw ClientError(.protocolViolation, "\(option) entry '\(item)' must be dns:NAME:PORT")
+                }
+                do { nodes += try NodeAddress.resolve(a.host, port: a.port) } catch {
+                    throw ClientError(.connection, "\(error)")
+                }
+                continue
+            }
+            guard let a = NodeAddress.parse(item) else {
+                throw ClientError(.protocolViolation, "\(option) must be HOST:PORT,HOST:PORT,… or dns:NAME:PORT; '\(part)' is not")
+            }
+            nodes.append(a)
+        }
+        return nodes
+    }
+}
+
+private extension Substring {
+    func trimmedOfBlanks() -> String {
+        var s = self[...]
+        while let c = s.first, c == " " || c == "\t" { s = s.dropFirst() }
+        while let c = s.last, c == " " || c == "\t" { s = s.dropLast() }
+        return String(s)
+    }
 }
 
 /// How many of a key's nodes must confirm a write.
@@ -273,28 +306,41 @@ public final class ClusterClient: @unchecked Sendable {
         }
     }
 
-    private func ask(_ node: NodeHandle, _ key: [UInt8], _ ns: [UInt8]) throws -> Answer {
+    /// What `node` says about the key, and whether it flagged the answer UNVERIFIED (it has not
+    /// caught up with the key's other replicas since a restart, pause or partition).
+    private func ask(_ node: NodeHandle, _ key: [UInt8], _ ns: [UInt8]) throws -> (Answer, unverified: Bool) {
         try node.run { conn in
             let f = try conn.call(.get(GetRequest(key: key, namespace: ns)))
-            if f.statusCode == .notFound { return .absent(tombstone: f.cas) }
+            let unverified = f.responseFlags & ResponseFlags.unverified.rawValue != 0
+            if f.statusCode == .notFound { return (.absent(tombstone: f.cas), unverified) }
             try NodeConnection.check(f, allow: [.ok, .negative])
-            return .item(try Responses.parseGet(f))
+            return (.item(try Responses.parseGet(f)), unverified)
         }
     }
 
     /// The item, or nil. See the type's documentation for when other nodes are consulted. A
     /// stale item has `stale` set; a negative entry has `negative` set (its value is the message).
+    ///
+    /// An answer a node flagged UNVERIFIED (PROTOCOL.md §7.19) is compared with every other
+    /// node of the key; when none of them answers and no answer was verified, this throws
+    /// `ClusterError` rather than return what may be an old value or a deleted one.
     public func get(_ key: [UInt8], namespace: [UInt8] = []) throws -> ItemPayload? {
         let nodes = targets(key, namespace)
         var failures: [(String, String)] = []
         var answers: [(NodeHandle, Answer)] = []
+        var unverified = false, anyVerified = false
         let quorum = configuration.read == .quorum ? nodes.count / 2 + 1 : 1
         var index = 0
         // First: the owner (or the first live node), or a majority for quorum reads.
         while index < nodes.count && answers.count < quorum {
             let node = nodes[index]
             index += 1
-            do { answers.append((node, try ask(node, key, namespace))) } catch {
+            do {
+                let (a, flagged) = try ask(node, key, namespace)
+                answers.append((node, a))
+                unverified = unverified || flagged
+                anyVerified = anyVerified || !flagged
+            } catch {
                 failures.append((node.address.name, "\(error)"))
             }
         }
@@ -305,12 +351,22 @@ public final class ClusterClient: @unchecked Sendable {
             throw ClusterError(message: "only \(answers.count) of the \(quorum) nodes a quorum read of \(keyText(key)) needs answered", failures: failures)
         }
         // Then: should the others be asked too?
-        if answers.count < nodes.count && mustVerify(first.0, first.1, key, namespace) {
+        if answers.count < nodes.count && (unverified || mustVerify(first.0, first.1, key, namespace)) {
             while index < nodes.count {
                 let node = nodes[index]
                 index += 1
-                if let a = try? ask(node, key, namespace) { answers.append((node, a)) }
+                do {
+                    let (a, flagged) = try ask(node, key, namespace)
+                    answers.append((node, a))
+                    anyVerified = anyVerified || !flagged
+                } catch {
+                    failures.append((node.address.name, "\(error)"))
+                }
             }
+        }
+        if !anyVerified && answers.count < nodes.count {
+            throw ClusterError(message: "\(answers.map(\.0.address.name).joined(separator: ", ")) flagged \(keyText(key)) UNVERIFIED (not caught up with the key's other replicas since a restart, pause or lost contact) and no other replica answered",
+                               failures: failures)
         }
         guard let newest = answers.max(by: { $0.1.version < $1.1.version })?.1 else { return nil }
         let repaired = answers.count > 1 ? repair(answers, newest: newest, key: key, ns: namespace, all: nodes) : true
@@ -366,18 +422,31 @@ public final class ClusterClient: @unchecked Sendable {
         try keys.map { try get($0, namespace: namespace) }
     }
 
-    /// META from the first live node of the key.
+    /// META from the first live node of the key whose answer is verified; answers flagged
+    /// UNVERIFIED (§7.19) are compared with the next nodes' (the newest wins), and when every
+    /// answer is flagged and a node did not answer, this throws as `get` does.
     public func meta(_ key: [UInt8], namespace: [UInt8] = []) throws -> MetaInfo? {
         var failures: [(String, String)] = []
-        for node in targets(key, namespace) {
+        var flagged: [MetaInfo?] = []
+        let nodes = targets(key, namespace)
+        func newest(_ answers: [MetaInfo?]) -> MetaInfo? { answers.compactMap { $0 }.max { $0.version < $1.version } }
+        for node in nodes {
             do {
-                return try node.run { conn -> MetaInfo? in
+                let (m, unverified) = try node.run { conn -> (MetaInfo?, Bool) in
                     let f = try conn.call(.meta(namespace: namespace, key: key, tiers: 0))
-                    if f.statusCode == .notFound { return nil }
+                    let unverified = f.responseFlags & ResponseFlags.unverified.rawValue != 0
+                    if f.statusCode == .notFound { return (nil, unverified) }
                     try NodeConnection.check(f, allow: [.ok])
-                    return try Responses.parseMeta(f)
+                    return (try Responses.parseMeta(f), unverified)
                 }
+                if !unverified { return newest(flagged + [m]) }
+                flagged.append(m)
             } catch { failures.append((node.address.name, "\(error)")) }
+        }
+        if !flagged.isEmpty && flagged.count == nodes.count { return newest(flagged) }
+        if !flagged.isEmpty {
+            throw ClusterError(message: "\(keyText(key)) was answered only UNVERIFIED (not caught up with the key's other replicas) and no other replica answered",
+                               failures: failures)
         }
         throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
     }

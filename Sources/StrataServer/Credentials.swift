@@ -83,6 +83,8 @@ public final class User: Sendable {
         case .delete(let ns, _, _, _, _), .touch(let ns, _, _, _), .invalidate(let ns, _, _, _), .release(let ns, _, _):
             return .write(ns)
         case .flush(let ns, let all, _): return all ? .admin : .write(ns)
+        // Node-to-node repair reads and writes every namespace (anti-entropy, §7.19).
+        case .syncDigest, .syncKeys: return .admin
         }
     }
 
@@ -106,6 +108,7 @@ public final class User: Sendable {
         if may(n) { return nil }
         let op = (Opcode(rawValue: opcode)?.name ?? "this operation").uppercased()
         switch n {
+        case .admin where op.hasPrefix("SYNC"): return "user '\(name)' (\(role.rawValue)) may not \(op): admin only"
         case .admin: return "user '\(name)' (\(role.rawValue)) may not \(op) ALL: admin only"
         case .read(let ns), .write(let ns):
             let what = role == .readonly && scope.contains(ns) ? "may only read" : "may not use"

@@ -46,6 +46,11 @@ final class Dispatcher: @unchecked Sendable {
     let namespaceUsage = NamespaceUsageCache()
     var imageDecodeLimit = ImageCodec.defaultDecodeLimit
 
+    /// The node's cluster (`--cluster`), for anti-entropy and the UNVERIFIED flag; nil without one.
+    var cluster: ClusterView? = nil
+    /// Notices a pause before a read is answered (`Node.checkPause`); set with `cluster`.
+    var pauseCheck: (@Sendable () -> Void)? = nil
+
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
     let variantFlights = SingleFlight<ItemKey, (bytes: [UInt8], width: Int, height: Int, stored: Bool)>()
@@ -132,7 +137,7 @@ final class Dispatcher: @unchecked Sendable {
         guard g.touch == nil, !g.wantMeta, Tiers(wire: g.tiers).contains(.memory),
               let item = try? store.memoryHit(g.key, namespace: g.namespace) else { return nil }
         if g.lease && needsLease(.hit(item), g) { return nil }
-        return hitResponse(item, f)
+        return markUnverified(.get(g), hitResponse(item, f))
     }
 
     func payload(_ item: CacheItem) -> ItemPayload {
@@ -279,6 +284,11 @@ final class Dispatcher: @unchecked Sendable {
     /// `visible`: the namespaces STATS `namespaces` may list (nil: all; the connection's user
     /// decides, see `User.mayRead`).
     func execute(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)? = nil) -> Frame? {
+        guard let response = executeOnStore(r, f, visible: visible) else { return nil }
+        return markUnverified(r, response)
+    }
+
+    private func executeOnStore(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)?) -> Frame? {
         let quiet = f.requestFlags.contains(.quiet)
         func ok(cas: UInt64 = 0) -> Frame? { quiet ? nil : Responses.status(to: f, .ok, cas: cas) }
         do {
@@ -328,7 +338,10 @@ final class Dispatcher: @unchecked Sendable {
                 return Self.setResponse(out, f)
             case let .delete(ns, key, tiers, version, writeBehind):
                 defer { leases.revoke(ItemKey(namespace: ns, key: key)) }
-                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: version, writeBehind: writeBehind) {
+                // In a cluster every disk delete leaves a tombstone, so anti-entropy spreads the
+                // delete instead of copying the item back from a replica (§7.19).
+                let v = version ?? (cluster != nil && Tiers(wire: tiers).contains(.disk) ? store.nextVersion() : nil)
+                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: v, writeBehind: writeBehind) {
                 case .removed:
                     originalChanged(ItemKey(namespace: ns, key: key))
                     return ok()
@@ -410,6 +423,10 @@ final class Dispatcher: @unchecked Sendable {
                 } catch { return Responses.error(to: f, .invalidImage, error.message) }
             case .imageVariant(let v):
                 return try variant(v, f)
+            case .syncDigest(let s):
+                return try syncDigest(s, f)
+            case .syncKeys(let s):
+                return try syncKeys(s, f)
             case .ping, .quit, .hello, .stats:
                 return ok() // answered by the connection itself; kept total for safety
             }

@@ -34,6 +34,11 @@ public final class Node: @unchecked Sendable {
     let credentials: CredentialStore
     /// Failed authentications per source address, and the delays they earn (Node+Auth.swift).
     let authThrottle: AuthThrottle
+    /// The node's cluster (`--cluster`), nil without one; its anti-entropy thread once started.
+    let cluster: ClusterView?
+    var antiEntropy: AntiEntropy?
+    /// This data directory's identity (`DIR/node-id`).
+    let nodeID: String
     let workers: WorkerPool
     let imageWorkers: WorkerPool
     let smallImageWorkers: WorkerPool
@@ -94,6 +99,7 @@ public final class Node: @unchecked Sendable {
         credentials = CredentialStore(try Self.loadCredentials(config))
         authThrottle = AuthThrottle(threshold: config.authDelayAfter)
         tlsContext = try Self.loadTLS(config)
+        cluster = try Node.makeCluster(config)
         outputBudget = OutputBudget(limit: config.maxOutputBytes)
         var sc = StoreConfiguration(directory: config.dataDirectory)
         sc.memoryCostLimit = config.memoryLimit
@@ -129,7 +135,12 @@ public final class Node: @unchecked Sendable {
         // Also on an empty directory: a wiped disk (or a node new to its keys) holds none of
         // what was written before, so its misses are checked with the replicas (issue 17).
         verifiedSince.store(store.openedVersion, ordering: .relaxed)
+        do { nodeID = try Node.loadIdentity(directory: config.dataDirectory) } catch {
+            store.close()
+            throw error
+        }
         let d = Dispatcher(store: store)
+        d.cluster = cluster
         d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit
@@ -199,6 +210,7 @@ public final class Node: @unchecked Sendable {
         if let mp = config.metricsPort {
             metrics = try MetricsServer(node: self, host: config.metricsHost, port: mp, tls: config.metricsTLS)
         }
+        startCluster()
         log.info("listening", [("addr", SocketAddress(host: config.host, port: config.tlsOnly ? tlsPort! : bound)!.description),
                                ("tls", tlsPort.map { SocketAddress(host: config.host, port: $0)!.description + (config.tlsCA == nil ? "" : " mutual") } ?? "off"),
                                ("data", config.dataDirectory), ("threads", String(n)),
@@ -256,6 +268,7 @@ public final class Node: @unchecked Sendable {
         let v = store.nextVersion()
         verifiedSince.store(v, ordering: .relaxed)
         stats.pausesNoticed.add(1, ordering: .relaxed)
+        cluster?.unverifyAll()
         log.warn("paused", [("gap_ms", String(ms - last)), ("start_version", String(v))])
     }
 
@@ -266,6 +279,7 @@ public final class Node: @unchecked Sendable {
     public func shutdown() {
         guard !drainFlag.exchange(true, ordering: .relaxed) else { return }
         log.info("draining", [("in_flight", String(workers.outstanding))])
+        antiEntropy?.stop()
         // Stop accepting: each loop drops the listening socket.
         let dropped = Counter()
         for loop in loops {
@@ -375,6 +389,7 @@ public final class Node: @unchecked Sendable {
             ("leases_lost", String(stats.leasesLost.load())), ("leases_held", String(dispatcher.leases.count)),
             ("negative_hits", String(stats.negativeHits.load())), ("stale_hits", String(stats.staleHits.load())),
         ]
+        fields += clusterStatsFields()
         if let m = memcached { fields += m.jsonFields() }
         for f in ImageFormat.allCases {
             fields.append(("images_stored_\(f.metricName)", String(stats.imagesStored[Int(f.rawValue)].load())))

@@ -1,5 +1,6 @@
 import StrataCore
 import StrataStore
+import StrataClient
 
 /// Everything a node can be told. Defaults follow memcached/Redis where they have one.
 public struct NodeConfiguration: Sendable {
@@ -137,6 +138,14 @@ public struct NodeConfiguration: Sendable {
     /// Which items go first at a disk limit (`--disk-evict lru|oldest`).
     public var diskEviction: DiskEviction = .lru
 
+    /// The cluster's members (`--cluster`, resolved), this node among them; empty = no cluster.
+    public var cluster: [NodeAddress] = []
+    /// This node's ring name in `cluster` (`--advertise`); nil = the member on this host and port.
+    public var advertise: String? = nil
+    /// Copies of each key in the cluster (`--replicas`, as the clients use).
+    public var replicas = 2
+    /// Seconds between anti-entropy rounds with each peer (`--sync-interval`).
+    public var syncInterval: Double = 2
     public init() {}
 
     /// The largest frame body: max item + 64 KiB for key, namespace and extras.

@@ -104,6 +104,17 @@ final class NodeStats: Sendable {
     let negativeHits = Counter()
     let staleHits = Counter()
     let latency: [LatencyHistogram] = (0..<256).map { _ in LatencyHistogram() }
+    /// Anti-entropy (`AntiEntropy`): rounds finished and failed, keys copied here and to
+    /// peers, buckets that differed, time spent in rounds, peers declared out of contact,
+    /// GET/MGET answers flagged UNVERIFIED.
+    let syncRounds = Counter()
+    let syncFailures = Counter()
+    let syncPulled = Counter()
+    let syncPushed = Counter()
+    let syncBucketsDiffering = Counter()
+    let syncMicros = Counter()
+    let peersLost = Counter()
+    let unverifiedAnswers = Counter()
 
     func recordOp(_ opcode: UInt8, micros: Double) {
         ops[Int(opcode)].add(1)

@@ -21,6 +21,8 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
     case release = 0x21
     case imageInfo = 0x30
     case imageVariant = 0x31
+    case syncDigest = 0x40
+    case syncKeys = 0x41
 
     public var name: String {
         switch self {
@@ -43,6 +45,8 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
         case .release: "release"
         case .imageInfo: "image_info"
         case .imageVariant: "image_variant"
+        case .syncDigest: "sync_digest"
+        case .syncKeys: "sync_keys"
         }
     }
 }
@@ -147,6 +151,10 @@ public struct ResponseFlags: OptionSet, Sendable, Hashable {
     public static let lease = ResponseFlags(rawValue: 0x2)
     /// Another client holds the key's lease and is filling it.
     public static let filling = ResponseFlags(rawValue: 0x4)
+    /// GET/MGET: the node may have missed writes to this key (a restart, pause, partition,
+    /// lost disk or membership change) and has not caught up with the key's other replicas
+    /// yet; compare with them before trusting the answer (PROTOCOL.md §7.19).
+    public static let unverified = ResponseFlags(rawValue: 0x8)
 }
 
 /// Protocol constants.

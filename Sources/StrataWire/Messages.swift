@@ -170,6 +170,9 @@ public enum Request: Equatable, Sendable {
     case invalidate(namespace: [UInt8], key: [UInt8], tiers: UInt8, version: UInt64?)
     /// Give back a lease without filling the key.
     case release(namespace: [UInt8], key: [UInt8], token: UInt64)
+    /// Anti-entropy between nodes (§7.19): bucket digests, or the entries of some buckets.
+    case syncDigest(SyncRequest)
+    case syncKeys(SyncRequest)
 
     // MARK: Parsing (server side)
 
@@ -321,6 +324,10 @@ public enum Request: Equatable, Sendable {
                     throw fail(.invalidArgument, "variant fit must be 0–1, format 0–1, quality 0–100 or 255")
                 }
                 return .imageVariant(v)
+            case .syncDigest:
+                return .syncDigest(try SyncRequest.parse(f, keys: false))
+            case .syncKeys:
+                return .syncKeys(try SyncRequest.parse(f, keys: true))
             }
         } catch {
             throw WireError(error.status, error.message, fatal: error.fatal, requestID: f.requestID, opcode: f.opcode)
@@ -399,6 +406,10 @@ public enum Request: Equatable, Sendable {
             f = .request(.imageVariant, id: id); f.namespace = v.namespace; f.key = v.key
             f.extras.appendBE(v.maxWidth); f.extras.appendBE(v.maxHeight)
             f.extras += [v.fit, v.format, v.quality]
+        case .syncDigest(let s):
+            f = .request(.syncDigest, id: id); s.encode(into: &f)
+        case .syncKeys(let s):
+            f = .request(.syncKeys, id: id); s.encode(into: &f)
         }
         if quiet { f.flags |= RequestFlags.quiet.rawValue }
         return f

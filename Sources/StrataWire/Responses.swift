@@ -26,10 +26,14 @@ public struct ItemPayload: Equatable, Sendable {
     public var stale = false
     /// A negative entry (status NEGATIVE): `value` is the failed load's message.
     public var negative = false
+    /// The node flagged the answer UNVERIFIED (§7.19): it has not caught up with the key's
+    /// other replicas since it started, paused or lost contact, so a newer version may exist.
+    public var unverified = false
     public init(value: [UInt8], flags: UInt32, expiresAt: Int64, extended: [UInt8], version: UInt64, tier: UInt8, meta: MetaBlock? = nil,
-                stale: Bool = false, negative: Bool = false) {
+                stale: Bool = false, negative: Bool = false, unverified: Bool = false) {
         self.value = value; self.flags = flags; self.expiresAt = expiresAt; self.extended = extended
         self.version = version; self.tier = tier; self.meta = meta; self.stale = stale; self.negative = negative
+        self.unverified = unverified
     }
 }
 
@@ -222,7 +226,8 @@ public enum Responses {
         }
         try r.end()
         return ItemPayload(value: f.value, flags: flags, expiresAt: expires, extended: ext, version: f.cas, tier: f.tiers, meta: meta,
-                           stale: f.responseFlags & ResponseFlags.stale.rawValue != 0, negative: f.statusCode == .negative)
+                           stale: f.responseFlags & ResponseFlags.stale.rawValue != 0, negative: f.statusCode == .negative,
+                           unverified: f.responseFlags & ResponseFlags.unverified.rawValue != 0)
     }
 
     /// Adds lease information to a GET answer: the caller holds the lease (`token`), or another

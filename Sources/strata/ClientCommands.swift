@@ -67,6 +67,19 @@ func finish(_ f: Frame, notFoundMessage: String? = nil) throws -> Int32 {
     return 0
 }
 
+/// Refuses an answer the node flagged UNVERIFIED (PROTOCOL.md §7.19) — it may be old or
+/// deleted, and one node cannot check its replicas — unless `--allow-unverified`, which prints
+/// a warning on stderr instead.
+func refuseUnverified(_ f: Frame, _ c: NodeConnection, _ o: ParsedOptions) throws {
+    guard f.responseFlags & ResponseFlags.unverified.rawValue != 0 else { return }
+    let why = "\(c.address) flagged its answer UNVERIFIED: it has not caught up with the key's other replicas since it restarted, paused or lost contact, so the answer may be old, or a deleted value"
+    if o.switches.contains("--allow-unverified") {
+        printErr("warning: \(why)")
+        return
+    }
+    throw ClientError(.server, why + "; read with --nodes (which checks the replicas) or pass --allow-unverified")
+}
+
 /// Prints a GET's item: its bytes on stdout (exit 0), or for a negative entry its message on
 /// stderr (exit 1). `--meta` adds a line on stderr; `--ext` prints the extended data instead
 /// of the value.
@@ -143,20 +156,26 @@ let clientCommands: [String: ClientCommand] = [
         return 0
     },
     "get": ClientCommand(usage: """
-                         strata get KEY [--ns NS] [--tiers memory|disk|all] [--meta] [--ext]
+                         strata get KEY [--ns NS] [--tiers memory|disk|all] [--meta] [--ext] [--allow-unverified]
                            --ext: print the item's extended data instead of its value (bytes as stored)
+                           --allow-unverified: with --server, print an answer the node flagged UNVERIFIED (it has not
+                           caught up with the key's other replicas) with a warning, instead of failing (exit 3)
                                 strata get KEY --or-run 'COMMAND' [--ttl S] [--negative-ttl S] [--max-wait 10] [--refresh-ahead S]
                            --or-run: on a miss, run COMMAND (once among all callers, under the key's lease), store its
                            stdout with --ttl and print it; a failing command exits 1 and, with --negative-ttl, is
                            remembered (later calls exit 1 with "cached failure" without running it) until that expires
                          """,
-                         valued: keyOpts.union(readThroughOptions).union(["--ttl"]), switches: ["--meta", "--ext"], positionals: 1) { o, c in
+                         valued: keyOpts.union(readThroughOptions).union(["--ttl"]), switches: ["--meta", "--ext", "--allow-unverified"],
+                         positionals: 1) { o, c in
         let key = try keyArg(o, "strata get KEY")
-        guard let item = try c.get(key, namespace: try nsArg(o), tiers: try tiersOption(o), wantMeta: o.switches.contains("--meta")) else {
+        let f = try c.call(.get(GetRequest(key: key, namespace: try nsArg(o), tiers: try tiersOption(o), wantMeta: o.switches.contains("--meta"))))
+        try refuseUnverified(f, c, o)
+        if f.statusCode == .notFound {
             printErr("not found: \(o.positionals[0])")
             return 1
         }
-        return printItem(item, o)
+        try NodeConnection.check(f, allow: [.ok, .negative])
+        return printItem(try Responses.parseGet(f), o)
     },
     "invalidate": ClientCommand(usage: "strata invalidate KEY [--ns NS] [--tiers …]  (mark stale: served, flagged, until refreshed)",
                                 valued: keyOpts, switches: [], positionals: 1) { o, c in
@@ -171,10 +190,12 @@ let clientCommands: [String: ClientCommand] = [
                                          writeBehind: o.switches.contains("--write-behind"))),
                           notFoundMessage: "not found: \(o.positionals[0])")
     },
-    "exists": ClientCommand(usage: "strata exists KEY [--ns NS] [--tiers …]", valued: keyOpts, switches: [], positionals: 1) { o, c in
+    "exists": ClientCommand(usage: "strata exists KEY [--ns NS] [--tiers …] [--allow-unverified]", valued: keyOpts, switches: ["--allow-unverified"],
+                            positionals: 1) { o, c in
         let key = try keyArg(o, "strata exists KEY")
-        let code = try finish(c.call(.exists(namespace: try nsArg(o), key: key, tiers: try tiersOption(o))),
-                              notFoundMessage: "not found: \(o.positionals[0])")
+        let f = try c.call(.exists(namespace: try nsArg(o), key: key, tiers: try tiersOption(o)))
+        try refuseUnverified(f, c, o)
+        let code = try finish(f, notFoundMessage: "not found: \(o.positionals[0])")
         if code == 0 { printOut("exists") }
         return code
     },
@@ -186,9 +207,10 @@ let clientCommands: [String: ClientCommand] = [
     },
     "incr": counterCommand(decrement: false),
     "decr": counterCommand(decrement: true),
-    "meta": ClientCommand(usage: "strata meta KEY [--ns NS]", valued: keyOpts, switches: [], positionals: 1) { o, c in
+    "meta": ClientCommand(usage: "strata meta KEY [--ns NS] [--allow-unverified]", valued: keyOpts, switches: ["--allow-unverified"], positionals: 1) { o, c in
         let key = try keyArg(o, "strata meta KEY")
         let f = try c.call(.meta(namespace: try nsArg(o), key: key, tiers: try tiersOption(o)))
+        try refuseUnverified(f, c, o)
         if f.statusCode == .notFound { printErr("not found: \(o.positionals[0])"); return 1 }
         try NodeConnection.check(f, allow: [.ok])
         let m = try Responses.parseMeta(f)

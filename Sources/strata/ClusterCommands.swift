@@ -11,24 +11,9 @@ import StrataWire
 let clusterOptions: Set<String> = ["--nodes", "--replicas", "--ack", "--read"]
 
 func clusterConfiguration(_ o: ParsedOptions) throws -> ClusterConfiguration {
-    let list = o.string("--nodes") ?? ""
-    var nodes: [NodeAddress] = []
-    for part in list.split(separator: ",") {
-        let item = String(part.trimmingCharacters(in: .whitespaces))
-        // dns:NAME:PORT — every address NAME resolves to (a Kubernetes headless service).
-        if item.hasPrefix("dns:") {
-            guard let a = NodeAddress.parse(String(item.dropFirst(4))) else {
-                throw UsageError(message: "--nodes entry '\(item)' must be dns:NAME:PORT")
-            }
-            do { nodes += try NodeAddress.resolve(a.host, port: a.port) } catch {
-                throw ClientError(.connection, "\(error)")
-            }
-            continue
-        }
-        guard let a = NodeAddress.parse(item) else {
-            throw UsageError(message: "--nodes must be HOST:PORT,HOST:PORT,… or dns:NAME:PORT; '\(part)' is not")
-        }
-        nodes.append(a)
+    let nodes: [NodeAddress]
+    do { nodes = try NodeAddress.parseList(o.string("--nodes") ?? "", option: "--nodes") } catch let e as ClientError {
+        throw e.kind == .connection ? e : UsageError(message: e.message)
     }
     guard !nodes.isEmpty else { throw UsageError(message: "--nodes needs at least one HOST:PORT") }
     var c = ClusterConfiguration(nodes: nodes)
@@ -55,6 +40,9 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
     // The cluster client picks each node's tiers itself (the owner all, replicas disk).
     if o.string("--tiers") != nil && name != "flush" { throw UsageError(message: "--tiers needs --server (with --nodes only flush takes it)") }
     if o.switches.contains("--write-behind") { throw UsageError(message: "--write-behind needs --server") }
+    if o.switches.contains("--allow-unverified") {
+        throw UsageError(message: "--allow-unverified needs --server (with --nodes an UNVERIFIED answer is checked with the key's other replicas)")
+    }
     switch name {
     case "ping":
         var failed = 0

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import StrataCore
+import StrataClient
 import StrataServer
 import StrataStore
 
@@ -26,6 +27,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
                     [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
                     [--memcached-tls-port PORT] [--metrics-tls]
+                    [--cluster H:P,H:P,…|dns:NAME:PORT] [--advertise NAME] [--replicas 2]
+                    [--sync-interval 2]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -49,6 +52,12 @@ refused). --metrics-tls serves --metrics-port over HTTPS with the same certifica
 SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections on
 every TLS port (open TLS connections keep theirs; a reload that fails keeps the old ones and logs
 credentials_reload_failed or tls_reload_failed).
+--cluster names every node of the cluster, this one included (the same list, and the same
+--replicas, as the clients use); the node then repairs its keys with the other replicas in the
+background (anti-entropy, every --sync-interval seconds) and flags answers it has not verified
+yet (UNVERIFIED). --advertise picks this node's entry when it is not the one on --host and
+--port. Nodes authenticate to each other with --auth-token-file's token. See
+docs/OPERATING.md, "Clusters".
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
 
@@ -62,7 +71,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
-                               "memcached-tls-port"]
+                               "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -265,6 +274,19 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try int("auth-delay-after") { c.authDelayAfter = v }
     // "" (the example config's value) = no credentials file.
     if let path = s["credentials"], !path.isEmpty { c.credentialsFile = path }
+    // "" (the example config's value) = no cluster.
+    if let list = s["cluster"], !list.isEmpty {
+        do { c.cluster = try NodeAddress.parseList(list, option: "--cluster") } catch let e as ClientError {
+            throw e.kind == .connection ? NodeError(exitCode: 3, e.message) : UsageError(message: e.message)
+        }
+        guard !c.cluster.isEmpty else { throw UsageError(message: "--cluster needs at least one HOST:PORT") }
+    }
+    if let v = s["advertise"], !v.isEmpty { c.advertise = v }
+    if let v = try int("replicas", min: 1) { c.replicas = v }
+    if let v = try seconds("sync-interval") {
+        guard v >= 0.1 && v <= 3600 else { throw UsageError(message: "--sync-interval must be 0.1…3600 seconds, got \(v)") }
+        c.syncInterval = v
+    }
 }
 
 /// The token in `path`, trailing newline removed. Empty or unreadable files are usage errors.

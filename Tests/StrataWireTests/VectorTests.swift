@@ -77,6 +77,18 @@ final class VectorTests: XCTestCase {
             ("get_stale", .get(GetRequest(key: Array("page".utf8))),
              { Responses.get(to: $0, ItemPayload(value: Array("v1".utf8), flags: 0, expiresAt: 0, extended: [], version: self.V + 5,
                                                  tier: 1, stale: true)) }),
+            ("get_unverified", .get(GetRequest(key: foo)),
+             { var f = Responses.get(to: $0, ItemPayload(value: Array("bar!!".utf8), flags: 0, expiresAt: 0, extended: [], version: self.V, tier: 2))
+               f.responseFlags |= ResponseFlags.unverified.rawValue
+               return f }),
+            ("sync_digest", .syncDigest(SyncRequest(requester: Array("10.0.0.2:7400".utf8), bucketBits: 4, maxVersion: V)),
+             { var d = [UInt64](repeating: 0, count: 16)
+               d[3] = 0x0123_4567_89AB_CDEF; d[9] = 0xFEDC_BA98_7654_3210
+               return Responses.syncDigest(to: $0, digests: d, entries: 2) }),
+            ("sync_keys", .syncKeys(SyncRequest(requester: Array("10.0.0.2:7400".utf8), bucketBits: 4, maxVersion: V + 1, buckets: [3, 9])),
+             { Responses.syncKeys(to: $0, entries: [SyncKeyEntry(namespace: [], key: Array("foo".utf8), version: self.V, tombstone: false),
+                                                    SyncKeyEntry(namespace: Array("alice".utf8), key: Array("gone".utf8), version: self.V + 1, tombstone: true)],
+                                  bucketsCovered: 2) }),
             ("get_negative", .get(GetRequest(key: Array("bad-url".utf8))),
              { Responses.get(to: $0, ItemPayload(value: Array("HTTP 404".utf8), flags: 0, expiresAt: 1_764_400_030_000_000, extended: [],
                                                  version: self.V + 6, tier: 1, negative: true)) }),
@@ -234,6 +246,17 @@ final class VectorTests: XCTestCase {
         let scan = try Responses.parseScan(XCTUnwrap(client.decode(load("scan.resp.hex"))).frame)
         XCTAssertEqual(scan.keys, [Array("a".utf8), Array("b".utf8)])
         XCTAssertEqual(scan.next, Array("b".utf8))
+        let unverified = try Responses.parseGet(XCTUnwrap(client.decode(load("get_unverified.resp.hex"))).frame)
+        XCTAssertTrue(unverified.unverified)
+        XCTAssertFalse(unverified.stale)
+        XCTAssertFalse(item.unverified)
+        let digests = try Responses.parseSyncDigest(XCTUnwrap(client.decode(load("sync_digest.resp.hex"))).frame, bits: 4)
+        XCTAssertEqual(digests.count, 16)
+        XCTAssertEqual(digests[9], 0xFEDC_BA98_7654_3210)
+        let keys = try Responses.parseSyncKeys(XCTUnwrap(client.decode(load("sync_keys.resp.hex"))).frame)
+        XCTAssertEqual(keys.bucketsCovered, 2)
+        XCTAssertEqual(keys.entries.map(\.tombstone), [false, true])
+        XCTAssertEqual(keys.entries[1].namespace, Array("alice".utf8))
         let hello = try Responses.parseHello(XCTUnwrap(client.decode(load("hello.resp.hex"))).frame)
         XCTAssertEqual(hello.server, "strata 0.1.0")
         XCTAssertTrue(hello.authenticated)

@@ -12,10 +12,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REQ, RESP = 0x53, 0x73
 OPS = dict(HELLO=0x01, PING=0x02, QUIT=0x03, GET=0x10, MGET=0x11, SET=0x12, DELETE=0x13, TOUCH=0x14,
            EXISTS=0x15, INCR=0x16, DECR=0x17, META=0x18, SCAN=0x19, FLUSH=0x1A, STATS=0x1B,
-           INVALIDATE=0x20, RELEASE=0x21, IMAGE_INFO=0x30, IMAGE_VARIANT=0x31)
+           INVALIDATE=0x20, RELEASE=0x21, IMAGE_INFO=0x30, IMAGE_VARIANT=0x31, SYNC_DIGEST=0x40, SYNC_KEYS=0x41)
 QUIET, WRITE_BEHIND, WANT_META, ALL, VALIDATE_IMAGE = 0x01, 0x02, 0x04, 0x08, 0x10
 LEASE, NEGATIVE_FLAG, STALE_FLAG = 0x20, 0x40, 0x80
-R_STALE, R_LEASE, R_FILLING = 0x1, 0x2, 0x4  # response flags (the header's last word)
+R_STALE, R_LEASE, R_FILLING, R_UNVERIFIED = 0x1, 0x2, 0x4, 0x8  # response flags (the header's last word)
 OK, NOT_FOUND, EXISTS, CAS_MISMATCH, SUPERSEDED, NOT_A_NUMBER, NEGATIVE, LEASE_LOST = 0, 1, 2, 3, 4, 5, 6, 7
 TOKEN = 0x00000000075BCD15  # stands for a lease token a node granted (real ones are random, §7.4.1)
 INVALID_ARGUMENT, TOO_LARGE, UNKNOWN_OPCODE, MALFORMED, AUTH_REQUIRED, AUTH_FAILED = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
@@ -235,6 +235,21 @@ case("release_not_found", "RELEASE with a token that no longer holds the lease (
      frame(REQ, OPS["RELEASE"], 122, cas=TOKEN, key=b"cold"),
      frame(RESP, OPS["RELEASE"], 122, status=NOT_FOUND))
 # Errors (§2.2, §6). Messages are this node's exact text.
+case("get_unverified", "GET foo from a node that has not caught up with the key's other replicas since it started (§7.19): OK with response flag UNVERIFIED",
+     frame(REQ, OPS["GET"], 130, key=b"foo"),
+     frame(RESP, OPS["GET"], 130, tiers=2, cas=V, rflags=R_UNVERIFIED, extras=get_extras(0, 0), value=b"bar!!"), "version")
+DIGESTS = [0] * 16
+DIGESTS[3], DIGESTS[9] = 0x0123456789ABCDEF, 0xFEDCBA9876543210
+case("sync_digest", "SYNC_DIGEST from peer 10.0.0.2:7400 with 16 buckets (4 bits), versions up to V: 2 entries, in buckets 3 and 9 (§7.19)",
+     frame(REQ, OPS["SYNC_DIGEST"], 131, extras=struct.pack(">BQ", 4, V), key=b"10.0.0.2:7400"),
+     frame(RESP, OPS["SYNC_DIGEST"], 131, extras=struct.pack(">I", 2), value=b"".join(struct.pack(">Q", d) for d in DIGESTS)),
+     "the digests, which are this node's entries' (and the entry count)")
+case("sync_keys", "SYNC_KEYS from peer 10.0.0.2:7400 for buckets 3 and 9 (4 bits): foo at version V, and alice's gone deleted at V + 1; both buckets covered (§7.19)",
+     frame(REQ, OPS["SYNC_KEYS"], 132, extras=struct.pack(">BQ", 4, V + 1), key=b"10.0.0.2:7400", value=struct.pack(">II", 3, 9)),
+     frame(RESP, OPS["SYNC_KEYS"], 132, extras=struct.pack(">II", 2, 2),
+           value=b"\x00" + struct.pack(">H", 3) + b"foo" + struct.pack(">QB", V, 0)
+                 + b"\x05alice" + struct.pack(">H", 4) + b"gone" + struct.pack(">QB", V + 1, 1)),
+     "the entries, which are this node's (and the count and body length)")
 case("error_unknown_opcode", "An unknown opcode 0x7f: UNKNOWN_OPCODE with a message; the connection stays open",
      frame(REQ, 0x7F, 90), frame(RESP, 0x7F, 90, status=UNKNOWN_OPCODE, value=b"unknown opcode 0x7f"))
 case("error_auth_required", "GET before HELLO on a node with a token: AUTH_REQUIRED",

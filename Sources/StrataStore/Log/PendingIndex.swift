@@ -127,3 +127,13 @@ final class PendingIndex: @unchecked Sendable {
         return out
     }
 }
+
+extension PendingIndex {
+    /// Every entry, one shard at a time (each shard's lock held while it is copied). O(entries).
+    func snapshot() -> [(ItemKey, Entry)] {
+        guard entries.load(ordering: .relaxed) > 0 else { return [] }
+        var out: [(ItemKey, Entry)] = []
+        for s in shards { s.lock.withLock { for (k, e) in s.map { out.append((k, e)) } } }
+        return out
+    }
+}

@@ -1,0 +1,222 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataClient
+import StrataCore
+import StrataStore
+import StrataWire
+import Synchronization
+
+/// Anti-entropy (ARCHITECTURE.md "Repair in the nodes"): a `strata-sync` thread that, every
+/// `interval`, compares what this node holds with each peer and copies the newer side across.
+///
+/// A round with peer P: HELLO; SYNC_DIGEST asks P for one XOR digest per bucket of the
+/// entries (namespace, key, version, tombstone) that P holds and that both nodes replicate by
+/// the ring; this node computes the same over its own entries; for the buckets that differ,
+/// SYNC_KEYS lists P's entries, and each key newer on P (or only there) is read from P and
+/// written here with its version, each key newer here is written to P. Versions decide, so
+/// a copy that crosses a client's write is ignored (SUPERSEDED) — never an older value over a
+/// newer one, and a tombstone wins over the older items it deleted.
+///
+/// While P is synced, items written in the last `settle` seconds are left out of the
+/// comparison (they are usually still on their way to both nodes); a round that catches up
+/// (P unsynced) compares everything. A finished round marks P synced in `ClusterView` unless
+/// something unverified it meanwhile.
+///
+/// Contact: a pass in which rounds with more than half of the peers fail means this node may
+/// be the one cut off (clients may be writing to the others without it), so those peers are
+/// unverified at once. Rounds failing with a minority of peers mean those peers are down or
+/// cut off; this node stays verified, and unverifies each of them when contact comes back
+/// (it may have taken writes this node missed), so the round that regains contact catches up.
+///
+/// Cost when nothing differs: two passes over the disk tier's rows per peer and round (one
+/// here, one on the peer) plus the digests (8 × 2^bits bytes); work on differences is
+/// proportional to the entries of the differing buckets. `interval` stretches to 20 × the
+/// last round's time, so the passes stay under ~5 % of one core.
+final class AntiEntropy: @unchecked Sendable {
+    let view: ClusterView
+    let store: TieredCache
+    let dispatcher: Dispatcher
+    let log: Logger
+    let stats: NodeStats
+    let token: [UInt8]?
+    let interval: Double
+    let timeout: Double
+    let settle: Double = 2
+    private let stopFlag = Atomic<Bool>(false)
+    private let finished = Completion<Void>()
+    /// Peers whose last round failed (touched by the sync thread only).
+    private var outOfContact: Set<String> = []
+
+    init(view: ClusterView, store: TieredCache, dispatcher: Dispatcher, log: Logger, stats: NodeStats,
+         token: [UInt8]?, interval: Double, timeout: Double = 2) {
+        self.view = view; self.store = store; self.dispatcher = dispatcher; self.log = log; self.stats = stats
+        self.token = token; self.interval = interval; self.timeout = timeout
+    }
+
+    func start() {
+        _ = startThread(name: "strata-sync") { [self] in
+            while !stopFlag.load(ordering: .relaxed) {
+                let t0 = monotonicSeconds()
+                var failed: [String] = []
+                for peer in view.peers where !stopFlag.load(ordering: .relaxed) {
+                    if !round(peer) { failed.append(peer.name) }
+                }
+                if !stopFlag.load(ordering: .relaxed) { lost(failed) }
+                let spent = monotonicSeconds() - t0
+                var wait = max(interval, 20 * spent) - spent
+                while wait > 0 && !stopFlag.load(ordering: .relaxed) {
+                    usleep(UInt32(min(wait, 0.05) * 1e6))
+                    wait -= 0.05
+                }
+            }
+            finished.fulfil(())
+        }
+    }
+
+    func stop() {
+        stopFlag.store(true, ordering: .relaxed)
+        finished.wait()
+    }
+
+    /// A round reached `peer`. After a failed one, the peer may hold writes this node missed:
+    /// unverified until this round (which starts after this call) finishes.
+    private func contacted(_ peer: String) {
+        if outOfContact.remove(peer) != nil {
+            view.unverify(peer: peer)
+            log.info("peer_contact_regained", [("peer", peer)])
+        }
+    }
+
+    /// The peers this pass failed to finish a round with (see the type's "Contact").
+    private func lost(_ failed: [String]) {
+        let isolated = failed.count * 2 > view.peers.count
+        for p in failed {
+            if outOfContact.insert(p).inserted {
+                stats.peersLost.add()
+                log.warn("peer_contact_lost", [("peer", p), ("isolated", isolated ? "1" : "0")])
+            }
+            if isolated { view.unverify(peer: p) }
+        }
+    }
+
+    /// One round with `peer`; true when it finished (every difference copied).
+    @discardableResult
+    func round(_ peer: NodeAddress) -> Bool {
+        let conn: NodeConnection
+        do { conn = try NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true) } catch {
+            return false
+        }
+        defer { conn.close() }
+        contacted(peer.name)
+        let epoch = view.epoch(of: peer.name)
+        let catchingUp = view.unsyncedPeers.contains(peer.name)
+        let maxVersion: UInt64 = catchingUp ? .max : UInt64(max(0, store.clock.nowMicros() - Int64(settle * 1e6)))
+        let t0 = monotonicSeconds()
+        do {
+            let bits = bucketBits()
+            let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion)
+            let f = try conn.call(.syncDigest(req))
+            try NodeConnection.check(f, allow: [.ok])
+            let theirs = try Responses.parseSyncDigest(f, bits: bits)
+            var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
+            try store.forEachSyncEntry(maxVersion: maxVersion, include: { self.view.shared($0, $1, with: peer.name) }) { e in
+                ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
+                    ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
+            }
+            contacted(peer.name)
+            let differing = (0..<ours.count).filter { ours[$0] != theirs[$0] }
+            if !differing.isEmpty {
+                try reconcile(peer, conn, buckets: differing, bits: bits, maxVersion: maxVersion)
+            }
+            stats.syncRounds.add()
+            stats.syncBucketsDiffering.add(differing.count)
+            stats.syncMicros.add(Int((monotonicSeconds() - t0) * 1e6))
+            if view.markSynced(peer.name, epoch: epoch) && catchingUp {
+                log.info("peer_synced", [("peer", peer.name), ("buckets_differing", String(differing.count)),
+                                         ("ms", String(Int((monotonicSeconds() - t0) * 1000)))])
+            }
+            return true
+        } catch {
+            stats.syncFailures.add()
+            log.warn("sync_failed", [("peer", peer.name), ("error", "\(error)")])
+            return false
+        }
+    }
+
+    /// 2^bits buckets, about 16 entries each (4 … 16 bits).
+    private func bucketBits() -> UInt8 {
+        let items = max(1, store.stats().disk.items)
+        var bits: UInt8 = SyncRequest.minBits
+        while bits < SyncRequest.maxBits && (1 << Int(bits)) * 16 < items { bits += 1 }
+        return bits
+    }
+
+    /// Lists both sides' entries of `buckets` and copies each newer one across.
+    private func reconcile(_ peer: NodeAddress, _ conn: NodeConnection, buckets: [Int], bits: UInt8, maxVersion: UInt64) throws {
+        let wanted = Set(buckets)
+        var ours: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
+        try store.forEachSyncEntry(maxVersion: maxVersion, include: { ns, key in
+            wanted.contains(ClusterView.bucket(namespace: ns, key: key, bits: bits)) && self.view.shared(ns, key, with: peer.name)
+        }) { e in ours[ItemKey(namespace: e.namespace, key: e.key)] = (e.version, e.tombstone) }
+        var theirs: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
+        var rest = buckets.map { UInt32($0) }
+        while !rest.isEmpty {
+            let chunk = Array(rest.prefix(SyncRequest.maxBuckets))
+            let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, buckets: chunk)
+            let f = try conn.call(.syncKeys(req))
+            try NodeConnection.check(f, allow: [.ok])
+            let page = try Responses.parseSyncKeys(f)
+            for e in page.entries { theirs[ItemKey(namespace: e.namespace, key: e.key)] = (e.version, e.tombstone) }
+            guard page.bucketsCovered > 0 else { throw ClientError(.protocolViolation, "\(peer.name) answered SYNC_KEYS covering no bucket") }
+            rest.removeFirst(min(page.bucketsCovered, rest.count))
+        }
+        contacted(peer.name)
+        for (id, t) in theirs where (ours[id]?.version ?? 0) < t.version { try pull(id, from: conn) }
+        for (id, o) in ours where (theirs[id]?.version ?? 0) < o.version { try push(id, to: peer, conn) }
+    }
+
+    /// Reads `id` from the peer's disk tier and writes it here with its version.
+    private func pull(_ id: ItemKey, from conn: NodeConnection) throws {
+        let f = try conn.call(.get(GetRequest(key: id.key, namespace: id.namespace, tiers: 2)))
+        let owner = view.replicaSet(namespace: id.namespace, key: id.key).first == view.selfName
+        if f.statusCode == .notFound {
+            guard f.cas > 0 else { return } // gone meanwhile (expired or removed): nothing to copy
+            _ = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: f.cas)
+        } else {
+            try NodeConnection.check(f, allow: [.ok, .negative])
+            let item = try Responses.parseGet(f)
+            var o = SetOptions(expiry: item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt), flags: item.flags,
+                               extended: item.extended, tiers: owner ? .all : .disk, version: item.version)
+            o.stale = item.stale; o.negative = item.negative
+            guard case .stored = try store.set(id.key, item.value, namespace: id.namespace, options: o) else { return }
+            // A replica keeps no memory copy: one promoted by an earlier read is older now.
+            if !owner { _ = try? store.remove(id.key, namespace: id.namespace, tiers: .memory) }
+        }
+        dispatcher.leases.revoke(id)
+        dispatcher.originalChanged(id)
+        stats.syncPulled.add()
+    }
+
+    /// Writes this node's copy of `id` (item or tombstone) to the peer with its version.
+    private func push(_ id: ItemKey, to peer: NodeAddress, _ conn: NodeConnection) throws {
+        let peerIsOwner = view.replicaSet(namespace: id.namespace, key: id.key).first == peer.name
+        let f: Frame
+        switch try store.syncRead(id.key, namespace: id.namespace) {
+        case .miss:
+            return
+        case .tombstone(let v):
+            f = try conn.call(.delete(namespace: id.namespace, key: id.key, tiers: 0, version: v, writeBehind: false))
+            try NodeConnection.check(f, allow: [.ok, .notFound, .superseded])
+        case .hit(let item):
+            var s = SetRequest(key: id.key, value: item.value, namespace: id.namespace)
+            s.flags = item.flags; s.extended = item.extended; s.version = item.version
+            s.expiry = item.expiresAt.map { .at(unixMicros: $0) } ?? .never
+            s.tiers = peerIsOwner ? 0 : 2
+            s.stale = item.stale; s.negative = item.negative
+            f = try conn.set(s)
+            try NodeConnection.check(f, allow: [.ok, .superseded])
+        }
+        stats.syncPushed.add()
+    }
+}

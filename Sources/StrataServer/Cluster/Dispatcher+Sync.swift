@@ -1,0 +1,81 @@
+import StrataCore
+import StrataStore
+import StrataWire
+
+// The node's side of anti-entropy (PROTOCOL.md §7.19) and the UNVERIFIED flag on reads.
+extension Dispatcher {
+    /// Why a SYNC request names no peer of this node's cluster.
+    private func syncRefusal(_ s: SyncRequest) -> String? {
+        guard let c = cluster else { return "this node has no --cluster: it takes part in no anti-entropy" }
+        let peer = String(decoding: s.requester, as: UTF8.self)
+        guard c.peers.contains(where: { $0.name == peer }) else {
+            return "'\(peer)' is not a member of this node's --cluster (its members: \(c.ring.members.map(\.name).joined(separator: ",")))"
+        }
+        return nil
+    }
+
+    /// SYNC_DIGEST: one XOR digest per bucket of the entries this node holds that it and the
+    /// requester both replicate.
+    func syncDigest(_ s: SyncRequest, _ f: Frame) throws -> Frame {
+        if let why = syncRefusal(s) { return Responses.error(to: f, .invalidArgument, why) }
+        let c = cluster!, peer = String(decoding: s.requester, as: UTF8.self)
+        var digests = [UInt64](repeating: 0, count: 1 << Int(s.bucketBits))
+        var n = 0
+        try store.forEachSyncEntry(maxVersion: s.maxVersion, include: { c.shared($0, $1, with: peer) }) { e in
+            digests[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)] ^=
+                ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
+            n += 1
+        }
+        return Responses.syncDigest(to: f, digests: digests, entries: n)
+    }
+
+    /// The most entry bytes one SYNC_KEYS answer carries (the rest of the buckets are asked for again).
+    static let syncKeysBudget = 1 << 20
+
+    /// SYNC_KEYS: the shared entries of the buckets asked for, whole buckets in the order asked,
+    /// as many as fit in `syncKeysBudget` (at least one bucket).
+    func syncKeys(_ s: SyncRequest, _ f: Frame) throws -> Frame {
+        if let why = syncRefusal(s) { return Responses.error(to: f, .invalidArgument, why) }
+        let c = cluster!, peer = String(decoding: s.requester, as: UTF8.self)
+        var byBucket: [Int: [SyncKeyEntry]] = [:]
+        for b in s.buckets { byBucket[Int(b)] = [] }
+        try store.forEachSyncEntry(maxVersion: s.maxVersion, include: { ns, key in
+            byBucket[ClusterView.bucket(namespace: ns, key: key, bits: s.bucketBits)] != nil && c.shared(ns, key, with: peer)
+        }) { e in
+            byBucket[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)]?
+                .append(SyncKeyEntry(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone))
+        }
+        var out: [SyncKeyEntry] = []
+        var bytes = 0, covered = 0
+        for b in s.buckets {
+            let entries = byBucket[Int(b)] ?? []
+            let size = entries.reduce(0) { $0 + $1.encodedSize }
+            if covered > 0 && bytes + size > Self.syncKeysBudget { break }
+            out += entries
+            bytes += size
+            covered += 1
+        }
+        return Responses.syncKeys(to: f, entries: out, bucketsCovered: covered)
+    }
+
+    /// `response` with the UNVERIFIED flag when this node has not caught up with the other
+    /// replicas of a key the GET, MGET, EXISTS or META read (PROTOCOL.md §7.19).
+    func markUnverified(_ r: Request, _ response: Frame) -> Frame {
+        guard let c = cluster else { return response }
+        // A SIGCONT's first requests may be read before any loop's tick noticed the pause.
+        pauseCheck?()
+        guard !c.verified else { return response }
+        let unverified: Bool
+        switch r {
+        case .get(let g): unverified = !c.isVerified(namespace: g.namespace, key: g.key)
+        case let .mget(ns, keys, _): unverified = keys.contains { !c.isVerified(namespace: ns, key: $0) }
+        case let .exists(ns, key, _), let .meta(ns, key, _): unverified = !c.isVerified(namespace: ns, key: key)
+        default: return response
+        }
+        guard unverified else { return response }
+        var out = response
+        out.responseFlags |= ResponseFlags.unverified.rawValue
+        stats?.unverifiedAnswers.add()
+        return out
+    }
+}

@@ -1,0 +1,69 @@
+import StrataCore
+
+/// One item as replicas compare it (anti-entropy, ARCHITECTURE.md "Repair in the nodes"): its
+/// namespace, key, version and whether it is a tombstone.
+public struct SyncEntry: Sendable, Equatable {
+    public var namespace: [UInt8]
+    public var key: [UInt8]
+    public var version: UInt64
+    public var tombstone: Bool
+    public init(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool) {
+        self.namespace = namespace; self.key = key; self.version = version; self.tombstone = tombstone
+    }
+}
+
+extension TieredCache {
+    /// Calls `body` with every item the disk tier holds — SQLite's rows and the log's pending
+    /// writes (which win over the rows) — that is live or an unexpired tombstone, not past
+    /// `maxAge`, and whose version is at most `maxVersion`. Items only in the memory tier
+    /// (memory-only writes, write-behind not yet flushed) are not listed: replicas hold the
+    /// disk tier. `include` filters by namespace and key before anything else is done.
+    ///
+    /// Cost: one pass over SQLite's rows on a pooled reader (every page of the table: values
+    /// sit in the rows) plus a copy of the pending index; nothing is locked for longer than a
+    /// shard's copy. The rows are a consistent snapshot; writes made during the pass may or
+    /// may not be listed.
+    public func forEachSyncEntry(maxVersion: UInt64 = .max, include: ([UInt8], [UInt8]) -> Bool,
+                                 _ body: (SyncEntry) -> Void) throws {
+        if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        let now = clock.nowMicros()
+        let oldest = maxAge.oldestVersion(now: now)
+        // The pending writes first: they hide their rows.
+        var pending: [ItemKey: ItemState?] = [:]
+        for (id, e) in log.index.snapshot() { pending[id] = e.state }
+        func listed(_ s: ItemState) -> Bool {
+            s.version <= maxVersion && s.guards(now: now) && !s.isAged(oldestVersion: oldest)
+        }
+        for (id, state) in pending {
+            guard let s = state, listed(s), include(id.namespace, id.key) else { continue }
+            body(SyncEntry(namespace: id.namespace, key: id.key, version: s.version, tombstone: s.tombstone))
+        }
+        try disk.withReader { db in
+            let st = try db.statement("""
+                SELECT n.name, i.key, i.version, i.tombstone, i.expiry, i.gen FROM items i JOIN namespaces n ON i.ns = n.id
+                WHERE (i.expiry = 0 OR i.expiry > ?) AND i.version <= ?
+                """)
+            st.bind(1, now)
+            st.bind(2, Int64(bitPattern: min(maxVersion, UInt64(Int64.max))))
+            defer { st.reset() }
+            while try st.step() {
+                let name = st.bytes(0), key = st.bytes(1)
+                guard include(name, key) else { continue }
+                // A row of an older generation was flushed (collected later by the sweeps).
+                guard let ns = registry.lookup(name), st.int(5) == ns.generation else { continue }
+                let id = ItemKey(namespace: name, key: key)
+                if pending[id] != nil { continue }
+                let version = UInt64(bitPattern: st.int(2))
+                let tombstone = st.int(3) & Int64(ItemMarks.tombstone) != 0
+                if !tombstone && version < oldest { continue }
+                body(SyncEntry(namespace: name, key: key, version: version, tombstone: tombstone))
+            }
+        }
+    }
+
+    /// What the disk tier holds for one key as a replica hands it on: the item (with the
+    /// disk's copy of its value), its tombstone, or nothing. Memory-only items read as absent.
+    public func syncRead(_ key: [UInt8], namespace: [UInt8]) throws -> ReadResult {
+        try read(key, namespace: namespace, tiers: .disk)
+    }
+}

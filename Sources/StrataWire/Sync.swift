@@ -1,0 +1,125 @@
+// Node-to-node anti-entropy (PROTOCOL.md §7.19): SYNC_DIGEST and SYNC_KEYS. Pure codecs.
+
+/// A SYNC_DIGEST or SYNC_KEYS request: the requester's node name (its ring name), how many
+/// buckets the key space is cut into (2^bits, by the top bits of a key's ring position), the
+/// newest version to compare (newer items are left out on both sides), and for SYNC_KEYS the
+/// buckets wanted.
+public struct SyncRequest: Equatable, Sendable {
+    public var requester: [UInt8]
+    public var bucketBits: UInt8
+    public var maxVersion: UInt64
+    /// SYNC_KEYS only: the buckets whose entries are wanted, in the order they are answered.
+    public var buckets: [UInt32]
+    public init(requester: [UInt8], bucketBits: UInt8, maxVersion: UInt64, buckets: [UInt32] = []) {
+        self.requester = requester; self.bucketBits = bucketBits; self.maxVersion = maxVersion; self.buckets = buckets
+    }
+
+    public static let minBits: UInt8 = 4
+    public static let maxBits: UInt8 = 16
+    /// The most buckets one SYNC_KEYS names.
+    public static let maxBuckets = 4096
+}
+
+/// One entry of a SYNC_KEYS answer.
+public struct SyncKeyEntry: Equatable, Sendable {
+    public var namespace: [UInt8]
+    public var key: [UInt8]
+    public var version: UInt64
+    public var tombstone: Bool
+    public init(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool) {
+        self.namespace = namespace; self.key = key; self.version = version; self.tombstone = tombstone
+    }
+    /// The entry's size in a SYNC_KEYS answer.
+    public var encodedSize: Int { 1 + namespace.count + 2 + key.count + 9 }
+}
+
+extension SyncRequest {
+    static func parse(_ f: Frame, keys: Bool) throws(WireError) -> SyncRequest {
+        let name = keys ? "sync_keys" : "sync_digest"
+        var r = ExtrasReader(f.extras, name)
+        let bits = try r.u8()
+        let maxVersion = try r.u64()
+        try r.end()
+        guard bits >= minBits && bits <= maxBits else {
+            throw WireError(.invalidArgument, "\(name): bucket bits \(bits) is out of range \(minBits)…\(maxBits)")
+        }
+        guard !f.key.isEmpty else { throw WireError(.invalidArgument, "\(name): the key must be the requester's node name") }
+        var s = SyncRequest(requester: f.key, bucketBits: bits, maxVersion: maxVersion)
+        if keys {
+            guard f.value.count % 4 == 0, !f.value.isEmpty, f.value.count / 4 <= maxBuckets else {
+                throw WireError(.invalidArgument, "sync_keys: the value must be 1…\(maxBuckets) u32 bucket numbers")
+            }
+            var v = ExtrasReader(f.value, "sync_keys buckets")
+            for _ in 0..<(f.value.count / 4) {
+                let b = try v.u32()
+                guard b < UInt32(1) << UInt32(bits) else { throw WireError(.invalidArgument, "sync_keys: bucket \(b) is out of range for \(bits) bits") }
+                s.buckets.append(b)
+            }
+        } else if !f.value.isEmpty {
+            throw WireError(.invalidArgument, "sync_digest takes no value")
+        }
+        return s
+    }
+
+    func encode(into f: inout Frame) {
+        f.key = requester
+        f.extras.append(bucketBits)
+        f.extras.appendBE(maxVersion)
+        for b in buckets { f.value.appendBE(b) }
+    }
+}
+
+extension Responses {
+    /// SYNC_DIGEST: extras `u32 entries` (how many items the digests cover); value: one u64
+    /// digest per bucket, in bucket order.
+    public static func syncDigest(to req: Frame, digests: [UInt64], entries: Int) -> Frame {
+        var f = Frame.response(to: req)
+        f.extras.appendBE(UInt32(clamping: entries))
+        f.value.reserveCapacity(digests.count * 8)
+        for d in digests { f.value.appendBE(d) }
+        return f
+    }
+
+    public static func parseSyncDigest(_ f: Frame, bits: UInt8) throws(WireError) -> [UInt64] {
+        let n = 1 << Int(bits)
+        guard f.value.count == n * 8 else { throw WireError(.malformed, "sync_digest answer holds \(f.value.count) bytes, not \(n * 8)") }
+        var r = ExtrasReader(f.value, "sync_digest")
+        var out: [UInt64] = []
+        out.reserveCapacity(n)
+        for _ in 0..<n { out.append(try r.u64()) }
+        return out
+    }
+
+    /// SYNC_KEYS: extras `u32 count, u32 buckets covered` (the first that many of the requested
+    /// buckets are complete; ask again for the rest); value: `count` entries of `u8 ns length |
+    /// ns | u16 key length | key | u64 version | u8 tombstone (0/1)`.
+    public static func syncKeys(to req: Frame, entries: [SyncKeyEntry], bucketsCovered: Int) -> Frame {
+        var f = Frame.response(to: req)
+        f.extras.appendBE(UInt32(entries.count))
+        f.extras.appendBE(UInt32(bucketsCovered))
+        for e in entries {
+            f.value.append(UInt8(e.namespace.count)); f.value.append(contentsOf: e.namespace)
+            f.value.appendBE(UInt16(e.key.count)); f.value.append(contentsOf: e.key)
+            f.value.appendBE(e.version); f.value.append(e.tombstone ? 1 : 0)
+        }
+        return f
+    }
+
+    public static func parseSyncKeys(_ f: Frame) throws(WireError) -> (entries: [SyncKeyEntry], bucketsCovered: Int) {
+        var r = ExtrasReader(f.extras, "sync_keys answer")
+        let n = Int(try r.u32()), covered = Int(try r.u32())
+        try r.end()
+        var v = ExtrasReader(f.value, "sync_keys entries")
+        var out: [SyncKeyEntry] = []
+        for _ in 0..<n {
+            let ns = Array(try v.take(Int(try v.u8())))
+            let key = Array(try v.take(Int(try v.u16())))
+            let version = try v.u64()
+            let t = try v.u8()
+            guard t <= 1 else { throw WireError(.malformed, "sync_keys: tombstone byte \(t) is not 0 or 1") }
+            out.append(SyncKeyEntry(namespace: ns, key: key, version: version, tombstone: t == 1))
+        }
+        try v.end()
+        return (out, covered)
+    }
+}

@@ -1,0 +1,269 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Nodes started with `--cluster` (issue 17): each knows its peers, repairs its keys with them
+/// in the background (anti-entropy, PROTOCOL.md §7.19), and flags answers it has not verified.
+/// The ports are fixed before the start, since every node's `--cluster` names all of them.
+final class SyncCluster {
+    let dirs: [TempDir]
+    let ports: [UInt16]
+    var nodes: [NodeProcess?]
+    let extra: [String]
+    let replicas: Int
+
+    /// `count` nodes; those in `members` (default all) are started with a `--cluster` of `members`.
+    init(count: Int = 3, members: [Int]? = nil, replicas: Int = 2, extra: [String] = []) throws {
+        dirs = (0..<count).map { _ in TempDir() }
+        var ps: [UInt16] = []
+        while ps.count < count {
+            let p = try MemcachedClientTests.freePort()
+            if !ps.contains(p) { ps.append(p) }
+        }
+        ports = ps
+        nodes = Array(repeating: nil, count: count)
+        self.extra = extra
+        self.replicas = replicas
+        let m = members ?? Array(0..<count)
+        for i in m { try start(i, members: m) }
+    }
+
+    func name(_ i: Int) -> String { "127.0.0.1:\(ports[i])" }
+    func list(_ members: [Int]) -> String { members.map(name).joined(separator: ",") }
+
+    func start(_ i: Int, members: [Int], more: [String] = []) throws {
+        nodes[i] = try NodeProcess(dataDir: dirs[i].path, port: ports[i],
+                                   extra: ["--cluster", list(members), "--replicas", String(replicas), "--sync-interval", "0.5",
+                                           "--pause-threshold", "0.5"] + extra + more)
+    }
+
+    func kill(_ i: Int) {
+        guard let n = nodes[i] else { return }
+        Glibc.kill(n.process.processIdentifier, SIGKILL)
+        n.process.waitUntilExit()
+        nodes[i] = nil
+    }
+
+    func client(_ members: [Int], _ tweak: (inout ClusterConfiguration) -> Void = { _ in }) throws -> ClusterClient {
+        var c = ClusterConfiguration(nodes: members.map { NodeAddress(host: "127.0.0.1", port: ports[$0]) })
+        c.replicas = replicas
+        c.timeout = 2
+        tweak(&c)
+        return try ClusterClient(configuration: c)
+    }
+
+    func ring(_ members: [Int]) -> HashRing { HashRing(members: members.map { .init(name: name($0)) }) }
+
+    /// The indexes of the nodes holding `key` by the ring of `members`.
+    func replicaSet(_ key: String, _ members: [Int]) -> [Int] {
+        ring(members).nodes(for: b(key), count: replicas).map { n in members.first { name($0) == n.name }! }
+    }
+
+    func connect(_ i: Int) throws -> NodeConnection { try NodeConnection(host: "127.0.0.1", port: ports[i], timeout: 5) }
+
+    /// Whether node i reported `cluster_verified` 1.
+    func verified(_ i: Int) -> Bool {
+        guard let c = try? connect(i), let s = try? nodeStats(c) else { return false }
+        return s["cluster_verified"] as? Int == 1
+    }
+}
+
+/// The model's view of a key: its value, or nil when deleted.
+private typealias Model = [String: String?]
+
+final class AntiEntropyTests: XCTestCase {
+    /// Whether every live node of each key's replica set holds exactly the model's value on
+    /// disk (a deleted key: nothing), read directly from the node with no client repair.
+    private func agree(_ cluster: SyncCluster, _ model: Model, members: [Int]) -> Bool {
+        var conns: [Int: NodeConnection] = [:]
+        for i in members where cluster.nodes[i] != nil { conns[i] = try? cluster.connect(i) }
+        for (k, v) in model {
+            for i in cluster.replicaSet(k, members) where cluster.nodes[i] != nil {
+                guard let c = conns[i], let got = try? c.get(b(k), tiers: 2) else {
+                    if v == nil && conns[i] != nil { continue }
+                    return false
+                }
+                if got.value != v.map(b) { return false }
+            }
+        }
+        return true
+    }
+
+    /// Issue 17, "Second failure": a replica killed while keys change (ack one), restarted, is
+    /// brought up to date by the other replica with no client reading anything; so when that
+    /// other replica dies next, a fresh CLI reads the new values and no deleted one.
+    func testAKilledReplicaCatchesUpWithoutReadsAndSurvivesASecondFailure() throws {
+        let cluster = try SyncCluster()
+        let all = [0, 1, 2]
+        let writer = try cluster.client(all) { $0.ack = .all }
+        var model: Model = [:]
+        for i in 0..<150 { let k = "k\(i)"; _ = try writer.set(b(k), b("v0-\(k)")); model[k] = "v0-\(k)" }
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) }, "the three nodes synced at start")
+        cluster.kill(1)
+        let one = try cluster.client(all) { $0.ack = .one; $0.timeout = 0.5 }
+        for i in 0..<150 {
+            let k = "k\(i)"
+            switch i % 3 {
+            case 0: _ = try one.set(b(k), b("v1-\(k)")); model[k] = "v1-\(k)"
+            case 1: XCTAssertTrue(try one.delete(b(k))); model[k] = .some(nil)
+            default: break
+            }
+        }
+        for i in 150..<200 { let k = "k\(i)"; _ = try one.set(b(k), b("new-\(k)")); model[k] = "new-\(k)" }
+        try cluster.start(1, members: all)
+        let t0 = monotonicSeconds()
+        XCTAssertTrue(eventually(20, interval: 0.1) { agree(cluster, model, members: all) }, "the restarted node never caught up")
+        print("anti-entropy: replicas agreed \(String(format: "%.2f", monotonicSeconds() - t0)) s after the restart")
+        let s = try nodeStats(try cluster.connect(1))
+        XCTAssertGreaterThan(s["sync_pulled"] as? Int ?? 0, 0, "\(s)")
+        // The second failure: every key node 1 shares with node 0 is read from node 1 alone.
+        XCTAssertTrue(eventually(20, interval: 0.1) { cluster.verified(1) }, "node 1 marked its peers synced")
+        cluster.kill(0)
+        let shared = model.keys.filter { Set(cluster.replicaSet($0, all)) == [0, 1] }.sorted()
+        XCTAssertGreaterThanOrEqual(shared.count, 10)
+        for k in shared.prefix(12) {
+            let r = try runCLI(["get", k, "--nodes", cluster.list(all), "--timeout", "1"])
+            if let v = model[k]! {
+                XCTAssertEqual(String(decoding: r.out, as: UTF8.self), v, "\(k): \(r.err)")
+            } else {
+                XCTAssertEqual(r.code, 1, "\(k) was deleted but read as \(String(decoding: r.out, as: UTF8.self)) \(r.err)")
+            }
+        }
+    }
+
+    /// Issue 17, "Pause": a replica stopped with SIGSTOP while keys change (ack one) holds the
+    /// new values and the deletes soon after SIGCONT, without any client reading them.
+    func testAPausedReplicaIsRepairedInTheBackground() throws {
+        let cluster = try SyncCluster()
+        let all = [0, 1, 2]
+        let writer = try cluster.client(all)
+        var model: Model = [:]
+        let keys = (0..<300).map { "p\($0)" }.filter { cluster.replicaSet($0, all).contains(2) }.prefix(16)
+        for k in keys { _ = try writer.set(b(k), b("old-\(k)")); model[k] = "old-\(k)" }
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
+        let pid = cluster.nodes[2]!.process.processIdentifier
+        Glibc.kill(pid, SIGSTOP)
+        for (n, k) in keys.enumerated() {
+            let r = n % 2 == 0 ? try runCLI(["set", k, "new-\(k)", "--nodes", cluster.list(all), "--ack", "one", "--timeout", "0.5"])
+                               : try runCLI(["del", k, "--nodes", cluster.list(all), "--ack", "one", "--timeout", "0.5"])
+            XCTAssertEqual(r.code, 0, r.err)
+            model[k] = n % 2 == 0 ? "new-\(k)" : .some(nil)
+        }
+        Glibc.kill(pid, SIGCONT)
+        XCTAssertTrue(eventually(20, interval: 0.1) { agree(cluster, model, members: all) }, "the paused node was not repaired")
+        let s = try nodeStats(try cluster.connect(2))
+        XCTAssertGreaterThanOrEqual(s["pauses_noticed"] as? Int ?? 0, 1, "\(s)")
+    }
+
+    /// Issue 17, "Lost disk": a node restarted on an empty directory is a new identity and is
+    /// refilled with every key it holds by the ring, with no client reading them.
+    func testAWipedNodeIsANewIdentityAndIsRefilled() throws {
+        let cluster = try SyncCluster()
+        let all = [0, 1, 2]
+        let writer = try cluster.client(all)
+        var model: Model = [:]
+        for i in 0..<200 { let k = "w\(i)"; _ = try writer.set(b(k), b("v-\(k)")); model[k] = "v-\(k)" }
+        let before = try XCTUnwrap(nodeStats(try cluster.connect(1))["node_id"] as? String)
+        XCTAssertEqual(before.count, 32)
+        cluster.kill(1)
+        try FileManager.default.removeItem(atPath: cluster.dirs[1].path)
+        try cluster.start(1, members: all)
+        let after = try XCTUnwrap(nodeStats(try cluster.connect(1))["node_id"] as? String)
+        XCTAssertNotEqual(before, after, "a wiped directory is a new identity")
+        XCTAssertTrue(eventually(20, interval: 0.1) { agree(cluster, model, members: all) }, "the wiped node was not refilled")
+        // A restart on the same directory keeps the identity.
+        cluster.kill(1)
+        try cluster.start(1, members: all)
+        XCTAssertEqual(try nodeStats(try cluster.connect(1))["node_id"] as? String, after)
+    }
+
+    /// A node that cannot reach the other replica of a key flags its answers UNVERIFIED
+    /// (§7.19); the CLI refuses such an answer from --server unless --allow-unverified, and a
+    /// cluster read fails rather than return it unchecked. Once the peer is up and synced, the
+    /// flag is gone.
+    func testAnUnsyncedNodeFlagsItsAnswersAndClientsRefuseThemUnchecked() throws {
+        let cluster = try SyncCluster(count: 2, members: [])
+        let both = [0, 1]
+        // Node 0 alone is started, with a --cluster naming node 1 too: it cannot sync.
+        try cluster.start(0, members: both)
+        let c = try cluster.connect(0)
+        XCTAssertEqual(try c.set(SetRequest(key: b("k"), value: b("v"))).statusCode, .ok)
+        let f = try c.call(.get(GetRequest(key: b("k"))))
+        XCTAssertEqual(f.statusCode, .ok)
+        XCTAssertNotEqual(f.responseFlags & ResponseFlags.unverified.rawValue, 0, "the answer is flagged")
+        let miss = try c.call(.get(GetRequest(key: b("absent"))))
+        XCTAssertEqual(miss.statusCode, .notFound)
+        XCTAssertNotEqual(miss.responseFlags & ResponseFlags.unverified.rawValue, 0, "a miss is flagged too")
+        XCTAssertNotEqual(try c.call(.meta(namespace: [], key: b("k"), tiers: 0)).responseFlags & ResponseFlags.unverified.rawValue, 0)
+        XCTAssertEqual(try nodeStats(c)["cluster_verified"] as? Int, 0)
+
+        let direct = try runCLI(["get", "k", "--server", cluster.name(0)])
+        XCTAssertEqual(direct.code, 3, direct.err)
+        XCTAssertTrue(direct.out.isEmpty)
+        XCTAssertTrue(direct.err.contains("UNVERIFIED") && direct.err.contains("--allow-unverified"), direct.err)
+        let allowed = try runCLI(["get", "k", "--server", cluster.name(0), "--allow-unverified"])
+        XCTAssertEqual(allowed.code, 0, allowed.err)
+        XCTAssertEqual(String(decoding: allowed.out, as: UTF8.self), "v")
+        XCTAssertTrue(allowed.err.contains("warning"), allowed.err)
+        let viaCluster = try runCLI(["get", "k", "--nodes", cluster.list(both), "--timeout", "0.5"])
+        XCTAssertEqual(viaCluster.code, 3, "only an unverified answer, the other replica down: \(viaCluster.err)")
+        XCTAssertTrue(viaCluster.err.contains("UNVERIFIED"), viaCluster.err)
+        XCTAssertEqual(try runCLI(["get", "k", "--nodes", cluster.list(both), "--allow-unverified"]).code, 2)
+
+        // The peer comes up: node 0 syncs with it (copying k across) and stops flagging.
+        try cluster.start(1, members: both)
+        XCTAssertTrue(eventually(20, interval: 0.1) { cluster.verified(0) && cluster.verified(1) })
+        XCTAssertEqual(try c.call(.get(GetRequest(key: b("k")))).responseFlags & ResponseFlags.unverified.rawValue, 0)
+        XCTAssertEqual(try cluster.connect(1).get(b("k"), tiers: 2)?.value, b("v"), "anti-entropy copied k to the new peer")
+        let fine = try runCLI(["get", "k", "--server", cluster.name(0)])
+        XCTAssertEqual(String(decoding: fine.out, as: UTF8.self), "v", fine.err)
+    }
+
+    /// SYNC requests are for the members of the node's --cluster only.
+    func testSyncRequestsFromOutsideTheClusterAreRefused() throws {
+        let cluster = try SyncCluster(count: 2)
+        let c = try cluster.connect(0)
+        let stranger = try c.call(.syncDigest(SyncRequest(requester: b("10.0.0.9:7400"), bucketBits: 4, maxVersion: .max)))
+        XCTAssertEqual(stranger.statusCode, .invalidArgument)
+        XCTAssertTrue(String(decoding: stranger.value, as: UTF8.self).contains("not a member"))
+        let member = try c.call(.syncDigest(SyncRequest(requester: b(cluster.name(1)), bucketBits: 4, maxVersion: .max)))
+        XCTAssertEqual(member.statusCode, .ok)
+        XCTAssertEqual(try Responses.parseSyncDigest(member, bits: 4).count, 16)
+        let dir = TempDir()
+        let plain = try NodeProcess(dataDir: dir.path)
+        let none = try plain.connect().call(.syncKeys(SyncRequest(requester: b(cluster.name(1)), bucketBits: 4, maxVersion: .max, buckets: [0])))
+        XCTAssertEqual(none.statusCode, .invalidArgument)
+        XCTAssertTrue(String(decoding: none.value, as: UTF8.self).contains("no --cluster"))
+    }
+
+    /// Issue 17, "Membership": a fourth node joins by a rolling restart with the new list.
+    /// Right after, owner reads by a fresh client still find every key (a miss on the new,
+    /// unverified owner is checked with the other replica), and in the background the new node
+    /// is filled with its share.
+    func testAJoiningNodeKeepsTheHitRatioAndIsFilled() throws {
+        let cluster = try SyncCluster(count: 4, members: [0, 1, 2])
+        let three = [0, 1, 2], four = [0, 1, 2, 3]
+        let writer = try cluster.client(three)
+        var model: Model = [:]
+        for i in 0..<400 { let k = "m\(i)"; _ = try writer.set(b(k), b("v-\(k)")); model[k] = "v-\(k)" }
+        try cluster.start(3, members: four)
+        for i in three {
+            cluster.nodes[i]!.terminate()
+            try cluster.start(i, members: four)
+        }
+        // Half the keys are read at once (reads repair what they touch); the other half only
+        // anti-entropy can bring to the new node.
+        let read = model.filter { $0.key.hasSuffix("0") || $0.key.hasSuffix("2") || $0.key.hasSuffix("4") || $0.key.hasSuffix("6") || $0.key.hasSuffix("8") }
+        let unread = model.filter { read[$0.key] == nil }
+        let reader = try cluster.client(four)
+        var hits = 0
+        for k in read.keys where try reader.get(b(k))?.value == b(model[k]!!) { hits += 1 }
+        XCTAssertEqual(hits, read.count, "owner reads right after the join")
+        XCTAssertTrue(eventually(30, interval: 0.2) { agree(cluster, unread, members: four) }, "the new node was not filled")
+        let moved = model.keys.filter { cluster.replicaSet($0, four).contains(3) }.count
+        print("join: the new node holds \(moved) of \(model.count) keys")
+        XCTAssertTrue(moved > model.count / 4 && moved < 3 * model.count / 4, "R = 2 of 4 nodes: about half the keys, got \(moved)")
+    }
+}
