@@ -80,8 +80,12 @@ final class OldestFirst<T> {
 
 /// Which protocol a listening socket speaks.
 enum ListenerKind: Sendable {
-    /// The binary protocol in plaintext, the binary protocol over TLS, memcached's text protocol.
-    case strata, tls, memcached
+    /// The binary protocol in plaintext, the binary protocol over TLS, memcached's text protocol
+    /// in plaintext, memcached's text protocol over TLS.
+    case strata, tls, memcached, memcachedTLS
+
+    /// Its connections handshake first (and get no plaintext refusal).
+    var usesTLS: Bool { self == .tls || self == .memcachedTLS }
 }
 
 /// What the node needs of a client connection of either protocol (each owned by one loop;
@@ -161,6 +165,9 @@ extension Node {
             guard let session = tlsSession(fd) else { return }
             c = Connection(fd: fd, loop: loop, node: self, id: id, tls: session)
         case .memcached: c = MemcachedConnection(fd: fd, loop: loop, node: self, listener: memcached!, id: id)
+        case .memcachedTLS:
+            guard let session = tlsSession(fd) else { return }
+            c = MemcachedConnection(fd: fd, loop: loop, node: self, listener: memcached!, id: id, tls: session)
         }
         do { try loop.register(fd, .read, c) } catch {
             Sys.close(fd)
@@ -194,7 +201,7 @@ extension Node {
         stats.connectionsRefused.add(1, ordering: .relaxed)
         // No handshake has happened on a TLS connection: plaintext bytes would only confuse
         // its client, so it is closed without a word.
-        if kind == .tls { return }
+        if kind.usesTLS { return }
         if kind == .memcached {
             let line = Array("SERVER_ERROR \(message)\r\n".utf8)
             _ = line.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress!, $0.count) }

@@ -22,8 +22,6 @@ extension Connection: OutputConnection {
     /// Writes what the socket takes (OutputConnection); closes once a finishing connection
     /// has nothing left.
     func flush() {
-        guard !closed else { return }
-        if let t = tls, !t.handshakeDone { return } // nothing may be sent before the handshake
         guard writeOutput() != nil else { return }
         updateInterest()
         if output.isEmpty && closeAfterFlush && inFlight == 0 && deferred.isEmpty { close(reason: "done") }
@@ -46,10 +44,6 @@ extension Connection: OutputConnection {
     /// stops for good at end of stream (a level-triggered EOF would otherwise wake the loop
     /// forever).
     var readPaused: Bool { peerFinished || closeAfterFlush || deferredFull || heldByOutput }
-
-    /// A TLS connection sends through its session (Connection+TLS).
-    func sendQueued() throws -> IOResult { try sendOutput() }
-    var wantsWriteForRead: Bool { readWantsWrite }
 
     // MARK: Timers and closing
 
@@ -74,12 +68,9 @@ extension Connection: OutputConnection {
             closeWithNotice(.authRequired, "no HELLO with the token within the auth timeout (\(node.config.authTimeout) s)", reason: "auth timeout")
             return
         }
+        if closedForStalledHandshake(now: now) { return }
         if let started = frameStarted, now - started > node.config.frameTimeout {
             node.stats.timeouts.add(1, ordering: .relaxed)
-            if let t = tls, !t.handshakeDone {
-                handshakeFailed("no complete handshake within the frame timeout (\(node.config.frameTimeout) s)")
-                return
-            }
             close(reason: "frame timeout")
             return
         }
@@ -111,9 +102,7 @@ extension Connection: OutputConnection {
     func close(reason: String) {
         guard !closed else { return }
         closed = true
-        loop.unregister(fd)
-        tls?.shutdown() // close_notify, best effort (only after a handshake)
-        Sys.close(fd)
+        closeSocket()
         releaseBuffers()
         deferred = []
         deferredBytes = 0

@@ -63,10 +63,9 @@ final class Connection: EventHandler, @unchecked Sendable {
     var peerFinished = false
     var registered: EventLoop.Interest = .read
     var lastWriteProgress = monotonicSeconds()
-    /// When the frame now being received started to arrive (nil when between frames); for a
-    /// TLS connection, its accept until the handshake is done.
+    /// When the frame now being received started to arrive (nil when between frames).
     var frameStarted: Double?
-    /// The TLS session of a connection accepted on the TLS port (Connection+TLS.swift).
+    /// The TLS session of a connection accepted on the TLS port (OutputConnection+TLS.swift).
     let tls: TLSSession?
     /// The session's read waits for the socket to take bytes (asks for EPOLLOUT).
     var readWantsWrite = false
@@ -75,7 +74,6 @@ final class Connection: EventHandler, @unchecked Sendable {
     init(fd: Int32, loop: EventLoop, node: Node, id: Int, now: Double = monotonicSeconds(), tls: TLSSession? = nil) {
         self.fd = fd
         self.tls = tls
-        if tls != nil { frameStarted = now }
         self.loop = loop
         self.node = node
         self.id = id
@@ -90,18 +88,13 @@ final class Connection: EventHandler, @unchecked Sendable {
     // MARK: Events
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
-        if let t = tls, !t.handshakeDone {
-            if hangup && !readable && !writable { close(reason: "hangup") } else { continueHandshake() }
-            return
-        }
+        if handshakeTakes(readable: readable, writable: writable, hangup: hangup) { return }
         if writable { flushAndResume() }
         if readable || (writable && readWantsWrite) { readAvailable() }
         if hangup && !closed && !readable { close(reason: "hangup") }
     }
 
-    func readAvailableNow() { readAvailable() }
-
-    private func readAvailable() {
+    func readAvailable() {
         guard !closed else { return }
         readWantsWrite = false
         let scratch = node.scratch(for: loop)
@@ -117,10 +110,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
             node.stats.bytesIn.add(n, ordering: .relaxed)
             lastActive = monotonicSeconds()
-            // A short read means the socket is empty (epoll is level-triggered: more bytes wake
-            // the loop again), saving the read that would say so. A TLS read returns one record
-            // (≤ 16 KiB) at a time: a short record with nothing buffered in the session.
-            if let t = tls { if n < 16 << 10 && !t.hasPending { break } } else if n < scratch.count { break }
+            if readWasShort(n, of: scratch.count) { break }
         }
         processFrames()
         if sawEOF {

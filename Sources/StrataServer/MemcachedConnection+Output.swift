@@ -84,6 +84,7 @@ extension MemcachedConnection: OutputConnection {
 
     func checkTimers(now: Double) {
         guard !closed else { return }
+        if closedForStalledHandshake(now: now) { return }
         // A failed authentication held back by the brute-force throttle: answered, then closed.
         if let d = delayedAnswer {
             guard now >= d.due else { return }
@@ -130,8 +131,7 @@ extension MemcachedConnection: OutputConnection {
     func close(reason: String) {
         guard !closed else { return }
         closed = true
-        loop.unregister(fd)
-        Sys.close(fd)
+        closeSocket()
         releaseBuffers()
         held = []
         if awaitingAuth {

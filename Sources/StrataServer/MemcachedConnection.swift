@@ -17,7 +17,9 @@ import StrataWire
 /// for a command that has started to arrive (slowloris), `--idle-timeout`, `--output-cap`, and
 /// the node-wide buffered-bytes bound. A line over `MemcachedParser.maxLine` is answered and
 /// closes the connection; a data block over the node's max item is refused from its declared
-/// length and dropped as it arrives.
+/// length and dropped as it arrives. On `--memcached-tls-port` it reads and writes through a
+/// TLS session, after a handshake that must be done within the frame timeout — the binary TLS
+/// listener's code (OutputConnection+TLS.swift).
 final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Sendable {
     let fd: Int32
     let loop: EventLoop
@@ -62,12 +64,18 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     /// When the command now arriving started (nil between commands).
     var commandStarted: Double?
     var lastActive: Double
+    /// The TLS session of a connection accepted on `--memcached-tls-port`, else nil.
+    let tls: TLSSession?
+    /// The session's read waits for the socket to take bytes (asks for EPOLLOUT).
+    var readWantsWrite = false
 
     /// Commands run per batch at most (their answers leave together).
     static let maxBatch = 256
 
-    init(fd: Int32, loop: EventLoop, node: Node, listener: MemcachedListener, id: Int, now: Double = monotonicSeconds()) {
+    init(fd: Int32, loop: EventLoop, node: Node, listener: MemcachedListener, id: Int, now: Double = monotonicSeconds(),
+         tls: TLSSession? = nil) {
         self.fd = fd
+        self.tls = tls
         self.loop = loop
         self.node = node
         self.listener = listener
@@ -89,19 +97,21 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     // MARK: Events
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        if handshakeTakes(readable: readable, writable: writable, hangup: hangup) { return }
         if writable { flush() }
-        if readable { readAvailable() }
+        if readable || (writable && readWantsWrite) { readAvailable() }
         if hangup && !closed && !readable { close(reason: "hangup") }
     }
 
-    private func readAvailable() {
+    func readAvailable() {
         guard !closed else { return }
+        readWantsWrite = false
         let scratch = node.scratch(for: loop)
         // A complete command always fits in this much (the longest line, a max item, CRLF).
         let bound = node.config.maxItem + (64 << 10) + 4096
         while !closed && !busyInputFull && held.isEmpty && input.count - inputStart <= bound {
             let r: IOResult
-            do { r = try Sys.read(fd, scratch.baseAddress!, scratch.count) } catch {
+            do { r = try receive(scratch) } catch {
                 close(reason: "read: \(error)")
                 return
             }
@@ -111,7 +121,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             node.stats.bytesIn.add(n, ordering: .relaxed)
             listener.bytesRead.add(n)
             lastActive = monotonicSeconds()
-            if n < scratch.count { break }
+            if readWasShort(n, of: scratch.count) { break }
         }
         process()
         finish()

@@ -20,7 +20,9 @@ final class MemcachedListener: Sendable {
     /// CAS and append/prepend retry this many times before answering NOT_STORED.
     static let appendAttempts = 16
 
-    let port: UInt16
+    /// The plaintext port and the TLS port (`--memcached-tls-port`); at least one is set.
+    let port: UInt16?
+    let tlsPort: UInt16?
     let namespace: [UInt8]
     let tiers: Tiers
     let store: TieredCache
@@ -46,8 +48,9 @@ final class MemcachedListener: Sendable {
     let connectionsCurrent = Counter(), connectionsTotal = Counter()
     let bytesRead = Counter(), bytesWritten = Counter()
 
-    init(config: NodeConfiguration, port: UInt16, store: TieredCache, dispatcher: Dispatcher, threads: Int, maxConnections: Int) {
+    init(config: NodeConfiguration, port: UInt16?, tlsPort: UInt16?, store: TieredCache, dispatcher: Dispatcher, threads: Int, maxConnections: Int) {
         self.port = port
+        self.tlsPort = tlsPort
         self.dispatcher = dispatcher
         self.threads = threads
         self.maxConnections = maxConnections

@@ -74,8 +74,10 @@ extension MemcachedListener {
 
     /// The listener's counters for the node's STATS JSON (`memcached_*`).
     func jsonFields() -> [(String, String)] {
-        var out: [(String, String)] = [
-            ("memcached_port", String(port)),
+        var out: [(String, String)] = []
+        if let p = port { out.append(("memcached_port", String(p))) }
+        if let p = tlsPort { out.append(("memcached_tls_port", String(p))) }
+        out += [
             ("memcached_connections_current", String(connectionsCurrent.load())),
             ("memcached_connections_total", String(connectionsTotal.load())),
             ("memcached_errors_unknown_command", String(unknownCommands.load())),

@@ -47,7 +47,7 @@ extension Node {
         metric("credentials_users", "gauge", "Users the node knows (--credentials, plus --auth-token-file's).", Double(credentials.current?.users.count ?? 0))
         metric("credentials_reloads", "counter", "Credential reloads (SIGHUP) that took effect.", Double(stats.credentialsReloads.load(ordering: .relaxed)))
         metric("credentials_reload_failures", "counter", "Credential reloads refused (bad file): the previous users stay.", Double(stats.credentialsReloadFailures.load(ordering: .relaxed)))
-        metric("tls_connections", "counter", "Connections accepted on the TLS port.", Double(stats.tlsConnections.load(ordering: .relaxed)))
+        metric("tls_connections", "counter", "Connections accepted on the TLS ports (binary, memcached, metrics).", Double(stats.tlsConnections.load(ordering: .relaxed)))
         metric("tls_handshake_failures", "counter", "TLS handshakes that failed (not TLS, a certificate refused, or cut by --frame-timeout).", Double(stats.tlsHandshakeFailures.load(ordering: .relaxed)))
         metric("tls_reloads", "counter", "Certificate reloads (SIGHUP) that took effect.", Double(stats.tlsReloads.load(ordering: .relaxed)))
         metric("tls_reload_failures", "counter", "Certificate reloads that failed (the old certificate stays in use).", Double(stats.tlsReloadFailures.load(ordering: .relaxed)))

@@ -15,6 +15,12 @@ import StrataNet
 /// `responseTimeout` (5 s). One request per connection (`Connection: close`); anything but
 /// GET or HEAD gets 405, another path 404.
 ///
+/// With `--metrics-tls` it speaks HTTPS: each connection handshakes first (the node's TLS
+/// context, so `--tls-cert`/`--tls-key`, `--tls-ca` for client certificates, and SIGHUP's
+/// reload; the handshake stepped on this loop with `TLSSession.step`, inside the request
+/// timeout), then reads and writes through the session and ends with close_notify. The 17th
+/// connection at once is closed without an answer (a 503 would be plaintext).
+///
 /// Costs: one thread (`strata-metrics`) running its own `EventLoop`, apart from the node's
 /// loops; `/metrics` text is built on that thread (a few ms), so the node's loops never wait
 /// for a scrape.
@@ -27,14 +33,17 @@ final class MetricsServer: @unchecked Sendable {
     unowned let node: Node
     let fd: Int32
     let port: UInt16
+    /// `--metrics-tls`: connections get a session from the node's TLS context.
+    let tls: Bool
     private let loop: EventLoop
     private let finished = Completion<Void>()
     /// Open connections by descriptor (the loop's thread only).
     fileprivate var open: [Int32: HTTPConnection] = [:]
     private var listenerPaused = false
 
-    init(node: Node, host: String, port: UInt16) throws {
+    init(node: Node, host: String, port: UInt16, tls: Bool = false) throws {
         self.node = node
+        self.tls = tls
         guard let a = SocketAddress(host: host, port: port) else {
             throw NodeError(exitCode: 2, "--metrics-host must be a numeric IPv4/IPv6 address or localhost, got '\(host)'")
         }
@@ -69,10 +78,15 @@ final class MetricsServer: @unchecked Sendable {
             case .none: return
             case .connection(let c):
                 guard open.count < Self.maxConnections else {
-                    Self.refuseBusy(c)
+                    if tls { Sys.close(c) } else { Self.refuseBusy(c) }
                     continue
                 }
-                let h = HTTPConnection(fd: c, server: self, now: monotonicSeconds())
+                var session: TLSSession? = nil
+                if tls {
+                    guard let s = node.tlsSession(c) else { continue } // closed, counted
+                    session = s
+                }
+                let h = HTTPConnection(fd: c, server: self, now: monotonicSeconds(), tls: session)
                 do { try loop.register(c, .read, h) } catch {
                     Sys.close(c)
                     continue
@@ -142,9 +156,11 @@ private final class Listener: EventHandler {
 
 /// One metrics connection: reads a request head, writes the answer, ends its side, and waits
 /// (bounded) for the client to close, so unread bytes never turn the close into a reset.
+/// Over HTTPS: the handshake first, then the same through the session.
 private final class HTTPConnection: EventHandler {
     let fd: Int32
     unowned let server: MetricsServer
+    private let tls: TLSSession?
     private let acceptedAt: Double
     private var request: [UInt8] = []
     private var response: [UInt8] = []
@@ -154,18 +170,65 @@ private final class HTTPConnection: EventHandler {
     /// The client ended its side before taking the whole answer: finish writing, then close.
     private var peerDone = false
 
-    init(fd: Int32, server: MetricsServer, now: Double) {
+    init(fd: Int32, server: MetricsServer, now: Double, tls: TLSSession? = nil) {
         self.fd = fd
         self.server = server
+        self.tls = tls
         acceptedAt = now
     }
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        if let t = tls, !t.handshakeDone {
+            switch t.step() {
+            case .done:
+                server.loopModify(fd, .read)
+                read()
+            case .wait(let interest): server.loopModify(fd, interest)
+            case .failed(let reason):
+                server.node.tlsHandshakeFailed(reason, conn: Int(fd), [("listener", "metrics")])
+                close()
+            }
+            return
+        }
         if writable && answeredAt != nil { write() }
-        if readable || hangup { read() }
+        // A session's read may need the socket writable first (a key update's answer).
+        if readable || hangup || (writable && answeredAt == nil) { read() }
+    }
+
+    /// Reads from the socket or through the session: nil on an error, `.done(0)` at the end.
+    private func receive(_ chunk: inout [UInt8]) -> IOResult? {
+        guard let t = tls else { return chunk.withUnsafeMutableBytes { try? Sys.read(fd, $0.baseAddress!, $0.count) } }
+        let r = chunk.withUnsafeMutableBytes { p in Result { () throws(TLSError) -> TLSSession.Outcome in try t.read(p.baseAddress!, p.count) } }
+        switch r {
+        case .failure: return nil
+        case .success(.done(let n)): return .done(n)
+        case .success(.closed): return .done(0)
+        case .success(.wantRead): return .wouldBlock
+        case .success(.wantWrite):
+            server.loopModify(fd, [.read, .write])
+            return .wouldBlock
+        }
+    }
+
+    /// Sends from `sent` on, to the socket or through the session: nil on an error.
+    private func transmit() -> IOResult? {
+        guard let t = tls else { return response.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress! + sent, response.count - sent) } }
+        let r = response.withUnsafeBytes { p in
+            Result { () throws(TLSError) -> TLSSession.Outcome in try t.write(p.baseAddress! + sent, p.count - sent) }
+        }
+        switch r {
+        case .failure, .success(.closed): return nil
+        case .success(.done(let n)): return .done(n)
+        case .success(.wantRead), .success(.wantWrite): return .wouldBlock
+        }
     }
 
     func checkDeadlines(now: Double) {
+        if let t = tls, !t.handshakeDone, now - acceptedAt > MetricsServer.requestTimeout {
+            server.node.tlsHandshakeFailed("no complete handshake within the request timeout (\(MetricsServer.requestTimeout) s)",
+                                           conn: Int(fd), [("listener", "metrics")])
+            return close()
+        }
         if let t = answeredAt {
             if now - t > MetricsServer.responseTimeout { close() }
         } else if now - acceptedAt > MetricsServer.requestTimeout {
@@ -176,7 +239,7 @@ private final class HTTPConnection: EventHandler {
     private func read() {
         var chunk = [UInt8](repeating: 0, count: 4096)
         while !isClosed {
-            let r = chunk.withUnsafeMutableBytes { try? Sys.read(fd, $0.baseAddress!, $0.count) }
+            let r = receive(&chunk)
             guard let r, case .done(let n) = r else {
                 if r == nil { close() } // a read error
                 return
@@ -207,8 +270,7 @@ private final class HTTPConnection: EventHandler {
 
     private func write() {
         while !isClosed && sent < response.count {
-            let r = response.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress! + sent, response.count - sent) }
-            guard let r else { return close() }
+            guard let r = transmit() else { return close() }
             guard case .done(let n) = r else {
                 server.loopModify(fd, peerDone ? .write : [.read, .write])
                 return
@@ -218,6 +280,7 @@ private final class HTTPConnection: EventHandler {
         guard !isClosed else { return }
         if peerDone { return close() }
         server.loopModify(fd, .read)
+        tls?.shutdown() // close_notify, then the socket's end
         Sys.shutdownWrite(fd)
     }
 
@@ -225,6 +288,7 @@ private final class HTTPConnection: EventHandler {
         guard !isClosed else { return }
         isClosed = true
         server.loopUnregister(fd)
+        if answeredAt == nil || sent < response.count { tls?.shutdown() }
         Sys.close(fd)
         server.closed(self)
     }

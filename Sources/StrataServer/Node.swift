@@ -49,8 +49,10 @@ public final class Node: @unchecked Sendable {
     var tlsFD: Int32 = -1
     public internal(set) var tlsPort: UInt16? = nil
     var tlsContext: TLSContextSlot? = nil
-    /// The memcached text-protocol listener (`--memcached-port`), or -1.
+    /// The memcached text-protocol listeners: plaintext (`--memcached-port`, not with
+    /// `--tls-only`) and TLS (`--memcached-tls-port`, with the TLS listener's context), or -1.
     var memcachedFD: Int32 = -1
+    var memcachedTLSFD: Int32 = -1
     /// The memcached listener's settings and counters (nil when it is off).
     private(set) var memcached: MemcachedListener?
     private var scratchBuffers: [UnsafeMutableRawBufferPointer] = []
@@ -76,8 +78,10 @@ public final class Node: @unchecked Sendable {
     private let allStopped = Completion<Void>()
     /// The port the node listens on (useful after binding port 0).
     public private(set) var port: UInt16 = 0
-    /// The memcached listener's port (after binding port 0), when it is on.
+    /// The memcached listener's plaintext port (after binding port 0), when it is on.
     public var memcachedPort: UInt16? { memcached?.port }
+    /// The memcached listener's TLS port, when it is on.
+    public var memcachedTLSPort: UInt16? { memcached?.tlsPort }
     private var metrics: MetricsServer?
     /// The metrics endpoint's port, when it is on.
     public var metricsPort: UInt16? { metrics?.port }
@@ -160,30 +164,20 @@ public final class Node: @unchecked Sendable {
         var n = config.threads
         if n <= 0 { n = processorCount }
         try fitConnectionsToDescriptors(loops: n)
-        let address = SocketAddress(host: config.host, port: config.port)!
         var (fd, bound): (Int32, UInt16) = (-1, 0)
-        if !config.tlsOnly {
-            do { (fd, bound) = try Socket.listen(address) } catch {
-                store.close()
-                throw NodeError(exitCode: 3, "cannot listen on \(address): \(error)")
-            }
-        }
+        if !config.tlsOnly { (fd, bound) = try bindListener(config.port, "") }
         listenFD = fd
         port = bound
-        try listenTLS()
-        if let mp = config.memcachedPort {
-            let maddr = SocketAddress(host: config.host, port: mp)!
-            do {
-                let (mfd, mbound) = try Socket.listen(maddr)
-                memcachedFD = mfd
-                memcached = MemcachedListener(config: config, port: mbound, store: store, dispatcher: dispatcher, threads: n,
-                                              maxConnections: effectiveMaxConnections)
-            } catch {
-                if fd >= 0 { Sys.close(fd) }
-                if tlsFD >= 0 { Sys.close(tlsFD) }
-                store.close()
-                throw NodeError(exitCode: 3, "cannot listen for memcached on \(maddr): \(error)")
-            }
+        if let tp = config.tlsPort { (tlsFD, tlsPort) = try bindListener(tp, " for TLS") }
+        // --tls-only turns the plaintext memcached port off too (loadTLS refuses it without a
+        // TLS memcached port).
+        let plainMemcached = config.tlsOnly ? nil : config.memcachedPort
+        if plainMemcached != nil || config.memcachedTLSPort != nil {
+            var mport: UInt16? = nil, mtlsPort: UInt16? = nil
+            if let mp = plainMemcached { (memcachedFD, mport) = try bindListener(mp, " for memcached") }
+            if let mp = config.memcachedTLSPort { (memcachedTLSFD, mtlsPort) = try bindListener(mp, " for memcached over TLS") }
+            memcached = MemcachedListener(config: config, port: mport, tlsPort: mtlsPort, store: store, dispatcher: dispatcher, threads: n,
+                                          maxConnections: effectiveMaxConnections)
         }
         connections = (0..<n).map { _ in LoopConnections() }
         logFlushDue = (0..<n).map { _ in FlushDue() }
@@ -195,6 +189,9 @@ public final class Node: @unchecked Sendable {
             if tlsFD >= 0 { try loop.register(tlsFD, .accept, Acceptor(node: self, loop: loop, listener: tlsFD, kind: .tls)) }
             if memcachedFD >= 0 {
                 try loop.register(memcachedFD, .accept, Acceptor(node: self, loop: loop, listener: memcachedFD, kind: .memcached))
+            }
+            if memcachedTLSFD >= 0 {
+                try loop.register(memcachedTLSFD, .accept, Acceptor(node: self, loop: loop, listener: memcachedTLSFD, kind: .memcachedTLS))
             }
         }
         for loop in loops {
@@ -211,7 +208,7 @@ public final class Node: @unchecked Sendable {
             startThread(name: "strata-lineage") { d.recoverLineage() }
         }
         if let mp = config.metricsPort {
-            metrics = try MetricsServer(node: self, host: config.metricsHost, port: mp)
+            metrics = try MetricsServer(node: self, host: config.metricsHost, port: mp, tls: config.metricsTLS)
         }
         startCluster()
         log.info("listening", [("addr", SocketAddress(host: config.host, port: config.tlsOnly ? tlsPort! : bound)!.description),
@@ -290,6 +287,7 @@ public final class Node: @unchecked Sendable {
                 if self.listenFD >= 0 { loop.unregister(self.listenFD) }
                 if self.tlsFD >= 0 { loop.unregister(self.tlsFD) }
                 if self.memcachedFD >= 0 { loop.unregister(self.memcachedFD) }
+                if self.memcachedTLSFD >= 0 { loop.unregister(self.memcachedTLSFD) }
                 dropped.add()
             }
         }
@@ -308,6 +306,7 @@ public final class Node: @unchecked Sendable {
         if listenFD >= 0 { Sys.close(listenFD) }
         if tlsFD >= 0 { Sys.close(tlsFD) }
         if memcachedFD >= 0 { Sys.close(memcachedFD) }
+        if memcachedTLSFD >= 0 { Sys.close(memcachedTLSFD) }
         metrics?.stop()
         workers.stop()
         imageWorkers.stop()

@@ -87,6 +87,9 @@ public struct NodeConfiguration: Sendable {
     public var metricsPort: UInt16? = nil
     /// The address the metrics endpoint binds (it has no authentication; not `host`).
     public var metricsHost = "127.0.0.1"
+    /// `--metrics-tls`: serve the metrics endpoint over HTTPS with the node's TLS certificate,
+    /// key and CA (`tlsCertificate`, `tlsKey`, `tlsCA`; needs `metricsPort`).
+    public var metricsTLS = false
     /// Serve memcached's text protocol on this port of `host` (nil = off; 0 = any free port).
     /// Same loops, store, connection limits, timeouts and output cap as the binary listener.
     public var memcachedPort: UInt16? = nil
@@ -104,7 +107,12 @@ public struct NodeConfiguration: Sendable {
     /// `--tls-ca`: clients of the TLS port must present a certificate that chains to this CA
     /// (PEM; mutual TLS). nil = no client certificates asked for.
     public var tlsCA: String? = nil
-    /// `--tls-only`: no plaintext listener (needs `tlsPort`).
+    /// Serve memcached's text and meta protocols over TLS on this port of `host` (nil = off;
+    /// 0 = any free port), with the TLS listener's certificate, key and CA (`tlsCertificate`,
+    /// `tlsKey`, `tlsCA`), beside or instead of `memcachedPort`; the same namespace and tiers.
+    public var memcachedTLSPort: UInt16? = nil
+    /// `--tls-only`: no plaintext listener (needs `tlsPort`), and no plaintext memcached
+    /// listener either (with `memcachedPort`, needs `memcachedTLSPort`).
     public var tlsOnly = false
 
     /// Seconds a read-through lease lasts before another client may take it.

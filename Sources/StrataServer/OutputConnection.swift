@@ -6,7 +6,9 @@ import StrataNet
 /// writes; every unsent byte counted in the node's `OutputBudget` (`--max-output-bytes`) and
 /// buffered bytes; `--output-cap` closing a connection whose own unsent bytes pass it; and
 /// the slow-reader rule (unsent output that makes no progress for a frame timeout, or for one
-/// second while the node is over its output bound, closes the connection).
+/// second while the node is over its output bound, closes the connection); and TLS, for a
+/// connection accepted on either TLS port (the handshake, reads and writes through the session:
+/// OutputConnection+TLS.swift), so the two protocols share one TLS path.
 ///
 /// What each protocol keeps for itself: what a request is, when one may start (its own use
 /// of `OutputBudget.over`), what "done" means after a flush, and how it says goodbye.
@@ -32,17 +34,18 @@ protocol OutputConnection: AnyObject {
     /// iteration in which output was queued, or the socket became writable).
     func flushAndResume()
     func close(reason: String)
-    /// Sends from `output` once (plaintext: `output.send(fd)`; a TLS connection through its
-    /// session).
-    func sendQueued() throws -> IOResult
-    /// Whether the connection needs EPOLLOUT for a reason of its own (a TLS read that must
-    /// write first).
-    var wantsWriteForRead: Bool { get }
-}
-
-extension OutputConnection {
-    func sendQueued() throws -> IOResult { try output.send(fd) }
-    var wantsWriteForRead: Bool { false }
+    /// The session of a connection accepted on a TLS port, nil in plaintext: reads and writes
+    /// go through it (`receive`, `sendQueued`), and until its handshake is done nothing else
+    /// happens (OutputConnection+TLS.swift).
+    var tls: TLSSession? { get }
+    /// The session's read waits for the socket to take bytes (a key update's answer): EPOLLOUT
+    /// is asked for, and writability reads again.
+    var readWantsWrite: Bool { get set }
+    /// When the node accepted it (monotonic seconds): a TLS handshake must be done within the
+    /// frame timeout of it.
+    var acceptedAt: Double { get }
+    /// Reads what the socket holds and runs what arrived (also once a handshake completes).
+    func readAvailable()
 }
 
 extension OutputConnection {
@@ -75,6 +78,7 @@ extension OutputConnection {
     /// updates the interest). Returns the bytes sent, nil when the connection closed.
     func writeOutput() -> Int? {
         guard !closed else { return nil }
+        if handshaking { return 0 } // nothing may be sent before the handshake is done
         var sent = 0
         while !output.isEmpty {
             let r: IOResult
@@ -96,7 +100,7 @@ extension OutputConnection {
         guard !closed else { return }
         var want: EventLoop.Interest = []
         if !readPaused { want.insert(.read) }
-        if wantWrite || wantsWriteForRead { want.insert(.write) }
+        if wantWrite || readWantsWrite { want.insert(.write) }
         if want != registered {
             registered = want
             loop.modify(fd, want)

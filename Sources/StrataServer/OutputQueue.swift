@@ -126,9 +126,17 @@ struct OutputQueue {
         }
     }
 
-    /// The first unsent chunk's unsent bytes (never empty while `count > 0`).
-    func withHead<T>(_ body: (UnsafeRawBufferPointer) -> T) -> T {
-        chunks[head].withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+    /// The first unsent chunk's unsent bytes (never empty while `count > 0`): empty chunks
+    /// before it are dropped first — an owned chunk started for a text-protocol command that
+    /// appended nothing (a get that missed in memory goes on to a worker), which a gathered
+    /// `sendmsg` passes over but a TLS write of zero bytes would stall on.
+    mutating func withHead<T>(_ body: (UnsafeRawBufferPointer) -> T) -> T {
+        while count > 0 && chunks[head].count == offset {
+            chunks[head] = []
+            head += 1
+            offset = 0
+        }
+        return chunks[head].withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
     }
 
     mutating func consume(_ sent: Int) {

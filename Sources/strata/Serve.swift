@@ -26,6 +26,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--image-decode-limit 128MiB]
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
                     [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
+                    [--memcached-tls-port PORT] [--metrics-tls]
                     [--cluster H:P,H:P,…|dns:NAME:PORT] [--advertise NAME] [--replicas 2]
                     [--sync-interval 2] [--cluster-tls-ca FILE]
 
@@ -43,8 +44,13 @@ the hashes `strata credentials hash` prints (docs/OPERATING.md "Credentials"). S
 the certificate chain --tls-cert and key --tls-key (PEM); --tls-ca makes clients present a
 certificate that chains to that CA (mutual TLS); --tls-only turns the plaintext port off (the
 "listening on" line then shows the TLS port). A token is still needed beyond loopback.
-SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections (open
-TLS connections keep theirs; a reload that fails keeps the old ones and logs
+--memcached-tls-port serves memcached's text protocol over TLS on that port of --host, with the
+same --tls-cert, --tls-key and --tls-ca (it works without --tls-port too); with --tls-only the
+plaintext --memcached-port is not opened (and --memcached-port without --memcached-tls-port is
+refused). --metrics-tls serves --metrics-port over HTTPS with the same certificate (and, with
+--tls-ca, only to scrapers with a client certificate from that CA).
+SIGHUP: reload --credentials, and --tls-cert, --tls-key and --tls-ca for new connections on
+every TLS port (open TLS connections keep theirs; a reload that fails keeps the old ones and logs
 credentials_reload_failed or tls_reload_failed).
 --cluster names every node of the cluster, this one included (the same list, and the same
 --replicas, as the clients use); the node then repairs its keys with the other replicas in the
@@ -67,11 +73,11 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
-                               "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca"]
+                               "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
-                                 switches: ["--insecure", "--help", "--validate-images", "--memcached-memory-only", "--tls-only"], maxPositionals: 0)
+                                 switches: ["--insecure", "--help", "--validate-images", "--memcached-memory-only", "--tls-only", "--metrics-tls"], maxPositionals: 0)
     if opts.switches.contains("--help") {
         printOut(serveUsage)
         return 0
@@ -93,10 +99,12 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     if let v = env["STRATA_VALIDATE_IMAGES"] { settings["validate-images"] = v }
     if let v = env["STRATA_MEMCACHED_MEMORY_ONLY"] { settings["memcached-memory-only"] = v }
     if let v = env["STRATA_TLS_ONLY"] { settings["tls-only"] = v }
+    if let v = env["STRATA_METRICS_TLS"] { settings["metrics-tls"] = v }
     for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
     if opts.switches.contains("--validate-images") { settings["validate-images"] = "true" }
     if opts.switches.contains("--memcached-memory-only") { settings["memcached-memory-only"] = "true" }
     if opts.switches.contains("--tls-only") { settings["tls-only"] = "true" }
+    if opts.switches.contains("--metrics-tls") { settings["metrics-tls"] = "true" }
     if opts.switches.contains("--insecure") { insecure = true }
 
     var config = NodeConfiguration()
@@ -121,11 +129,15 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     }
     if let mp = node.metricsPort {
         let h = config.metricsHost.contains(":") ? "[\(config.metricsHost)]" : config.metricsHost
-        printOut("metrics on http://\(h):\(mp)/metrics")
+        printOut("metrics on \(config.metricsTLS ? "https" : "http")://\(h):\(mp)/metrics")
     }
     if let mp = node.memcachedPort {
         let h = config.host.contains(":") ? "[\(config.host)]" : config.host
         printOut("memcached on \(h):\(mp) (namespace '\(String(decoding: config.memcachedNamespace, as: UTF8.self))', \(config.memcachedMemoryOnly ? "memory only" : "the node's tiers"))")
+    }
+    if let mp = node.memcachedTLSPort {
+        let h = config.host.contains(":") ? "[\(config.host)]" : config.host
+        printOut("memcached tls on \(h):\(mp) (namespace '\(String(decoding: config.memcachedNamespace, as: UTF8.self))', \(config.memcachedMemoryOnly ? "memory only" : "the node's tiers"), \(config.tlsCA == nil ? "no client certificates" : "client certificates required"))")
     }
     var sig: Int32 = 0
     while true {
@@ -194,10 +206,15 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         guard v <= 65535 else { throw UsageError(message: "--tls-port must be 0…65535, got \(v)") }
         c.tlsPort = UInt16(v)
     }
+    if let v = try int("memcached-tls-port") {
+        guard v <= 65535 else { throw UsageError(message: "--memcached-tls-port must be 0…65535, got \(v)") }
+        c.memcachedTLSPort = UInt16(v)
+    }
     if let v = s["tls-cert"] { c.tlsCertificate = v }
     if let v = s["tls-key"] { c.tlsKey = v }
     if let v = s["tls-ca"] { c.tlsCA = v }
     if let v = s["tls-only"] { c.tlsOnly = v == "true" || v == "1" }
+    if let v = s["metrics-tls"] { c.metricsTLS = v == "true" || v == "1" }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
     if let v = try size("output-cap") { c.outputCap = v }
@@ -298,7 +315,7 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
     var insecure: Bool? = nil
     for (k, v) in obj {
         let name = k.replacingOccurrences(of: "_", with: "-")
-        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" {
+        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" || name == "metrics-tls" {
             guard let b = v as? Bool else { throw UsageError(message: "config '\(k)' must be true or false") }
             if name == "insecure" { insecure = b } else { out[name] = b ? "true" : "false" }
             continue

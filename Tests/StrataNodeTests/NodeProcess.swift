@@ -45,7 +45,8 @@ final class NodeProcess: @unchecked Sendable {
         var line = ""
         let deadline = monotonicSeconds() + 20
         let linesWanted = 1 + (extra.contains("--metrics-port") ? 1 : 0) + (extra.contains("--memcached-port") ? 1 : 0)
-            + (extra.contains("--tls-port") ? 1 : 0)
+            + (extra.contains("--tls-port") ? 1 : 0) + (extra.contains("--memcached-tls-port") ? 1 : 0)
+            - (extra.contains("--tls-only") && extra.contains("--memcached-tls-port") && extra.contains("--memcached-port") ? 1 : 0)
         let out = stdoutPipe.fileHandleForReading
         while line.filter({ $0 == "\n" }).count < linesWanted && process.isRunning {
             let left = deadline - monotonicSeconds()
@@ -64,17 +65,24 @@ final class NodeProcess: @unchecked Sendable {
             throw NSError(domain: "NodeProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "node did not start: \(line) \(stderr)"])
         }
         self.port = p
-        if let r = line.range(of: "metrics on http://"), let colon = line[r.upperBound...].firstIndex(of: ":") {
+        if let r = line.range(of: "metrics on http://") ?? line.range(of: "metrics on https://"),
+           let colon = line[r.upperBound...].firstIndex(of: ":") {
             metricsHost = String(line[r.upperBound..<colon])
             metricsPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
         }
-        if let r = line.range(of: "memcached on "), let colon = line[r.upperBound...].firstIndex(of: ":") {
-            memcachedPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
+        // Each from the line that starts with its label ("tls on" is also inside "memcached tls on").
+        func portOfLine(_ label: String) -> UInt16? {
+            guard let l = line.split(separator: "\n").first(where: { $0.hasPrefix(label) }),
+                  let colon = l.dropFirst(label.count).firstIndex(of: ":") else { return nil }
+            return UInt16(l[l.index(after: colon)...].prefix { $0.isNumber })
         }
-        if let r = line.range(of: "tls on "), let colon = line[r.upperBound...].firstIndex(of: ":") {
-            tlsPort = UInt16(line[line.index(after: colon)...].prefix { $0.isNumber })
-        }
+        memcachedPort = portOfLine("memcached on ")
+        tlsPort = portOfLine("tls on ")
+        memcachedTLSPort = portOfLine("memcached tls on ")
     }
+
+    /// The memcached TLS listener's port, from "memcached tls on HOST:PORT".
+    private(set) var memcachedTLSPort: UInt16?
 
     /// The TLS listener's port, from "tls on HOST:PORT".
     private(set) var tlsPort: UInt16?

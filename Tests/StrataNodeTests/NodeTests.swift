@@ -594,6 +594,7 @@ final class DeployFileTests: XCTestCase {
         XCTAssertEqual(made.status, 0, made.output)
         cfg = cfg.replacingOccurrences(of: "\"/etc/strata/tls/", with: "\"\(dir.path)/tls/")
         cfg = cfg.replacingOccurrences(of: "\"tls_port\": 7443", with: "\"tls_port\": 0")
+        cfg = cfg.replacingOccurrences(of: "\"memcached_tls_port\": 11212", with: "\"memcached_tls_port\": 0")
         try "t0ken\n".write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
         try cfg.write(toFile: dir.path + "/strata.json", atomically: true, encoding: .utf8)
         let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--config", dir.path + "/strata.json", "--metrics-port", "0"])

@@ -1,14 +1,22 @@
 """pymemcache (PyPI) end to end against a Strata node's memcached listener.
 
-Run by MemcachedClientTests with: python3 pymemcache_e2e.py PORT. Exits 0 when every check
-passes; prints each failed check and exits 1 otherwise.
+Run by MemcachedClientTests with: python3 pymemcache_e2e.py PORT, and by MemcachedTLSTests
+over TLS with: python3 pymemcache_e2e.py PORT CA.pem [CLIENT.pem CLIENT.key] (the node's
+certificate checked against CA.pem and the name 127.0.0.1; a client certificate for mutual
+TLS). Exits 0 when every check passes; prints each failed check and exits 1 otherwise.
 """
-import sys, threading, time
+import ssl, sys, threading, time
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheClientError, MemcacheUnknownCommandError
 
 port = int(sys.argv[1])
 addr = ("127.0.0.1", port)
+tls = {}
+if len(sys.argv) > 2:
+    context = ssl.create_default_context(cafile=sys.argv[2])
+    if len(sys.argv) > 4:
+        context.load_cert_chain(sys.argv[3], sys.argv[4])
+    tls = {"tls_context": context}
 failures = []
 checks = 0
 
@@ -29,8 +37,8 @@ class FlagsSerde:
         return (value, flags)
 
 
-c = Client(addr, default_noreply=False, connect_timeout=5, timeout=10)
-f = Client(addr, default_noreply=False, serde=FlagsSerde(), timeout=10)
+c = Client(addr, default_noreply=False, connect_timeout=5, timeout=10, **tls)
+f = Client(addr, default_noreply=False, serde=FlagsSerde(), timeout=10, **tls)
 
 # version, verbosity, flush_all
 v = c.version()
@@ -94,7 +102,7 @@ check(cas2 != cas, "a write gives a new cas unique")
 c.set("race", b"0")
 N_THREADS, PER_THREAD = 8, 40
 def racer():
-    cl = Client(addr, default_noreply=False, timeout=10)
+    cl = Client(addr, default_noreply=False, timeout=10, **tls)
     done = 0
     while done < PER_THREAD:
         v, u = cl.gets("race")
@@ -216,5 +224,9 @@ c.set("after", b"quit")
 c.quit()
 check(c.get("after") == b"quit", "reconnect after quit")
 
+if tls:
+    sock = c.sock
+    check(isinstance(sock, ssl.SSLSocket) and sock.version() in ("TLSv1.2", "TLSv1.3"),
+          "the connection is TLS: %r" % (sock.version() if isinstance(sock, ssl.SSLSocket) else sock))
 print("%d checks, %d failed" % (checks, len(failures)))
 sys.exit(1 if failures else 0)
