@@ -107,3 +107,11 @@ extension MemoryShard {
         return min(limit, max(count, 4096))
     }
 }
+
+extension MemoryShard {
+    /// The queue holding the key: 0 = small, 1 = main, nil = not held (for tests and checks).
+    func queue(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> Int? {
+        let r = find(tag: tag, key: key, hash: hash).ref
+        return r == 0 ? nil : (policyBits(r) & Self.policyMain != 0 ? 1 : 0)
+    }
+}

@@ -220,7 +220,7 @@ final class MemoryShard {
     // MARK: Index
 
     /// The reference and index slot of `key` in namespace `tag`, or the empty slot where it would go.
-    private func find(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> (ref: UInt32, slot: Int) {
+    func find(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> (ref: UInt32, slot: Int) {
         var i = Int(hash) & mask
         while true {
             let r = index[i]
