@@ -2,10 +2,8 @@
 /// evicted from the small queue, oldest first, with O(1) membership. No data, no keys: a
 /// hash collision only admits an unrelated key straight to the main queue.
 ///
-/// A ring of hashes keeps the FIFO order; an open-addressing table (linear probing,
-/// backward-shift deletion, load ≤ 3/4) answers "is this hash there": each slot holds the
-/// ring position + 1 in its low 24 bits and the hash's top 8 bits above them, so a probe reads
-/// the ring only when those 8 bits match (at most 2^22 live entries per shard). A
+/// A ring of hashes keeps the FIFO order; an open-addressing table of ring positions
+/// (linear probing, backward-shift deletion, load ≤ 3/4) answers "is this hash there". A
 /// ghost hit removes the entry from the table only; its ring slot is dead and is skipped
 /// when it reaches the front, so (as in the S3-FIFO simulator) only live entries count
 /// toward the limit. A full ring is compacted, or doubled when more than 3/4 of it is live.
@@ -19,10 +17,8 @@ final class GhostQueue {
     private var first = 0
     /// Entries in the ring, live and dead.
     private var length = 0
-    /// Per live entry: the hash's top 8 bits | (ring position + 1); 0 = empty slot.
+    /// Ring position + 1 of each live entry; 0 = empty slot.
     private var table: [UInt32] = []
-    static let maxEntries = 1 << 22
-    @inline(__always) private static func position(_ v: UInt32) -> Int { Int(v & 0xFF_FFFF) - 1 }
     /// Live entries.
     private(set) var count = 0
 
@@ -41,7 +37,6 @@ final class GhostQueue {
 
     /// Appends `hash` as the newest entry, then drops the oldest until at most `limit` are live.
     func add(_ hash: UInt32, limit: Int) {
-        let limit = min(limit, Self.maxEntries)
         guard limit > 0 else { return }
         if length == ring.count { rebuild() }
         let pos = (first + length) & (ring.count - 1)
@@ -62,12 +57,11 @@ final class GhostQueue {
     private func slot(of hash: UInt32) -> Int? {
         guard !table.isEmpty else { return nil }
         let m = table.count - 1
-        let top = hash >> 24
         var i = Int(hash) & m
         while true {
             let v = table[i]
             if v == 0 { return nil }
-            if v >> 24 == top && ring[Self.position(v)] == hash { return i }
+            if ring[Int(v - 1)] == hash { return i }
             i = (i + 1) & m
         }
     }
@@ -76,7 +70,7 @@ final class GhostQueue {
         let m = table.count - 1
         var i = Int(ring[pos]) & m
         while table[i] != 0 { i = (i + 1) & m }
-        table[i] = ring[pos] & 0xFF00_0000 | UInt32(pos + 1)
+        table[i] = UInt32(pos + 1)
         count += 1
     }
 
@@ -89,7 +83,7 @@ final class GhostQueue {
             j = (j + 1) & m
             let v = table[j]
             if v == 0 { return }
-            let k = Int(ring[Self.position(v)]) & m
+            let k = Int(ring[Int(v - 1)]) & m
             let stays = i <= j ? (i < k && k <= j) : (i < k || k <= j)
             if stays { continue }
             table[i] = v
@@ -102,10 +96,9 @@ final class GhostQueue {
     private func slot(ofPosition pos: Int) -> Int? {
         guard !table.isEmpty else { return nil }
         let m = table.count - 1
-        let want = ring[pos] & 0xFF00_0000 | UInt32(pos + 1)
         var i = Int(ring[pos]) & m
         while table[i] != 0 {
-            if table[i] == want { return i }
+            if Int(table[i]) == pos + 1 { return i }
             i = (i + 1) & m
         }
         return nil
@@ -141,6 +134,6 @@ final class GhostQueue {
         let old = table
         table = [UInt32](repeating: 0, count: max(64, old.count * 2))
         count = 0
-        for v in old where v != 0 { insert(position: Self.position(v)) }
+        for v in old where v != 0 { insert(position: Int(v - 1)) }
     }
 }
