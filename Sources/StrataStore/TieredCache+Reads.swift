@@ -113,7 +113,7 @@ extension TieredCache {
         try keys.map { try get($0, namespace: namespace, tiers: tiers) }
     }
 
-    /// Whether a live item is under `key` in any of `tiers`. Never touches LRU order or stats.
+    /// Whether a live item is under `key` in any of `tiers`. Never counts an access for eviction, nor stats.
     public func contains(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> Bool {
         try metadata(key, namespace: namespace, tiers: tiers) != nil
     }

@@ -195,18 +195,27 @@ final class HitRatioTraceTests: XCTestCase {
     }
 
     /// With one shard and 100 B values (a 168-byte record: exactly the simulators' charge), the
-    /// real memory tier is an exact LRU: it must hit exactly as often as the LRU simulator.
-    func testRealTierWithOneShardMatchesTheLRUSimulator() throws {
+    /// real memory tier is an exact S3-FIFO: it must hit exactly as often as the S3-FIFO
+    /// simulator, and (scans and zipf mixed) differ from LRU.
+    func testRealTierWithOneShardMatchesTheS3FIFOSimulator() throws {
         let bench = try HitRatioBench(arguments: ["--requests", "20000", "--keys", "2000", "--shards", "1"])
-        let trace = bench.makeTrace("scan")
-        let capacity = 168 * 150
-        let r = try bench.replayStrata(trace, capacity: capacity)
-        let lru = LRUSimulator(capacity: capacity, universe: trace.universe)
-        var hits = 0
-        for id in trace.keys where lru.access(id, charge: HitRatioBench.charge(trace, id)) { hits += 1 }
-        XCTAssertGreaterThan(hits, 0)
-        XCTAssertEqual(r.hits, hits)
-        XCTAssertEqual(r.items, 150)
-        XCTAssertEqual(r.items, lru.itemCount)
+        for name in ["scan", "shifting"] {
+            let trace = bench.makeTrace(name)
+            for capacity in [168 * 150, 168 * 400] {
+                let r = try bench.replayStrata(trace, capacity: capacity)
+                let s3 = S3FIFOSimulator(capacity: capacity, universe: trace.universe)
+                let lru = LRUSimulator(capacity: capacity, universe: trace.universe)
+                var hits = 0, lruHits = 0
+                for id in trace.keys {
+                    if s3.access(id, charge: HitRatioBench.charge(trace, id)) { hits += 1 }
+                    if lru.access(id, charge: HitRatioBench.charge(trace, id)) { lruHits += 1 }
+                }
+                XCTAssertGreaterThan(hits, 0)
+                XCTAssertEqual(r.hits, hits, "\(name) at \(capacity) B")
+                XCTAssertNotEqual(r.hits, lruHits, "\(name) at \(capacity) B: not LRU")
+                XCTAssertEqual(r.items, capacity / 168)
+                XCTAssertEqual(r.items, s3.itemCount)
+            }
+        }
     }
 }

@@ -21,20 +21,131 @@ final class MemoryLimitTests: XCTestCase {
         return k.withUnsafeBytes { s.get(tag: 1, key: $0, hash: UInt32(truncatingIfNeeded: XXH64.hash(k)), now: now) } != nil
     }
 
-    func testCountLimitEvictsLeastRecentlyUsedFirst() {
+    private func hash(_ key: String) -> UInt32 { UInt32(truncatingIfNeeded: XXH64.hash(bytes(key))) }
+
+    /// 0 = small queue, 1 = main queue, nil = not held.
+    private func queue(_ s: MemoryShard, _ key: String) -> Int? {
+        let k = bytes(key)
+        return k.withUnsafeBytes { s.queue(tag: 1, key: $0, hash: hash(key)) }
+    }
+
+    /// S3-FIFO at a count limit of 3 (the small queue's share is 0, so it is evicted from
+    /// first): a record hit while in the small queue moves to main instead of being evicted,
+    /// an unhit one leaves for the ghost queue, and coming back from the ghost enters main.
+    func testCountLimitEvictsByS3FIFO() {
         let s = shard(count: 3)
         put(s, "a"); put(s, "b"); put(s, "c")
-        XCTAssertTrue(has(s, "a")) // a becomes most recent; b is now the oldest
-        put(s, "d")
-        XCTAssertFalse(has(s, "b"))
+        XCTAssertEqual(queue(s, "a"), 0, "new keys enter the small queue")
         XCTAssertTrue(has(s, "a"))
-        XCTAssertTrue(has(s, "c"))
-        XCTAssertTrue(has(s, "d"))
+        var order: [String] = []
+        s.forEachRecord { order.append(String(decoding: UnsafeRawBufferPointer(start: $0 + MemoryShard.headerSize, count: 1), as: UTF8.self)) }
+        XCTAssertEqual(order, ["c", "b", "a"], "a hit does not relink")
+        put(s, "d")
+        XCTAssertNil(queue(s, "b"), "b, the oldest unhit record, is evicted")
+        XCTAssertEqual(queue(s, "a"), 1, "a was hit: it moved to main")
+        XCTAssertTrue(s.ghost.contains(hash("b")))
+        XCTAssertFalse(s.ghost.contains(hash("a")))
         XCTAssertEqual(s.count, 3)
+        XCTAssertEqual(s.evictions, 1)
+        put(s, "b")
+        XCTAssertEqual(queue(s, "b"), 1, "a ghost hit is admitted to main")
+        XCTAssertFalse(s.ghost.contains(hash("b")))
+        XCTAssertNil(queue(s, "c"), "c was the small queue's oldest")
+        XCTAssertEqual(s.count, 3)
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
+    /// A scan of keys read once churns the small queue only: a working set hit twice survives
+    /// it whole (under LRU a 1,000-key scan through a 100-item shard evicts every one).
+    func testAScanOfOneHitWondersDoesNotEvictAHitWorkingSet() {
+        let s = shard(count: 100)
+        for i in 0..<50 { put(s, "hot\(i)") }
+        for _ in 0..<2 { for i in 0..<50 { XCTAssertTrue(has(s, "hot\(i)")) } }
+        for i in 0..<1000 { put(s, "scan\(i)") }
+        XCTAssertEqual(s.count, 100)
+        XCTAssertEqual(s.evictions, 950)
+        for i in 0..<50 { XCTAssertEqual(queue(s, "hot\(i)"), 1, "hot\(i)") }
+        XCTAssertEqual((0..<1000).filter { queue(s, "scan\($0)") != nil }.count, 50)
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
+    /// The main queue's oldest record is reinserted (its counter decremented) while its counter
+    /// lasts; the oldest with a zero counter is evicted instead.
+    func testMainQueueReinsertsAHitRecordAndEvictsAnUnhitOne() {
+        let s = shard(count: 10) // small share 1, main 9
+        for i in 0..<10 { put(s, "k\(i)") }
+        for i in 0..<9 { XCTAssertTrue(has(s, "k\(i)")) }
+        put(s, "x")                      // k0…k8 move to main, k9 leaves for the ghost
+        XCTAssertNil(queue(s, "k9"))
+        for i in 0..<9 { XCTAssertEqual(queue(s, "k\(i)"), 1) }
+        XCTAssertTrue(has(s, "k0"))      // k0: counter 1 in main
+        XCTAssertTrue(has(s, "x"))       // x moves to main at the next eviction and overfills it
+        put(s, "y")
+        XCTAssertEqual(queue(s, "x"), 1)
+        XCTAssertEqual(queue(s, "k0"), 1, "k0 was hit: reinserted")
+        XCTAssertNil(queue(s, "k1"), "k1, the next oldest, was not")
+        XCTAssertEqual(s.count, 10)
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
+    func testOverwriteKeepsTheQueueAndTheCounter() {
+        let s = shard(count: 3)
+        put(s, "a"); put(s, "b"); put(s, "c")
+        XCTAssertTrue(has(s, "a"))
+        put(s, "d")                      // a → main
+        put(s, "a", [9])                 // replaced in place: still main
+        XCTAssertEqual(queue(s, "a"), 1)
         XCTAssertEqual(s.evictions, 1)
         #if DEBUG
         XCTAssertNil(s.checkInvariants())
         #endif
+    }
+
+    /// The ghost queue holds at most 90 % of the items the shard can hold, and its memory stays
+    /// bounded however many keys pass through.
+    func testGhostQueueIsBounded() {
+        let s = shard(count: 100)
+        for i in 0..<20_000 { put(s, "k\(i)") }
+        XCTAssertEqual(s.ghost.count, 90)
+        XCTAssertLessThanOrEqual(s.ghost.memoryBytes, 4 * (256 + 256))
+        let b = shard(cost: 100 * 72) // 100 records of one 72-byte chunk
+        for i in 0..<20_000 { put(b, "k\(i)") }
+        XCTAssertEqual(b.count, 100)
+        XCTAssertEqual(b.ghost.count, 90)
+        b.removeAll()
+        XCTAssertEqual(b.ghost.count, 0)
+    }
+
+    func testGhostQueueIsAFIFOOfLiveEntries() {
+        let g = GhostQueue()
+        for h in 1...100 { g.add(UInt32(h), limit: 50) }
+        XCTAssertEqual(g.count, 50)
+        XCTAssertFalse(g.contains(50))
+        XCTAssertTrue(g.contains(51))
+        XCTAssertTrue(g.remove(60))
+        XCTAssertFalse(g.remove(60))
+        g.add(101, limit: 50)
+        XCTAssertTrue(g.contains(51), "a removed entry no longer counts toward the limit")
+        g.add(102, limit: 50)
+        XCTAssertFalse(g.contains(51))
+        // Many adds, every other one hit: the ring is compacted, the order kept.
+        for h in UInt32(1000)..<5000 { g.add(h, limit: 50); if h % 2 == 1 { g.remove(h) } }
+        XCTAssertEqual(g.count, 49, "adding 4999 dropped the oldest live entry, then 4999 was hit")
+        XCTAssertTrue(g.contains(4998))
+        XCTAssertTrue(g.contains(4902))
+        XCTAssertFalse(g.contains(4900))
+        XCTAssertFalse(g.contains(4999))
+        for h in stride(from: UInt32(4902), to: 4990, by: 2) { g.remove(h) }
+        for h in UInt32(6000)..<6200 { g.add(h, limit: 50); g.remove(h) }
+        XCTAssertEqual(g.count, 5)
+        XCTAssertTrue(stride(from: UInt32(4990), to: 5000, by: 2).allSatisfy { g.contains($0) })
+        XCTAssertLessThanOrEqual(g.memoryBytes, 4 * (128 + 128))
     }
 
     func testAccountedBytesNeverExceedTheLimit() {

@@ -8,6 +8,8 @@
 /// item moves to M (counter cleared) if it was hit while in S, else it leaves for G. Evicting
 /// from M: an item with a non-zero counter is reinserted at the front with counter − 1, else
 /// evicted. S is evicted from while it holds ≥ 10 % of the capacity, else M.
+/// What Strata's memory tier does per shard (MemoryShard+Policy.swift); with one shard and
+/// records of exactly the charge the two agree hit for hit (HitRatioTests).
 final class S3FIFOSimulator: PolicySimulator {
     let name = "S3-FIFO"
     static let small = 0, main = 1

@@ -85,7 +85,7 @@ struct IdLists {
 }
 
 /// LRU: a hit moves the item to the front (a list relink on every hit); evicts from the back.
-/// What Strata's memory tier does, per shard.
+/// What Strata's memory tier did per shard until it adopted S3-FIFO (bench/RESULTS.md).
 final class LRUSimulator: PolicySimulator {
     let name = "LRU"
     let capacity: Int

@@ -3,32 +3,10 @@ import Glibc
 #endif
 import StrataCore
 
-// MemoryShard's eviction, trimming, sweeps and checks (the caller holds the shard's lock, as
-// for every call). Records, allocation, the index and the LRU list are in MemoryShard.swift.
+// MemoryShard's sweeps and checks (the caller holds the shard's lock, as for every call).
+// Records, allocation, the index and the queues are in MemoryShard.swift; the eviction policy
+// in MemoryShard+Policy.swift.
 extension MemoryShard {
-    /// Evicts from the LRU tail until one more item of `chunk` bytes fits, and drops items
-    /// not used for longer than the age limit.
-    func evict(toFit chunk: Int, now: Int64) {
-        while tail != 0 && (count + 1 > countLimit || usedBytes + chunk > costLimit) {
-            evictTail()
-        }
-        if ageLimitSeconds > 0 {
-            let cutoff = now / 1_000_000 - ageLimitSeconds
-            while tail != 0 && Int64(u32(ptr(tail), Self.oAccess)) < cutoff { evictTail() }
-        }
-    }
-
-    func evictTail() {
-        let r = tail
-        evictions += 1
-        remove(ref: r, slot: slotOf(r))
-    }
-
-    /// Evicts least recently used items until at most `count` items and `bytes` bytes remain.
-    func trim(toCount: Int, toBytes: Int) {
-        while tail != 0 && (count > toCount || usedBytes > toBytes) { evictTail() }
-    }
-
     /// Removes expired items (and, with `maxAgeMicros`, items written too long ago), items of
     /// namespaces flushed since (`isLiveTag` false) and, with an age limit, items not used
     /// for longer (evictions), looking at up to `budget` index slots from `cursor`. Returns the
@@ -63,30 +41,41 @@ extension MemoryShard {
         return i > mask ? 0 : i
     }
 
-    /// Calls `body` with each record, most recently used first.
+    /// Calls `body` with each record: the main queue, then the small queue, newest first.
     func forEachRecord(_ body: (UnsafeMutableRawPointer) -> Void) {
-        var r = head
-        while r != 0 { body(ptr(r)); r = next(r) }
+        for head in [queueHead.1, queueHead.0] {
+            var r = head
+            while r != 0 { body(ptr(r)); r = next(r) }
+        }
     }
 
     #if DEBUG
-    /// Checks the index, the LRU list and the accounting agree. Debug builds only.
+    /// Checks the index, the two queues and the accounting agree. Debug builds only.
     func checkInvariants() -> String? {
         var n = 0
         var bytes = 0
-        var r = head
-        var last: UInt32 = 0
-        while r != 0 {
-            if prev(r) != last { return "broken prev link" }
-            n += 1
-            bytes += chunkSize(ptr(r))
-            if index[slotOf(r)] != r { return "record missing from index" }
-            last = r
-            r = next(r)
-            if n > count { return "LRU list longer than count" }
+        for (queue, head, tail) in [(0, queueHead.0, queueTail.0), (1, queueHead.1, queueTail.1)] {
+            var r = head
+            var last: UInt32 = 0
+            var qn = 0, qbytes = 0
+            while r != 0 {
+                if prev(r) != last { return "broken prev link" }
+                if (policyBits(r) & Self.policyMain != 0) != (queue == 1) { return "record in the wrong queue" }
+                qn += 1
+                qbytes += chunkSize(ptr(r))
+                if index[slotOf(r)] != r { return "record missing from index" }
+                last = r
+                r = next(r)
+                if n + qn > count { return "queues longer than count" }
+            }
+            if last != tail { return "tail mismatch in queue \(queue)" }
+            if queue == 0 && (qn != smallCount || qbytes != smallBytes) {
+                return "small queue holds \(qn) records, \(qbytes) B; counted \(smallCount), \(smallBytes) B"
+            }
+            n += qn
+            bytes += qbytes
         }
-        if last != tail { return "tail mismatch" }
-        if n != count { return "count \(count) but LRU has \(n)" }
+        if n != count { return "count \(count) but the queues hold \(n)" }
         if bytes != usedBytes { return "usedBytes \(usedBytes) but records sum to \(bytes)" }
         var indexed = 0
         for i in 0...mask where index[i] != 0 { indexed += 1 }

@@ -4,7 +4,8 @@ import Glibc
 import StrataCore
 
 /// One shard of the memory tier: items packed into slab pages, indexed by a compact
-/// open-addressing table, ordered by an intrusive LRU list whose links are 32-bit references.
+/// open-addressing table, evicted by S3-FIFO (Yang et al., SOSP '23) over two intrusive FIFO
+/// queues whose links are 32-bit references (MemoryShard+Policy.swift).
 ///
 /// Layout (why): a Swift object plus two arrays per item costs well over 100 bytes beyond the
 /// data; here an item costs its 56-byte header, rounding to its size class (≤ 8 bytes below
@@ -15,6 +16,9 @@ import StrataCore
 ///   `page << 17 | offset / 8`; 0 means none (page 0 is never used).
 /// - Freed chunks go on their class's free list; class pages are kept, as in memcached.
 /// - The index holds references; linear probing with backward-shift deletion (no tombstones).
+/// - A hit bumps a 2-bit counter in the record's `oPolicy` byte (no relinking); beside the
+///   records, a `GhostQueue` of recently evicted key hashes (11–22 B per entry, at most
+///   ~90 % of the items the shard holds) is not part of `usedBytes`.
 ///
 /// Not thread-safe: `MemoryTier` holds `lock` around every call.
 final class MemoryShard {
@@ -23,6 +27,8 @@ final class MemoryShard {
     // Record header: offsets in bytes.
     static let oHash = 0, oPrev = 4, oNext = 8, oTag = 12, oValueLen = 16, oFlags = 20, oAccess = 24
     static let oKeyLen = 28, oExtLen = 30, oVersion = 32, oExpiry = 40, oBits = 48, oClass = 49
+    /// S3-FIFO state: bits 0–1 the access counter (0–3), bit 2 set when in the main queue.
+    static let oPolicy = 50
     static let headerSize = 56
     /// The `oBits` byte holds the item's `ItemMarks`.
     static let bitTombstone: UInt8 = ItemMarks.tombstone
@@ -69,9 +75,13 @@ final class MemoryShard {
     // Index.
     var index: UnsafeMutablePointer<UInt32>
     var mask: Int
-    // LRU: head is the most recently used.
-    var head: UInt32 = 0
-    var tail: UInt32 = 0
+    // The S3-FIFO queues: 0 = small, 1 = main; head is the newest, tail the oldest.
+    var queueHead: (UInt32, UInt32) = (0, 0)
+    var queueTail: (UInt32, UInt32) = (0, 0)
+    /// Records and accounted bytes in the small queue (the main queue holds the rest).
+    var smallCount = 0, smallBytes = 0
+    /// Keys recently evicted from the small queue.
+    let ghost = GhostQueue()
 
     private(set) var count = 0
     /// Accounted bytes: the chunk sizes of live records.
@@ -210,7 +220,7 @@ final class MemoryShard {
     // MARK: Index
 
     /// The reference and index slot of `key` in namespace `tag`, or the empty slot where it would go.
-    private func find(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> (ref: UInt32, slot: Int) {
+    func find(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> (ref: UInt32, slot: Int) {
         var i = Int(hash) & mask
         while true {
             let r = index[i]
@@ -265,20 +275,39 @@ final class MemoryShard {
         mask = newMask
     }
 
-    // MARK: LRU
+    // MARK: Queues
 
-    private func linkAtHead(_ r: UInt32) {
+    @inline(__always) func policyBits(_ r: UInt32) -> UInt8 { ptr(r).load(fromByteOffset: Self.oPolicy, as: UInt8.self) }
+    @inline(__always) func setPolicyBits(_ r: UInt32, _ v: UInt8) { ptr(r).storeBytes(of: v, toByteOffset: Self.oPolicy, as: UInt8.self) }
+
+    /// Links `r` at the head of the queue its `oPolicy` byte names.
+    func linkAtHead(_ r: UInt32) {
+        let main = policyBits(r) & Self.policyMain != 0
+        let head = main ? queueHead.1 : queueHead.0
         setPrev(r, 0)
         setNext(r, head)
         if head != 0 { setPrev(head, r) }
-        head = r
-        if tail == 0 { tail = r }
+        if main {
+            queueHead.1 = r
+            if queueTail.1 == 0 { queueTail.1 = r }
+        } else {
+            queueHead.0 = r
+            if queueTail.0 == 0 { queueTail.0 = r }
+            smallCount += 1
+            smallBytes += chunkSize(ptr(r))
+        }
     }
 
-    private func unlink(_ r: UInt32) {
+    /// Unlinks `r` from the queue its `oPolicy` byte names.
+    func unlink(_ r: UInt32) {
+        let main = policyBits(r) & Self.policyMain != 0
         let p = prev(r), n = next(r)
-        if p != 0 { setNext(p, n) } else { head = n }
-        if n != 0 { setPrev(n, p) } else { tail = p }
+        if p != 0 { setNext(p, n) } else if main { queueHead.1 = n } else { queueHead.0 = n }
+        if n != 0 { setPrev(n, p) } else if main { queueTail.1 = p } else { queueTail.0 = p }
+        if !main {
+            smallCount -= 1
+            smallBytes -= chunkSize(ptr(r))
+        }
     }
 
     // MARK: Operations
@@ -301,7 +330,8 @@ final class MemoryShard {
         return p.load(fromByteOffset: Self.oVersion, as: UInt64.self) < UInt64(max(0, now - maxAgeMicros))
     }
 
-    /// The live item, marking it most recently used; nil on a miss (expired items are removed).
+    /// The live item, counting the access (the record's 2-bit counter, capped at 3; nothing is
+    /// relinked); nil on a miss (expired items are removed).
     func get(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64, countStats: Bool = true) -> ItemState? {
         let (r, slot) = find(tag: tag, key: key, hash: hash)
         guard r != 0 else { if countStats { misses += 1 }; return nil }
@@ -318,11 +348,12 @@ final class MemoryShard {
         }
         if countStats { hits += 1 }
         set32(p, Self.oAccess, UInt32(truncatingIfNeeded: now / 1_000_000))
-        if head != r { unlink(r); linkAtHead(r) }
+        let bits = p.load(fromByteOffset: Self.oPolicy, as: UInt8.self)
+        if bits & Self.policyFreqMask != Self.policyFreqMask { p.storeBytes(of: bits &+ 1, toByteOffset: Self.oPolicy, as: UInt8.self) }
         return state(p)
     }
 
-    /// What the shard holds for the key, tombstones included, without touching the LRU order.
+    /// What the shard holds for the key, tombstones included, without counting an access.
     /// With `withValue` false the value is left empty; `valueLen` is always the real size.
     func peek(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64, withValue: Bool) -> (state: ItemState, valueLen: Int)? {
         let (r, slot) = find(tag: tag, key: key, hash: hash)
@@ -337,18 +368,23 @@ final class MemoryShard {
         return header(p)
     }
 
-    /// Stores `item` under the key, replacing what was there, evicting least recently used
-    /// items first so the count and byte limits hold. False when the item cannot be held
-    /// (larger than the shard's share, or memory could not be allocated).
+    /// Stores `item` under the key, replacing what was there, evicting first (S3-FIFO,
+    /// `evict(toFit:now:)`) so the count and byte limits hold. A new key enters the small queue,
+    /// or the main queue when the ghost queue remembers it; a replaced record keeps its queue
+    /// and counter. False when the item cannot be held (larger than the shard's share, or
+    /// memory could not be allocated).
     @discardableResult
     func put(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) -> Bool {
         let size = Self.headerSize + key.count + item.extended.count + item.value.count
         let chunk = Self.sizeClass(for: size).map { Self.classSizes[$0] } ?? size
         let (old, oldSlot) = find(tag: tag, key: key, hash: hash)
-        if old != 0 { remove(ref: old, slot: oldSlot) }
+        var policy: UInt8? = nil
+        if old != 0 { policy = policyBits(old); remove(ref: old, slot: oldSlot) }
         guard chunk <= costLimit, countLimit > 0, key.count <= Int(UInt16.max), item.extended.count <= Int(UInt16.max),
               item.value.count <= Int(UInt32.max) else { return false }
         evict(toFit: chunk, now: now)
+        // After evicting, as the simulator does: the eviction may have pushed the key out of the ghost.
+        let bits = policy ?? (ghost.remove(hash) ? Self.policyMain : 0)
         guard let (ref, cls) = allocate(size: size) else { return false }
         let p = ptr(ref)
         set32(p, Self.oHash, hash)
@@ -362,6 +398,7 @@ final class MemoryShard {
         p.storeBytes(of: item.expiry, toByteOffset: Self.oExpiry, as: Int64.self)
         p.storeBytes(of: item.marks, toByteOffset: Self.oBits, as: UInt8.self)
         p.storeBytes(of: cls, toByteOffset: Self.oClass, as: UInt8.self)
+        p.storeBytes(of: bits, toByteOffset: Self.oPolicy, as: UInt8.self)
         let data = p + Self.headerSize
         if key.count > 0 { data.copyMemory(from: key.baseAddress!, byteCount: key.count) }
         item.extended.withUnsafeBytes { if $0.count > 0 { (data + key.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
@@ -384,9 +421,12 @@ final class MemoryShard {
         return true
     }
 
-    /// Drops everything (and moves `deleteEpoch`, so no disk read begun before is promoted).
+    /// Drops everything, the ghost queue too (and moves `deleteEpoch`, so no disk read begun
+    /// before is promoted).
     func removeAll() {
-        while tail != 0 { remove(ref: tail, slot: slotOf(tail)) }
+        while queueTail.0 != 0 { remove(ref: queueTail.0, slot: slotOf(queueTail.0)) }
+        while queueTail.1 != 0 { remove(ref: queueTail.1, slot: slotOf(queueTail.1)) }
+        ghost.removeAll()
         deleteEpoch &+= 1
     }
 }

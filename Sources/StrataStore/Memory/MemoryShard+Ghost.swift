@@ -1,0 +1,139 @@
+/// S3-FIFO's ghost queue for one `MemoryShard`: the 32-bit index hashes of keys recently
+/// evicted from the small queue, oldest first, with O(1) membership. No data, no keys: a
+/// hash collision only admits an unrelated key straight to the main queue.
+///
+/// A ring of hashes keeps the FIFO order; an open-addressing table of ring positions
+/// (linear probing, backward-shift deletion, load ≤ 3/4) answers "is this hash there". A
+/// ghost hit removes the entry from the table only; its ring slot is dead and is skipped
+/// when it reaches the front, so (as in the S3-FIFO simulator) only live entries count
+/// toward the limit. A full ring is compacted, or doubled when more than 3/4 of it is live.
+///
+/// Memory: 4 B per ring slot + 4 B per table slot, both powers of two — 11–22 B per live
+/// entry (`memoryBytes`). Not counted in the shard's `usedBytes` (the tier's accounted bytes).
+///
+/// Not thread-safe: used under the shard's lock.
+final class GhostQueue {
+    private var ring: [UInt32] = []
+    private var first = 0
+    /// Entries in the ring, live and dead.
+    private var length = 0
+    /// Ring position + 1 of each live entry; 0 = empty slot.
+    private var table: [UInt32] = []
+    /// Live entries.
+    private(set) var count = 0
+
+    /// Bytes held by the ring and the table.
+    var memoryBytes: Int { (ring.count + table.count) * 4 }
+
+    func contains(_ hash: UInt32) -> Bool { slot(of: hash) != nil }
+
+    /// Removes the key's entry (a ghost hit); true when it was there.
+    @discardableResult
+    func remove(_ hash: UInt32) -> Bool {
+        guard let s = slot(of: hash) else { return false }
+        removeSlot(s)
+        return true
+    }
+
+    /// Appends `hash` as the newest entry, then drops the oldest until at most `limit` are live.
+    func add(_ hash: UInt32, limit: Int) {
+        guard limit > 0 else { return }
+        if length == ring.count { rebuild() }
+        let pos = (first + length) & (ring.count - 1)
+        ring[pos] = hash
+        length += 1
+        if (count + 1) * 4 > table.count * 3 { growTable() }
+        insert(position: pos)
+        while count > limit { popOldest() }
+    }
+
+    func removeAll() {
+        ring = []; table = []
+        first = 0; length = 0; count = 0
+    }
+
+    // MARK: Internals
+
+    private func slot(of hash: UInt32) -> Int? {
+        guard !table.isEmpty else { return nil }
+        let m = table.count - 1
+        var i = Int(hash) & m
+        while true {
+            let v = table[i]
+            if v == 0 { return nil }
+            if ring[Int(v - 1)] == hash { return i }
+            i = (i + 1) & m
+        }
+    }
+
+    private func insert(position pos: Int) {
+        let m = table.count - 1
+        var i = Int(ring[pos]) & m
+        while table[i] != 0 { i = (i + 1) & m }
+        table[i] = UInt32(pos + 1)
+        count += 1
+    }
+
+    private func removeSlot(_ slot: Int) {
+        let m = table.count - 1
+        var i = slot, j = slot
+        table[i] = 0
+        count -= 1
+        while true {
+            j = (j + 1) & m
+            let v = table[j]
+            if v == 0 { return }
+            let k = Int(ring[Int(v - 1)]) & m
+            let stays = i <= j ? (i < k && k <= j) : (i < k || k <= j)
+            if stays { continue }
+            table[i] = v
+            table[j] = 0
+            i = j
+        }
+    }
+
+    /// The table slot of the entry at ring position `pos`, nil when it is dead.
+    private func slot(ofPosition pos: Int) -> Int? {
+        guard !table.isEmpty else { return nil }
+        let m = table.count - 1
+        var i = Int(ring[pos]) & m
+        while table[i] != 0 {
+            if Int(table[i]) == pos + 1 { return i }
+            i = (i + 1) & m
+        }
+        return nil
+    }
+
+    /// Drops the oldest ring entry, and its table slot if it is still live.
+    private func popOldest() {
+        if let s = slot(ofPosition: first) { removeSlot(s) }
+        first = (first + 1) & (ring.count - 1)
+        length -= 1
+    }
+
+    /// Copies the live entries, in order, to the front of a ring of the same size (or twice
+    /// the size when more than 3/4 of it is live), and re-indexes them.
+    private func rebuild() {
+        var live: [UInt32] = []
+        live.reserveCapacity(count)
+        for n in 0..<length {
+            let pos = (first + n) & (ring.count - 1)
+            if slot(ofPosition: pos) != nil { live.append(ring[pos]) }
+        }
+        let size = ring.isEmpty ? 64 : (live.count * 4 > ring.count * 3 ? ring.count * 2 : ring.count)
+        ring = [UInt32](repeating: 0, count: size)
+        for (n, h) in live.enumerated() { ring[n] = h }
+        first = 0
+        length = live.count
+        table = [UInt32](repeating: 0, count: max(table.count, 64))
+        count = 0
+        for n in 0..<length { insert(position: n) }
+    }
+
+    private func growTable() {
+        let old = table
+        table = [UInt32](repeating: 0, count: max(64, old.count * 2))
+        count = 0
+        for v in old where v != 0 { insert(position: Int(v - 1)) }
+    }
+}

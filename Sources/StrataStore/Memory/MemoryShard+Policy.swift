@@ -1,0 +1,117 @@
+// MemoryShard's eviction policy: S3-FIFO (Yang et al., "FIFO queues are all you need for cache
+// eviction", SOSP '23), as libCacheSim's S3FIFO and `strata-bench`'s S3FIFOSimulator do it.
+// The caller holds the shard's lock, as for every call.
+//
+// - Two FIFO queues threaded through the records' prev/next links: small (S, 10 % of the
+//   shard's bytes and of its count limit) and main (M, the rest). `oPolicy` bit 2 says which.
+// - A hit only increments the record's 2-bit counter (capped at 3): no relinking.
+// - A new key enters S, or M when the ghost queue G remembers it (the ghost entry is dropped).
+// - Evicting from S: its oldest record moves to M (counter cleared) if it was hit while in S,
+//   and M evicts while over its share; else it is evicted and its hash goes to G.
+// - Evicting from M: its oldest record is reinserted at M's head with counter − 1 while the
+//   counter is non-zero; else it is evicted.
+// - S is evicted from while it holds ≥ its share (or M is empty), else M.
+// - G keeps live entries up to 90 % of the items the shard holds at its limits: its byte limit
+//   over the mean record size, and 90 % of its count limit.
+extension MemoryShard {
+    static let policyFreqMask: UInt8 = 3
+    static let policyMain: UInt8 = 4
+
+    /// The small queue's share of the byte and count limits.
+    var smallCostShare: Int { costLimit / 10 }
+    var smallCountShare: Int { countLimit / 10 }
+
+    /// Evicts (S3-FIFO) until one more item of `chunk` bytes fits, then, with an age limit,
+    /// drops records not used for longer from the tails of both queues (the sweeper finds
+    /// idle records deeper in the queues).
+    func evict(toFit chunk: Int, now: Int64) {
+        while count > 0 && (count + 1 > countLimit || usedBytes + chunk > costLimit) { evictOne() }
+        if ageLimitSeconds > 0 {
+            let cutoff = now / 1_000_000 - ageLimitSeconds
+            for main in [false, true] {
+                while true {
+                    let t = main ? queueTail.1 : queueTail.0
+                    guard t != 0, Int64(u32(ptr(t), Self.oAccess)) < cutoff else { break }
+                    evictions += 1
+                    remove(ref: t, slot: slotOf(t))
+                }
+            }
+        }
+    }
+
+    /// Evicts (S3-FIFO) until at most `count` items and `bytes` bytes remain.
+    func trim(toCount: Int, toBytes: Int) {
+        while count > 0 && (count > toCount || usedBytes > toBytes) { evictOne() }
+    }
+
+    /// One eviction step of S3-FIFO: from the small queue while it holds its share, else from
+    /// the main queue. Removes at most one record from the small queue; removes one from the
+    /// main queue unless the small queue's records all moved to main without overfilling it.
+    func evictOne() {
+        let mainCount = count - smallCount
+        if smallCount > 0 && (smallBytes >= smallCostShare || smallCount >= smallCountShare || mainCount == 0) {
+            evictSmall()
+        } else {
+            evictMain()
+        }
+    }
+
+    private var mainOverShare: Bool {
+        let mainCount = count - smallCount
+        return mainCount > 1 && (usedBytes - smallBytes > costLimit - smallCostShare || mainCount > countLimit - smallCountShare)
+    }
+
+    private func evictSmall() {
+        while queueTail.0 != 0 {
+            let t = queueTail.0
+            if policyBits(t) & Self.policyFreqMask != 0 {
+                unlink(t)
+                setPolicyBits(t, Self.policyMain)
+                linkAtHead(t)
+                while mainOverShare { evictMain() }
+            } else {
+                let hash = u32(ptr(t), Self.oHash)
+                let chunk = chunkSize(ptr(t))
+                evictions += 1
+                remove(ref: t, slot: slotOf(t))
+                ghost.add(hash, limit: ghostLimit(evictedChunk: chunk))
+                return
+            }
+        }
+    }
+
+    private func evictMain() {
+        while queueTail.1 != 0 {
+            let t = queueTail.1
+            let bits = policyBits(t)
+            if bits & Self.policyFreqMask != 0 {
+                setPolicyBits(t, bits - 1)
+                if queueHead.1 != t { unlink(t); linkAtHead(t) }
+            } else {
+                evictions += 1
+                remove(ref: t, slot: slotOf(t))
+                return
+            }
+        }
+    }
+
+    /// Live ghost entries allowed: 90 % of the items the shard holds at its limits (its byte
+    /// limit over the mean record size now, and its count limit), and never more than the
+    /// larger of the items held now and 4096 (so a trim of an unlimited shard stays bounded).
+    func ghostLimit(evictedChunk: Int) -> Int {
+        var limit = countLimit >= Int.max / 16 ? Int.max : countLimit * 9 / 10
+        if costLimit < Int.max / 16 {
+            let mean = count > 0 ? max(1, usedBytes / count) : max(1, evictedChunk)
+            limit = min(limit, costLimit * 9 / 10 / mean)
+        }
+        return min(limit, max(count, 4096))
+    }
+}
+
+extension MemoryShard {
+    /// The queue holding the key: 0 = small, 1 = main, nil = not held (for tests and checks).
+    func queue(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> Int? {
+        let r = find(tag: tag, key: key, hash: hash).ref
+        return r == 0 ? nil : (policyBits(r) & Self.policyMain != 0 ? 1 : 0)
+    }
+}
