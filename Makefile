@@ -76,7 +76,7 @@ soak: deps
 soak-battery: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	set -o pipefail; STRATA_SOAK=1 swift test --skip-build --disable-swift-testing $(SWIFT_BUILD_FLAGS) \
-	  --filter 'FaultTests|PartitionTests|HostileTests|HostileClientTests|DiskBudgetTests|FullDiskTests|TLSHandshakeFuzzTests' 2>&1 | tee .build/soak.log
+	  --filter 'FaultTests|PartitionTests|ClusterBatteryTests|HostileTests|HostileClientTests|DiskBudgetTests|FullDiskTests|TLSHandshakeFuzzTests' 2>&1 | tee .build/soak.log
 	@grep '^FIGURE' .build/soak.log || true
 
 # Every test under ThreadSanitizer, then AddressSanitizer, each in its own build directory; the
