@@ -187,6 +187,34 @@ final class BatteryCluster: @unchecked Sendable {
     }
 }
 
+extension BatteryCluster {
+    /// Polls agreement on a thread of its own from now (the heal at `t0`) while the caller
+    /// reads; the returned function waits for it and gives the seconds from `t0`, or nil.
+    func watchConvergence(_ model: BatteryModel, members: [Int], since t0: Double, limit: Double = 60) -> () -> Double? {
+        let result = SharedFlag<Double?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            while monotonicSeconds() - t0 < limit {
+                if self.disagreeing(model, members: members) == 0 { result.value = monotonicSeconds() - t0; break }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            done.signal()
+        }.start()
+        return { done.wait(); return result.value }
+    }
+}
+
+/// A value shared by threads.
+final class SharedFlag<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var v: T
+    init(_ v: T) { self.v = v }
+    var value: T {
+        get { lock.lock(); defer { lock.unlock() }; return v }
+        set { lock.lock(); v = newValue; lock.unlock() }
+    }
+}
+
 /// Writes and reads for the battery. Reads come from a new `ClusterClient` each (or a new CLI
 /// process), so nothing a client remembers can hide a node that answers wrong.
 extension BatteryCluster {
@@ -236,12 +264,23 @@ extension BatteryCluster {
 }
 
 /// The (scenario, R, ack) combinations run: a bounded table in `make test`, every combination
-/// with STRATA_SOAK=1.
+/// with STRATA_SOAK=1 (only the table's, at full counts, with STRATA_BATTERY_TABLE=1 too).
 func batteryCombinations(_ quick: (Int, AckPolicy)) -> [(Int, AckPolicy)] {
-    ProcessInfo.processInfo.environment["STRATA_SOAK"] == nil ? [quick] : [(2, .one), (2, .majority), (2, .all), (3, .majority)]
+    let env = ProcessInfo.processInfo.environment
+    return env["STRATA_SOAK"] == nil || env["STRATA_BATTERY_TABLE"] != nil ? [quick] : [(2, .one), (2, .majority), (2, .all), (3, .majority)]
 }
 
-func reportBattery(_ scenario: String, _ r: Int, _ ack: AckPolicy, _ model: BatteryModel, converged: Double?, keys: Int, note: String = "") {
+func reportBattery(_ scenario: String, _ r: Int, _ ack: AckPolicy, _ model: BatteryModel, converged: Double?, keys: Int,
+                   cluster: BatteryCluster? = nil, note: String = "") {
+    var note = note
+    if let c = cluster {
+        // Each live node's anti-entropy rounds and the seconds they took (STATS).
+        let per = c.nodes.indices.compactMap { i -> String? in
+            guard c.nodes[i] != nil, let conn = try? c.connect(i, timeout: 2), let st = try? nodeStats(conn) else { return nil }
+            return String(format: "%d rounds %.1f s", st["sync_rounds"] as? Int ?? -1, Double(st["sync_us"] as? Int ?? 0) / 1e6)
+        }
+        note += "; anti-entropy " + per.joined(separator: ", ")
+    }
     let conv = converged.map { String(format: "%.1f", $0) } ?? "never"
     reportFigure("cluster \(scenario) R=\(r) ack=\(ack.rawValue)",
                  "stale \(model.stale), resurrected \(model.resurrected), lost \(model.lost), converged in \(conv) s (\(keys) keys; \(model.reads) reads, \(model.failedReads) failed; \(model.acked) acknowledged (\(model.partial) sets of them missing a node), \(model.indeterminate) indeterminate writes\(note))")

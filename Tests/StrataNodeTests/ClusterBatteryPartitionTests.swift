@@ -89,7 +89,7 @@ extension ClusterBatteryTests {
             // Right after the link comes back the neighbour entry may still be failed.
             _ = eventually(15, interval: 0.1) { (try? c.connect(1, timeout: 1)) != nil }
             let conv = afterHeal(c, model, members: all, healed: healed)
-            reportBattery("partition", r, ack, model, converged: conv, keys: model.keys.count, note: String(format: "; cut %.1f s", cutFor))
+            reportBattery("partition", r, ack, model, converged: conv, keys: model.keys.count, cluster: c, note: String(format: "; cut %.1f s", cutFor))
             assertClean(model, conv)
         }
     }

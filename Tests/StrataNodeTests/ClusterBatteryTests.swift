@@ -48,12 +48,13 @@ final class ClusterBatteryTests: XCTestCase {
     }
 
     /// Right after the heal: half the keys read at once (reads repair what they touch; the
-    /// other half only anti-entropy brings across), then the wait for agreement, then every key
+    /// other half only anti-entropy brings across) while agreement is polled, then every key
     /// read again. Returns the seconds from `healed` to agreement.
     func afterHeal(_ c: BatteryCluster, _ model: BatteryModel, members: [Int], healed: Double) -> Double? {
         let keys = model.keys
+        let converged = c.watchConvergence(model, members: members, since: healed)
         c.readAll(model, sample(keys.enumerated().filter { $0.offset % 2 == 0 }.map(\.element), Self.readCap / 2), members: members, phase: "right after the heal")
-        let conv = c.convergence(model, members: members, since: healed)
+        let conv = converged()
         c.readAll(model, sample(keys, Self.readCap), members: members, phase: "after convergence")
         return conv
     }
@@ -77,7 +78,7 @@ final class ClusterBatteryTests: XCTestCase {
             c.readAll(model, sample(model.keys, 20), members: all, phase: "during the fault")
             try c.start(1, members: all)
             let conv = afterHeal(c, model, members: all, healed: monotonicSeconds())
-            reportBattery("kill-restart", r, ack, model, converged: conv, keys: model.keys.count)
+            reportBattery("kill-restart", r, ack, model, converged: conv, keys: model.keys.count, cluster: c)
             assertClean(model, conv)
         }
     }
@@ -97,7 +98,7 @@ final class ClusterBatteryTests: XCTestCase {
             let paused = monotonicSeconds() - stopped
             c.signal(1, SIGCONT)
             let conv = afterHeal(c, model, members: all, healed: monotonicSeconds())
-            reportBattery("pause", r, ack, model, converged: conv, keys: model.keys.count, note: String(format: "; paused %.1f s", paused))
+            reportBattery("pause", r, ack, model, converged: conv, keys: model.keys.count, cluster: c, note: String(format: "; paused %.1f s", paused))
             assertClean(model, conv)
         }
     }
@@ -113,11 +114,11 @@ final class ClusterBatteryTests: XCTestCase {
             c.kill(1)
             try mutate(c, model, members: all, ack: ack, tag: "second")
             try c.start(1, members: all)
-            let conv = c.convergence(model, members: all, since: monotonicSeconds())
+            let conv = c.convergence(model, members: all, since: monotonicSeconds(), limit: 60)
             XCTAssertTrue(eventually(20, interval: 0.1) { c.verified(1) }, "the rejoined node marked its peers synced")
             c.kill(0)
             c.readAll(model, sample(model.keys, Self.readCap), members: all, phase: "after the second failure")
-            reportBattery("second-failure", r, ack, model, converged: conv, keys: model.keys.count)
+            reportBattery("second-failure", r, ack, model, converged: conv, keys: model.keys.count, cluster: c)
             assertClean(model, conv)
             XCTAssertEqual(model.failedReads, 0, "one node of three is down: every key has a live, verified replica")
         }
@@ -145,7 +146,7 @@ final class ClusterBatteryTests: XCTestCase {
             let conv = afterHeal(c, model, members: four, healed: healed)
             let moved = model.keys.filter { c.replicaSet($0, all)[0] != c.replicaSet($0, four)[0] }.count
             let share = Double(moved) / Double(model.keys.count)
-            reportBattery("add-node", r, ack, model, converged: conv, keys: model.keys.count,
+            reportBattery("add-node", r, ack, model, converged: conv, keys: model.keys.count, cluster: c,
                           note: String(format: "; owner-read hit ratio %.3f before, %.3f right after; %.3f of keys changed owner", before, after, share))
             assertClean(model, conv)
             XCTAssertGreaterThanOrEqual(after, 0.99 * before)
@@ -179,7 +180,7 @@ final class ClusterBatteryTests: XCTestCase {
             try c.start(2, members: all)
             for i in two { c.nodes[i]!.terminate(); try c.start(i, members: all) }
             let conv = afterHeal(c, model, members: all, healed: monotonicSeconds())
-            reportBattery("remove-return", r, ack, model, converged: conv, keys: model.keys.count)
+            reportBattery("remove-return", r, ack, model, converged: conv, keys: model.keys.count, cluster: c)
             assertClean(model, conv)
         }
     }
@@ -195,7 +196,7 @@ final class ClusterBatteryTests: XCTestCase {
             try FileManager.default.removeItem(atPath: c.dirs[1].path)
             try c.start(1, members: all)
             let conv = afterHeal(c, model, members: all, healed: monotonicSeconds())
-            reportBattery("empty-disk", r, ack, model, converged: conv, keys: model.keys.count)
+            reportBattery("empty-disk", r, ack, model, converged: conv, keys: model.keys.count, cluster: c)
             assertClean(model, conv)
         }
     }
@@ -232,7 +233,7 @@ final class ClusterBatteryTests: XCTestCase {
             stop.value = true
             XCTAssertTrue(eventually(30, interval: 0.05) { writers.allSatisfy(\.isFinished) })
             let conv = afterHeal(c, model, members: all, healed: monotonicSeconds())
-            reportBattery("concurrent-writers", r, ack, model, converged: conv, keys: model.keys.count)
+            reportBattery("concurrent-writers", r, ack, model, converged: conv, keys: model.keys.count, cluster: c)
             // DEFECT (issue 17, reported; not fixed here): "an acknowledged write that missed a
             // live owner is invisible to owner reads until the next anti-entropy round". Under
             // this load a set or delete times out on a node that is up (or the writer's client
@@ -272,16 +273,5 @@ final class ClusterBatteryModelTests: XCTestCase {
         m.record("c", .value("x"), start: 1, acked: true, end: 3)
         m.record("c", .value("y"), start: 2, acked: true, end: 4)
         XCTAssertEqual(m.allowed("c"), [.value("x"), .value("y")])
-    }
-}
-
-/// A flag shared by threads.
-final class SharedFlag<T>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var v: T
-    init(_ v: T) { self.v = v }
-    var value: T {
-        get { lock.lock(); defer { lock.unlock() }; return v }
-        set { lock.lock(); v = newValue; lock.unlock() }
     }
 }
