@@ -72,7 +72,8 @@ soak: deps
 
 # The reliability battery at the issue's full counts (STRATA_SOAK=1): crash loop (100 kills),
 # a full tmpfs, SIGSTOP 10 s, a 30 s partition of 10,000 keys in network namespaces, 1,000,000
-# mutated frames, 1,000 length attacks at once. Prints each FIGURE line for RELIABILITY.md.
+# mutated frames, 1,000 length attacks at once, the cluster battery (8 faults × R=2 one/majority/all
+# and R=3 majority, 10,000 keys). Prints each FIGURE line for RELIABILITY.md.
 soak-battery: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	set -o pipefail; STRATA_SOAK=1 swift test --skip-build --disable-swift-testing $(SWIFT_BUILD_FLAGS) \
