@@ -72,11 +72,12 @@ soak: deps
 
 # The reliability battery at the issue's full counts (STRATA_SOAK=1): crash loop (100 kills),
 # a full tmpfs, SIGSTOP 10 s, a 30 s partition of 10,000 keys in network namespaces, 1,000,000
-# mutated frames, 1,000 length attacks at once. Prints each FIGURE line for RELIABILITY.md.
+# mutated frames, 1,000 length attacks at once, the cluster battery (8 faults × R=2 one/majority/all
+# and R=3 majority, 10,000 keys). Prints each FIGURE line for RELIABILITY.md.
 soak-battery: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	set -o pipefail; STRATA_SOAK=1 swift test --skip-build --disable-swift-testing $(SWIFT_BUILD_FLAGS) \
-	  --filter 'FaultTests|PartitionTests|HostileTests|HostileClientTests|DiskBudgetTests|FullDiskTests|TLSHandshakeFuzzTests' 2>&1 | tee .build/soak.log
+	  --filter 'FaultTests|PartitionTests|ClusterBatteryTests|HostileTests|HostileClientTests|DiskBudgetTests|FullDiskTests|TLSHandshakeFuzzTests' 2>&1 | tee .build/soak.log
 	@grep '^FIGURE' .build/soak.log || true
 
 # Every test under ThreadSanitizer, then AddressSanitizer, each in its own build directory; the
