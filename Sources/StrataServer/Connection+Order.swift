@@ -32,7 +32,7 @@ extension Connection {
         case .mget(let ns, let keys, _): return .keys(keys.map { keyID(ns, $0) })
         case .imageInfo(let ns, let key), .invalidate(let ns, let key, _, _), .release(let ns, let key, _): return .keys([keyID(ns, key)])
         case .imageVariant(let v): return .keys([keyID(v.namespace, v.key)])
-        case .ping, .hello, .quit, .stats, .namespaceStats, .scan, .flush, .syncDigest, .syncKeys: return .barrier
+        case .ping, .hello, .quit, .stats, .namespaceStats, .scan, .flush, .syncDigest, .syncKeys, .syncCheck: return .barrier
         }
     }
 

@@ -84,7 +84,7 @@ public final class User: Sendable {
             return .write(ns)
         case .flush(let ns, let all, _): return all ? .admin : .write(ns)
         // Node-to-node repair reads and writes every namespace (anti-entropy, §7.19).
-        case .syncDigest, .syncKeys: return .admin
+        case .syncDigest, .syncKeys, .syncCheck: return .admin
         }
     }
 

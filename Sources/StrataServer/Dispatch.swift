@@ -50,6 +50,8 @@ final class Dispatcher: @unchecked Sendable {
     var cluster: ClusterView? = nil
     /// Notices a pause before a read is answered (`Node.checkPause`); set with `cluster`.
     var pauseCheck: (@Sendable () -> Void)? = nil
+    /// Hinted handoff: told of every write applied to the disk tier; nil without a cluster.
+    var handoff: Handoff? = nil
 
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
@@ -61,9 +63,11 @@ final class Dispatcher: @unchecked Sendable {
     var background: (@escaping () -> Void) -> Bool = { _ in false }
 
     /// After a SET: counts a stored image, revokes the key's lease unless this SET was the
-    /// lease's own fill (a fill loaded before this write must not land), drops old variants.
+    /// lease's own fill (a fill loaded before this write must not land), drops old variants,
+    /// hints the key's other replicas (`Handoff`).
     func setDone(_ s: SetRequest, _ out: SetOutcome) {
-        guard out.isStored else { return }
+        guard case .stored(let version) = out else { return }
+        replicated(s.namespace, s.key, version, tiers: s.tiers)
         countImage(s, out)
         let id = ItemKey(namespace: s.namespace, key: s.key)
         if s.mode != .lease { leases.revoke(id) }
@@ -341,7 +345,9 @@ final class Dispatcher: @unchecked Sendable {
                 // In a cluster every disk delete leaves a tombstone, so anti-entropy spreads the
                 // delete instead of copying the item back from a replica (§7.19).
                 let v = version ?? (cluster != nil && Tiers(wire: tiers).contains(.disk) ? store.nextVersion() : nil)
-                switch try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: v, writeBehind: writeBehind) {
+                let removed = try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: v, writeBehind: writeBehind)
+                if let v, !writeBehind, removed == .removed || removed == .notFound { replicated(ns, key, v, tiers: tiers, tombstone: true) }
+                switch removed {
                 case .removed:
                     originalChanged(ItemKey(namespace: ns, key: key))
                     return ok()
@@ -355,6 +361,7 @@ final class Dispatcher: @unchecked Sendable {
                 switch try store.invalidate(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
                 case .invalidated(let v):
                     originalChanged(ItemKey(namespace: ns, key: key))
+                    replicated(ns, key, v, tiers: tiers)
                     return Responses.status(to: f, .ok, cas: v)
                 case .notFound: return Responses.status(to: f, .notFound)
                 case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
@@ -367,6 +374,7 @@ final class Dispatcher: @unchecked Sendable {
                     return quiet ? nil : Responses.status(to: f, .notFound)
                 }
                 originalChanged(ItemKey(namespace: ns, key: key))
+                replicated(ns, key, v, tiers: tiers)
                 return ok(cas: v)
             case let .exists(ns, key, tiers):
                 return try store.contains(key, namespace: ns, tiers: Tiers(wire: tiers)) ? ok() : (quiet ? nil : Responses.status(to: f, .notFound))
@@ -377,6 +385,7 @@ final class Dispatcher: @unchecked Sendable {
                 switch out {
                 case .value(let v, let version):
                     leases.revoke(ItemKey(namespace: c.namespace, key: c.key))
+                    replicated(c.namespace, c.key, version, tiers: c.tiers)
                     return quiet ? nil : Responses.counter(to: f, value: v, version: version)
                 case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
                 case .notANumber: return Responses.error(to: f, .notANumber, "the stored value is not a decimal counter (1–20 digits, at most 2^64−1)")
@@ -427,6 +436,8 @@ final class Dispatcher: @unchecked Sendable {
                 return try syncDigest(s, f)
             case .syncKeys(let s):
                 return try syncKeys(s, f)
+            case .syncCheck(let s):
+                return try syncCheck(s, f)
             case .ping, .quit, .hello, .stats:
                 return ok() // answered by the connection itself; kept total for safety
             }

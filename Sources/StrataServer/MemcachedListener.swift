@@ -195,6 +195,14 @@ final class MemcachedListener: Sendable {
         let id = ItemKey(namespace: namespace, key: key)
         dispatcher.leases.revoke(id)
         dispatcher.originalChanged(id)
+        // The key's other replicas on a cluster node (the version is looked up when sent).
+        dispatcher.replicated(namespace, key, 0, tiers: tiers.contains(.disk) ? 0 : 1)
+    }
+
+    /// A delete's version: the client's (`md E`), else on a cluster node a new one, so the
+    /// delete leaves a tombstone that anti-entropy and handoff spread (PROTOCOL.md §9).
+    func deleteVersion(_ explicit: UInt64?) -> UInt64? {
+        explicit ?? (dispatcher.cluster != nil && tiers.contains(.disk) ? store.nextVersion() : nil)
     }
 
     func flushed() {
@@ -221,7 +229,7 @@ final class MemcachedListener: Sendable {
             let answer = try storeCommand(s)
             if answer.hasPrefix("SERVER_ERROR") { error(answer, into: &out) } else { reply(answer, s.noreply) }
         case .delete(let key, let noreply):
-            let r = try store.remove(key, namespace: namespace, tiers: tiers)
+            let r = try store.remove(key, namespace: namespace, tiers: tiers, version: deleteVersion(nil))
             if r == .removed { deleteHits.add() } else { deleteMisses.add() }
             reply(r == .removed ? "DELETED" : "NOT_FOUND", noreply)
         case .arithmetic(let key, let delta, let increment, let noreply):

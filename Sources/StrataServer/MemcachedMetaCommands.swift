@@ -228,7 +228,7 @@ extension MemcachedListener {
             }
         }
         // With E: a tombstone of that version is left, so an older versioned write is ignored.
-        switch try store.remove(m.key, namespace: namespace, tiers: tiers, version: newVersion.uint64) {
+        switch try store.remove(m.key, namespace: namespace, tiers: tiers, version: deleteVersion(newVersion.uint64)) {
         case .removed: deleteHits.add(); return "HD"
         case .superseded: return "EX"
         case .notFound: deleteMisses.add(); return "NF"

@@ -99,6 +99,7 @@ extension Node {
         for f in ImageFormat.allCases {
             out += "strata_images_stored_total{format=\"\(f.metricName)\"} \(stats.imagesStored[Int(f.rawValue)].load())\n"
         }
+        for n in clusterNumbers() { metric(n.name, n.type, n.help, Double(n.value)) }
         if let m = memcached { out += m.prometheusText() }
         out += "# HELP strata_requests_total Requests served, by operation.\n# TYPE strata_requests_total counter\n"
         for op in Opcode.allCases {

@@ -37,6 +37,7 @@ public final class Node: @unchecked Sendable {
     /// The node's cluster (`--cluster`), nil without one; its anti-entropy thread once started.
     let cluster: ClusterView?
     var antiEntropy: AntiEntropy?
+    var handoff: Handoff?
     /// This data directory's identity (`DIR/node-id`).
     let nodeID: String
     let workers: WorkerPool
@@ -280,6 +281,7 @@ public final class Node: @unchecked Sendable {
         guard !drainFlag.exchange(true, ordering: .relaxed) else { return }
         log.info("draining", [("in_flight", String(workers.outstanding))])
         antiEntropy?.stop()
+        handoff?.stop()
         // Stop accepting: each loop drops the listening socket.
         let dropped = Counter()
         for loop in loops {

@@ -115,6 +115,14 @@ final class NodeStats: Sendable {
     let syncMicros = Counter()
     let peersLost = Counter()
     let unverifiedAnswers = Counter()
+    /// Hinted handoff (`Handoff`): hints made (one per write and other replica), writes
+    /// checked with peers, copied to peers that lacked them, dropped past the bound, and
+    /// batches that failed (retried).
+    let handoffHints = Counter()
+    let handoffChecked = Counter()
+    let handoffCopied = Counter()
+    let handoffDropped = Counter()
+    let handoffFailures = Counter()
 
     func recordOp(_ opcode: UInt8, micros: Double) {
         ops[Int(opcode)].add(1)

@@ -61,6 +61,15 @@ extension TieredCache {
         }
     }
 
+    /// The version of the newest write the disk tier holds for one key — an item or a
+    /// tombstone, expired or not — or 0 when it holds none (hinted handoff asks this for every
+    /// write a peer accepted). Reads no value: the log's pending index, else one SQLite row.
+    public func syncVersion(_ key: [UInt8], namespace: [UInt8]) throws -> UInt64 {
+        try check(key: key, namespace: namespace)
+        if let p = log.index.lookup(ItemKey(namespace: namespace, key: key)) { return p.state?.version ?? 0 }
+        return try disk.read(namespace: namespace, key: key, withValue: false, countStats: false)?.state.version ?? 0
+    }
+
     /// What the disk tier holds for one key as a replica hands it on: the item (with the
     /// disk's copy of its value), its tombstone, or nothing. Memory-only items read as absent.
     public func syncRead(_ key: [UInt8], namespace: [UInt8]) throws -> ReadResult {

@@ -23,6 +23,7 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
     case imageVariant = 0x31
     case syncDigest = 0x40
     case syncKeys = 0x41
+    case syncCheck = 0x42
 
     public var name: String {
         switch self {
@@ -47,6 +48,7 @@ public enum Opcode: UInt8, Sendable, CaseIterable {
         case .imageVariant: "image_variant"
         case .syncDigest: "sync_digest"
         case .syncKeys: "sync_keys"
+        case .syncCheck: "sync_check"
         }
     }
 }

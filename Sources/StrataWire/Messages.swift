@@ -173,6 +173,8 @@ public enum Request: Equatable, Sendable {
     /// Anti-entropy between nodes (§7.19): bucket digests, or the entries of some buckets.
     case syncDigest(SyncRequest)
     case syncKeys(SyncRequest)
+    /// Hinted handoff between nodes (§7.19): which of these writes the answering node lacks.
+    case syncCheck(SyncCheck)
 
     // MARK: Parsing (server side)
 
@@ -328,6 +330,8 @@ public enum Request: Equatable, Sendable {
                 return .syncDigest(try SyncRequest.parse(f, keys: false))
             case .syncKeys:
                 return .syncKeys(try SyncRequest.parse(f, keys: true))
+            case .syncCheck:
+                return .syncCheck(try SyncCheck.parse(f))
             }
         } catch {
             throw WireError(error.status, error.message, fatal: error.fatal, requestID: f.requestID, opcode: f.opcode)
@@ -410,6 +414,8 @@ public enum Request: Equatable, Sendable {
             f = .request(.syncDigest, id: id); s.encode(into: &f)
         case .syncKeys(let s):
             f = .request(.syncKeys, id: id); s.encode(into: &f)
+        case .syncCheck(let c):
+            f = .request(.syncCheck, id: id); c.encode(into: &f)
         }
         if quiet { f.flags |= RequestFlags.quiet.rawValue }
         return f

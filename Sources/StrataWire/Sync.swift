@@ -1,4 +1,5 @@
-// Node-to-node anti-entropy (PROTOCOL.md §7.19): SYNC_DIGEST and SYNC_KEYS. Pure codecs.
+// Node-to-node anti-entropy and hinted handoff (PROTOCOL.md §7.19): SYNC_DIGEST, SYNC_KEYS
+// and SYNC_CHECK. Pure codecs.
 
 /// A SYNC_DIGEST or SYNC_KEYS request: the requester's node name (its ring name), how many
 /// buckets the key space is cut into (2^bits, by the top bits of a key's ring position), the
@@ -97,11 +98,7 @@ extension Responses {
         var f = Frame.response(to: req)
         f.extras.appendBE(UInt32(entries.count))
         f.extras.appendBE(UInt32(bucketsCovered))
-        for e in entries {
-            f.value.append(UInt8(e.namespace.count)); f.value.append(contentsOf: e.namespace)
-            f.value.appendBE(UInt16(e.key.count)); f.value.append(contentsOf: e.key)
-            f.value.appendBE(e.version); f.value.append(e.tombstone ? 1 : 0)
-        }
+        for e in entries { e.write(into: &f.value) }
         return f
     }
 
@@ -111,15 +108,86 @@ extension Responses {
         try r.end()
         var v = ExtrasReader(f.value, "sync_keys entries")
         var out: [SyncKeyEntry] = []
-        for _ in 0..<n {
-            let ns = Array(try v.take(Int(try v.u8())))
-            let key = Array(try v.take(Int(try v.u16())))
-            let version = try v.u64()
-            let t = try v.u8()
-            guard t <= 1 else { throw WireError(.malformed, "sync_keys: tombstone byte \(t) is not 0 or 1") }
-            out.append(SyncKeyEntry(namespace: ns, key: key, version: version, tombstone: t == 1))
-        }
+        for _ in 0..<n { out.append(try SyncKeyEntry.read(&v, "sync_keys")) }
         try v.end()
         return (out, covered)
+    }
+}
+
+/// A SYNC_CHECK request (hinted handoff, §7.19): the requester's node name and writes it
+/// accepted — (namespace, key, version, tombstone) — that the answering node also replicates.
+/// The answer names the ones the answering node lacks (it holds nothing, or an older version).
+public struct SyncCheck: Equatable, Sendable {
+    public var requester: [UInt8]
+    public var entries: [SyncKeyEntry]
+    public init(requester: [UInt8], entries: [SyncKeyEntry]) { self.requester = requester; self.entries = entries }
+
+    /// The most entries one SYNC_CHECK carries.
+    public static let maxEntries = 4096
+
+    static func parse(_ f: Frame) throws(WireError) -> SyncCheck {
+        var r = ExtrasReader(f.extras, "sync_check")
+        let n = Int(try r.u32())
+        try r.end()
+        guard !f.key.isEmpty else { throw WireError(.invalidArgument, "sync_check: the key must be the requester's node name") }
+        guard n >= 1 && n <= maxEntries else { throw WireError(.invalidArgument, "sync_check: \(n) entries; 1…\(maxEntries) are allowed") }
+        var v = ExtrasReader(f.value, "sync_check entries")
+        var out: [SyncKeyEntry] = []
+        out.reserveCapacity(n)
+        for _ in 0..<n { out.append(try SyncKeyEntry.read(&v, "sync_check")) }
+        try v.end()
+        return SyncCheck(requester: f.key, entries: out)
+    }
+
+    func encode(into f: inout Frame) {
+        f.key = requester
+        f.extras.appendBE(UInt32(entries.count))
+        for e in entries { e.write(into: &f.value) }
+    }
+}
+
+extension SyncKeyEntry {
+    /// `u8 ns length | ns | u16 key length | key | u64 version | u8 tombstone (0/1)`.
+    func write(into b: inout [UInt8]) {
+        b.append(UInt8(namespace.count)); b.append(contentsOf: namespace)
+        b.appendBE(UInt16(key.count)); b.append(contentsOf: key)
+        b.appendBE(version); b.append(tombstone ? 1 : 0)
+    }
+
+    static func read(_ v: inout ExtrasReader, _ what: String) throws(WireError) -> SyncKeyEntry {
+        let ns = Array(try v.take(Int(try v.u8())))
+        let key = Array(try v.take(Int(try v.u16())))
+        let version = try v.u64()
+        let t = try v.u8()
+        guard t <= 1 else { throw WireError(.malformed, "\(what): tombstone byte \(t) is not 0 or 1") }
+        return SyncKeyEntry(namespace: ns, key: key, version: version, tombstone: t == 1)
+    }
+}
+
+extension Responses {
+    /// SYNC_CHECK: extras `u32 count`; value: `count` u32 indices (ascending, 0-based) of the
+    /// request's entries this node lacks.
+    public static func syncCheck(to req: Frame, lacking: [Int]) -> Frame {
+        var f = Frame.response(to: req)
+        f.extras.appendBE(UInt32(lacking.count))
+        f.value.reserveCapacity(lacking.count * 4)
+        for i in lacking { f.value.appendBE(UInt32(i)) }
+        return f
+    }
+
+    /// The indices of a SYNC_CHECK answer; each below `entries` (the request's count).
+    public static func parseSyncCheck(_ f: Frame, entries: Int) throws(WireError) -> [Int] {
+        var r = ExtrasReader(f.extras, "sync_check answer")
+        let n = Int(try r.u32())
+        try r.end()
+        guard f.value.count == n * 4 else { throw WireError(.malformed, "sync_check answer holds \(f.value.count) bytes for \(n) indices") }
+        var v = ExtrasReader(f.value, "sync_check indices")
+        var out: [Int] = []
+        for _ in 0..<n {
+            let i = Int(try v.u32())
+            guard i < entries else { throw WireError(.malformed, "sync_check answer names entry \(i) of \(entries)") }
+            out.append(i)
+        }
+        return out
     }
 }

@@ -89,6 +89,10 @@ final class VectorTests: XCTestCase {
              { Responses.syncKeys(to: $0, entries: [SyncKeyEntry(namespace: [], key: Array("foo".utf8), version: self.V, tombstone: false),
                                                     SyncKeyEntry(namespace: Array("alice".utf8), key: Array("gone".utf8), version: self.V + 1, tombstone: true)],
                                   bucketsCovered: 2) }),
+            ("sync_check", .syncCheck(SyncCheck(requester: Array("10.0.0.2:7400".utf8),
+                                                entries: [SyncKeyEntry(namespace: [], key: Array("foo".utf8), version: V, tombstone: false),
+                                                          SyncKeyEntry(namespace: Array("alice".utf8), key: Array("gone".utf8), version: V + 1, tombstone: true)])),
+             { Responses.syncCheck(to: $0, lacking: [1]) }),
             ("get_negative", .get(GetRequest(key: Array("bad-url".utf8))),
              { Responses.get(to: $0, ItemPayload(value: Array("HTTP 404".utf8), flags: 0, expiresAt: 1_764_400_030_000_000, extended: [],
                                                  version: self.V + 6, tier: 1, negative: true)) }),
@@ -257,6 +261,7 @@ final class VectorTests: XCTestCase {
         XCTAssertEqual(keys.bucketsCovered, 2)
         XCTAssertEqual(keys.entries.map(\.tombstone), [false, true])
         XCTAssertEqual(keys.entries[1].namespace, Array("alice".utf8))
+        XCTAssertEqual(try Responses.parseSyncCheck(XCTUnwrap(client.decode(load("sync_check.resp.hex"))).frame, entries: 2), [1])
         let hello = try Responses.parseHello(XCTUnwrap(client.decode(load("hello.resp.hex"))).frame)
         XCTAssertEqual(hello.server, "strata 0.1.0")
         XCTAssertTrue(hello.authenticated)

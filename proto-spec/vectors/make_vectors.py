@@ -12,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REQ, RESP = 0x53, 0x73
 OPS = dict(HELLO=0x01, PING=0x02, QUIT=0x03, GET=0x10, MGET=0x11, SET=0x12, DELETE=0x13, TOUCH=0x14,
            EXISTS=0x15, INCR=0x16, DECR=0x17, META=0x18, SCAN=0x19, FLUSH=0x1A, STATS=0x1B,
-           INVALIDATE=0x20, RELEASE=0x21, IMAGE_INFO=0x30, IMAGE_VARIANT=0x31, SYNC_DIGEST=0x40, SYNC_KEYS=0x41)
+           INVALIDATE=0x20, RELEASE=0x21, IMAGE_INFO=0x30, IMAGE_VARIANT=0x31, SYNC_DIGEST=0x40, SYNC_KEYS=0x41, SYNC_CHECK=0x42)
 QUIET, WRITE_BEHIND, WANT_META, ALL, VALIDATE_IMAGE = 0x01, 0x02, 0x04, 0x08, 0x10
 LEASE, NEGATIVE_FLAG, STALE_FLAG = 0x20, 0x40, 0x80
 R_STALE, R_LEASE, R_FILLING, R_UNVERIFIED = 0x1, 0x2, 0x4, 0x8  # response flags (the header's last word)
@@ -250,6 +250,12 @@ case("sync_keys", "SYNC_KEYS from peer 10.0.0.2:7400 for buckets 3 and 9 (4 bits
            value=b"\x00" + struct.pack(">H", 3) + b"foo" + struct.pack(">QB", V, 0)
                  + b"\x05alice" + struct.pack(">H", 4) + b"gone" + struct.pack(">QB", V + 1, 1)),
      "the entries, which are this node's (and the count and body length)")
+case("sync_check", "SYNC_CHECK from peer 10.0.0.2:7400 (hinted handoff) listing two writes it accepted: foo at version V, and alice's gone deleted at V + 1; this node lacks the second (§7.19)",
+     frame(REQ, OPS["SYNC_CHECK"], 133, extras=struct.pack(">I", 2), key=b"10.0.0.2:7400",
+           value=b"\x00" + struct.pack(">H", 3) + b"foo" + struct.pack(">QB", V, 0)
+                 + b"\x05alice" + struct.pack(">H", 4) + b"gone" + struct.pack(">QB", V + 1, 1)),
+     frame(RESP, OPS["SYNC_CHECK"], 133, extras=struct.pack(">I", 1), value=struct.pack(">I", 1)),
+     "the indices, which depend on what this node holds")
 case("error_unknown_opcode", "An unknown opcode 0x7f: UNKNOWN_OPCODE with a message; the connection stays open",
      frame(REQ, 0x7F, 90), frame(RESP, 0x7F, 90, status=UNKNOWN_OPCODE, value=b"unknown opcode 0x7f"))
 case("error_auth_required", "GET before HELLO on a node with a token: AUTH_REQUIRED",

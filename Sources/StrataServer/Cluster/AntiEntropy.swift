@@ -32,7 +32,8 @@ import Synchronization
 /// Cost when nothing differs: two passes over the disk tier's rows per peer and round (one
 /// here, one on the peer) plus the digests (8 × 2^bits bytes); work on differences is
 /// proportional to the entries of the differing buckets. `interval` stretches to 20 × the
-/// last round's time, so the passes stay under ~5 % of one core.
+/// last round's time, so the passes stay under ~5 % of one core; while a peer is not synced
+/// (it may not have started yet), the next pass comes within a second.
 final class AntiEntropy: @unchecked Sendable {
     let view: ClusterView
     let store: TieredCache
@@ -68,7 +69,10 @@ final class AntiEntropy: @unchecked Sendable {
                 }
                 if !stopFlag.load(ordering: .relaxed) { lost(failed) }
                 let spent = monotonicSeconds() - t0
-                var wait = max(interval, 20 * spent) - spent
+                // A peer not caught up with (one not started yet, say) is tried again within a
+                // second: this node's answers for its keys stay flagged until then.
+                let base = view.unsyncedPeers.isEmpty ? interval : min(interval, 1)
+                var wait = max(base, 20 * spent) - spent
                 while wait > 0 && !stopFlag.load(ordering: .relaxed) {
                     usleep(UInt32(min(wait, 0.05) * 1e6))
                     wait -= 0.05
@@ -205,8 +209,9 @@ final class AntiEntropy: @unchecked Sendable {
         stats.syncPulled.add()
     }
 
-    /// Writes this node's copy of `id` (item or tombstone) to the peer with its version.
-    private func push(_ id: ItemKey, to peer: NodeAddress, _ conn: NodeConnection) throws {
+    /// Writes this node's copy of `id` (item or tombstone) to the peer with its version (also
+    /// hinted handoff's copy).
+    func push(_ id: ItemKey, to peer: NodeAddress, _ conn: NodeConnection) throws {
         let peerIsOwner = view.replicaSet(namespace: id.namespace, key: id.key).first == peer.name
         let f: Frame
         switch try store.syncRead(id.key, namespace: id.namespace) {

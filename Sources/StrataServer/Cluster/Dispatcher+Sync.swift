@@ -5,9 +5,11 @@ import StrataWire
 // The node's side of anti-entropy (PROTOCOL.md §7.19) and the UNVERIFIED flag on reads.
 extension Dispatcher {
     /// Why a SYNC request names no peer of this node's cluster.
-    private func syncRefusal(_ s: SyncRequest) -> String? {
+    private func syncRefusal(_ s: SyncRequest) -> String? { syncRefusal(requester: s.requester) }
+
+    private func syncRefusal(requester: [UInt8]) -> String? {
         guard let c = cluster else { return "this node has no --cluster: it takes part in no anti-entropy" }
-        let peer = String(decoding: s.requester, as: UTF8.self)
+        let peer = String(decoding: requester, as: UTF8.self)
         guard c.peers.contains(where: { $0.name == peer }) else {
             return "'\(peer)' is not a member of this node's --cluster (its members: \(c.ring.members.map(\.name).joined(separator: ",")))"
         }
@@ -56,6 +58,24 @@ extension Dispatcher {
             covered += 1
         }
         return Responses.syncKeys(to: f, entries: out, bucketsCovered: covered)
+    }
+
+    /// SYNC_CHECK: the indices of the listed writes this node lacks (it holds nothing for the
+    /// key on disk, or an older version).
+    func syncCheck(_ s: SyncCheck, _ f: Frame) throws -> Frame {
+        if let why = syncRefusal(requester: s.requester) { return Responses.error(to: f, .invalidArgument, why) }
+        var lacking: [Int] = []
+        for (i, e) in s.entries.enumerated() where try store.syncVersion(e.key, namespace: e.namespace) < e.version {
+            lacking.append(i)
+        }
+        return Responses.syncCheck(to: f, lacking: lacking)
+    }
+
+    /// A write applied with `version` (0: unknown, looked up when the hint is sent): the key's
+    /// other replicas get a hint when it reached the disk tier (replicas hold the disk tier).
+    func replicated(_ namespace: [UInt8], _ key: [UInt8], _ version: UInt64, tiers: UInt8, tombstone: Bool = false) {
+        guard let h = handoff, Tiers(wire: tiers).contains(.disk) else { return }
+        h.accepted(namespace: namespace, key: key, version: version, tombstone: tombstone)
     }
 
     /// `response` with the UNVERIFIED flag when this node has not caught up with the other

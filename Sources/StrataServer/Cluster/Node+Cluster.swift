@@ -108,25 +108,51 @@ extension Node {
                              token: config.authToken, interval: config.syncInterval,
                              tls: config.clusterTLSCA.map { TLSClientConfiguration(caFile: $0, certificateFile: config.tlsCertificate, keyFile: config.tlsKey) })
         antiEntropy = ae
+        let token = config.authToken, tls = ae.tls
+        let h = Handoff(view: c, stats: stats, log: log,
+                        connect: { try NodeConnection(host: $0.host, port: $0.port, timeout: 2, token: token, hello: true, tls: tls) },
+                        copy: { [ae] id, peer, conn in try ae.push(id, to: peer, conn) },
+                        localVersion: { [store] id in (try? store.syncVersion(id.key, namespace: id.namespace)) ?? 0 })
+        handoff = h
+        dispatcher.handoff = h
+        h.start()
         ae.start()
         log.info("cluster", [("self", c.selfName), ("members", String(c.ring.members.count)), ("replicas", String(c.replicas)),
                              ("node_id", nodeID)])
+    }
+
+    /// The cluster's numbers, one table for STATS (PROTOCOL.md §7.13) and /metrics: name,
+    /// Prometheus type (counter or gauge), help, value. Empty without `--cluster`.
+    func clusterNumbers() -> [(name: String, type: String, help: String, value: Int)] {
+        guard let c = cluster else { return [] }
+        return [
+            ("cluster_members", "gauge", "Members of the node's --cluster.", c.ring.members.count),
+            ("cluster_replicas", "gauge", "Copies of each key (--replicas).", c.replicas),
+            ("cluster_verified", "gauge", "1 when the node has caught up with every peer, else 0.", c.verified ? 1 : 0),
+            ("cluster_unsynced_peers", "gauge", "Peers the node has not caught up with since it may have missed writes.", c.unsyncedPeers.count),
+            ("sync_rounds", "counter", "Anti-entropy rounds finished.", stats.syncRounds.load()),
+            ("sync_failures", "counter", "Anti-entropy rounds that failed after reaching the peer.", stats.syncFailures.load()),
+            ("sync_pulled", "counter", "Items and tombstones anti-entropy copied from peers.", stats.syncPulled.load()),
+            ("sync_pushed", "counter", "Items and tombstones copied to peers (anti-entropy and handoff).", stats.syncPushed.load()),
+            ("sync_buckets_differing", "counter", "Buckets whose digests differed in rounds.", stats.syncBucketsDiffering.load()),
+            ("sync_us", "counter", "Microseconds spent in anti-entropy rounds.", stats.syncMicros.load()),
+            ("peers_lost", "counter", "Times a peer went out of contact.", stats.peersLost.load()),
+            ("unverified_answers", "counter", "Answers flagged UNVERIFIED.", stats.unverifiedAnswers.load()),
+            ("handoff_hints", "counter", "Hints made: one per write applied to the disk tier and other replica of its key.", stats.handoffHints.load()),
+            ("handoff_checked", "counter", "Writes checked with peers (SYNC_CHECK).", stats.handoffChecked.load()),
+            ("handoff_copied", "counter", "Writes a peer lacked, copied to it by handoff.", stats.handoffCopied.load()),
+            ("handoff_dropped", "counter", "Hints dropped past the bound of 100,000 per peer (anti-entropy delivers them).", stats.handoffDropped.load()),
+            ("handoff_failures", "counter", "Handoff batches that failed (retried with backoff).", stats.handoffFailures.load()),
+            ("handoff_pending", "gauge", "Hints waiting to be sent.", handoff?.pending ?? 0),
+        ]
     }
 
     /// STATS fields of the cluster (PROTOCOL.md §7.13).
     func clusterStatsFields() -> [(String, String)] {
         var f: [(String, String)] = [("node_id", "\"\(nodeID)\"")]
         guard let c = cluster else { return f }
-        f += [
-            ("cluster_self", "\"\(c.selfName)\""), ("cluster_members", String(c.ring.members.count)),
-            ("cluster_replicas", String(c.replicas)), ("cluster_verified", c.verified ? "1" : "0"),
-            ("cluster_unsynced_peers", String(c.unsyncedPeers.count)),
-            ("sync_rounds", String(stats.syncRounds.load())), ("sync_failures", String(stats.syncFailures.load())),
-            ("sync_pulled", String(stats.syncPulled.load())), ("sync_pushed", String(stats.syncPushed.load())),
-            ("sync_buckets_differing", String(stats.syncBucketsDiffering.load())),
-            ("sync_us", String(stats.syncMicros.load())), ("peers_lost", String(stats.peersLost.load())),
-            ("unverified_answers", String(stats.unverifiedAnswers.load())),
-        ]
+        f.append(("cluster_self", "\"\(c.selfName)\""))
+        f += clusterNumbers().map { ($0.name, String($0.value)) }
         return f
     }
 }

@@ -1,0 +1,190 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Hinted handoff (ARCHITECTURE.md "Repair in the nodes"): the node that accepted a write
+/// makes sure the key's other replicas have it, whoever the client was and whatever it did
+/// afterwards — a client may have skipped a replica it thought dead, timed out on it, or
+/// written to one node only.
+///
+/// Every write this node applies to its disk tier (SET, DELETE, INVALIDATE, TOUCH, INCR/DECR,
+/// including the copies peers send) becomes a hint (namespace, key, version) for each other
+/// node of the key's replica set. One thread per peer (`strata-handoff`) sends the hints in
+/// batches of up to `SyncCheck.maxEntries` as SYNC_CHECK; the peer answers which writes it
+/// lacks (it holds nothing, or an older version), and this node copies those across with their
+/// versions (as anti-entropy does, so a newer write on the peer always wins). When a client
+/// wrote every replica — the usual case — a hint costs one entry in a SYNC_CHECK and one
+/// index lookup on the peer, and nothing is copied; a copy a peer receives becomes a hint back
+/// that finds the write already there, so nothing bounces.
+///
+/// Delivery: hints wait while their peer is unreachable (retried with backoff from 0.2 s up to
+/// 5 s) and are kept in memory, bounded by `maxHints` per peer; the oldest are dropped
+/// (`handoff_dropped`) past it. A dropped hint, or one lost with this process, is still
+/// delivered by anti-entropy: the write is in this node's disk tier, a peer that was down,
+/// paused or cut off catches up from this node when it returns, and this node catches up
+/// everything with every peer after its own restart.
+///
+/// Cost per accepted write: a ring lookup and an append under a lock; per batch, one round
+/// trip per peer.
+final class Handoff: @unchecked Sendable {
+    struct Hint { var id: ItemKey; var version: UInt64; var tombstone: Bool }
+
+    let view: ClusterView
+    let stats: NodeStats
+    let log: Logger
+    /// Opens a connection to a peer (with the cluster's token and TLS).
+    let connect: @Sendable (NodeAddress) throws -> NodeConnection
+    /// Copies this node's current disk copy of a key to a peer (`AntiEntropy.push`).
+    let copy: @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Void
+    /// The version this node's disk tier holds for a key (0: nothing).
+    let localVersion: @Sendable (ItemKey) -> UInt64
+    /// The most hints kept for one peer.
+    let maxHints: Int
+
+    private let cond = ConditionLock()
+    private var queues: [String: [Hint]] = [:]
+    private var stopped = false
+    private var running = 0
+
+    init(view: ClusterView, stats: NodeStats, log: Logger, maxHints: Int = 100_000,
+         connect: @escaping @Sendable (NodeAddress) throws -> NodeConnection,
+         copy: @escaping @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Void,
+         localVersion: @escaping @Sendable (ItemKey) -> UInt64) {
+        self.view = view; self.stats = stats; self.log = log; self.maxHints = maxHints
+        self.connect = connect; self.copy = copy; self.localVersion = localVersion
+        for p in view.peers { queues[p.name] = [] }
+    }
+
+    /// Hints waiting, over all peers (STATS `handoff_pending`).
+    var pending: Int { cond.withLock { queues.values.reduce(0) { $0 + $1.count } } }
+
+    /// This node applied a write of `version` to the disk tier (0: not known to the caller, as
+    /// for the memcached listener's writes; looked up when sent): the key's other replicas get
+    /// a hint.
+    func accepted(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool = false) {
+        let set = view.replicaSet(namespace: namespace, key: key)
+        guard set.count > 1, set.contains(view.selfName) else { return }
+        let id = ItemKey(namespace: namespace, key: key)
+        var dropped = 0, wake = false
+        cond.lock()
+        for name in set where name != view.selfName {
+            guard queues[name] != nil else { continue }
+            if queues[name]!.count >= maxHints {
+                queues[name]!.removeFirst(maxHints / 8)
+                dropped += maxHints / 8
+            }
+            // A non-empty queue's thread is awake (or backing off): no wake-up needed.
+            wake = wake || queues[name]!.isEmpty
+            queues[name]!.append(Hint(id: id, version: version, tombstone: tombstone))
+        }
+        cond.unlock()
+        if wake { cond.broadcast() }
+        stats.handoffHints.add(set.count - 1)
+        if dropped > 0 { stats.handoffDropped.add(dropped) }
+    }
+
+    func start() {
+        for peer in view.peers {
+            cond.withLock { running += 1 }
+            _ = startThread(name: "strata-handoff") { [self] in
+                deliver(to: peer)
+                cond.withLock { running -= 1 }
+                cond.broadcast()
+            }
+        }
+    }
+
+    func stop() {
+        cond.withLock { stopped = true }
+        cond.broadcast()
+        cond.lock()
+        while running > 0 { cond.wait() }
+        cond.unlock()
+    }
+
+    /// The hints for `peer`, waiting for some (or for the stop).
+    private func take(_ peer: String) -> [Hint]? {
+        cond.lock()
+        defer { cond.unlock() }
+        while !stopped && queues[peer]!.isEmpty { cond.wait() }
+        if stopped { return nil }
+        let n = min(queues[peer]!.count, SyncCheck.maxEntries)
+        let batch = Array(queues[peer]!.prefix(n))
+        queues[peer]!.removeFirst(n)
+        return batch
+    }
+
+    /// Puts back hints that could not be delivered, ahead of the newer ones, within the bound.
+    private func giveBack(_ hints: [Hint], _ peer: String) {
+        var dropped = 0
+        cond.withLock {
+            var q = hints + queues[peer]!
+            if q.count > maxHints {
+                dropped = q.count - maxHints
+                q.removeFirst(dropped)
+            }
+            queues[peer] = q
+        }
+        if dropped > 0 { stats.handoffDropped.add(dropped) }
+    }
+
+    private var isStopped: Bool { cond.withLock { stopped } }
+
+    /// Sleeps up to `seconds`, waking early on the stop.
+    private func pause(_ seconds: Double) {
+        var left = seconds
+        while left > 0 && !isStopped {
+            usleep(UInt32(min(left, 0.05) * 1e6))
+            left -= 0.05
+        }
+    }
+
+    private func deliver(to peer: NodeAddress) {
+        var conn: NodeConnection? = nil
+        var backoff = 0.2
+        var failing = false
+        while let batch = take(peer.name) {
+            do {
+                if conn == nil { conn = try connect(peer) }
+                try send(batch, to: peer, conn!)
+                if failing { log.info("handoff_resumed", [("peer", peer.name)]) }
+                failing = false
+                backoff = 0.2
+            } catch {
+                conn?.close()
+                conn = nil
+                giveBack(batch, peer.name)
+                stats.handoffFailures.add()
+                if !failing { log.warn("handoff_failed", [("peer", peer.name), ("error", "\(error)"), ("pending", String(pending))]) }
+                failing = true
+                pause(backoff)
+                backoff = min(backoff * 2, 5)
+            }
+        }
+        conn?.close()
+    }
+
+    /// One SYNC_CHECK for `batch` (the newest version per key), then a copy of each write the
+    /// peer lacks.
+    private func send(_ batch: [Hint], to peer: NodeAddress, _ conn: NodeConnection) throws {
+        var newest: [ItemKey: Hint] = [:]
+        for var h in batch {
+            if h.version == 0 { h.version = localVersion(h.id) }
+            if newest[h.id] == nil || h.version > newest[h.id]!.version { newest[h.id] = h }
+        }
+        let entries = newest.values.filter { $0.version != 0 }.map { SyncKeyEntry(namespace: $0.id.namespace, key: $0.id.key, version: $0.version, tombstone: $0.tombstone) }
+        guard !entries.isEmpty else { return }
+        let f = try conn.call(.syncCheck(SyncCheck(requester: Array(view.selfName.utf8), entries: entries)))
+        try NodeConnection.check(f, allow: [.ok])
+        let lacking = try Responses.parseSyncCheck(f, entries: entries.count)
+        stats.handoffChecked.add(entries.count)
+        for i in lacking {
+            let e = entries[i]
+            try copy(ItemKey(namespace: e.namespace, key: e.key), peer, conn)
+            stats.handoffCopied.add()
+        }
+    }
+}

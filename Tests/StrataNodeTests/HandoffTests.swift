@@ -1,0 +1,148 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Hinted handoff (issue 17, "Hints that outlive the client"; PROTOCOL.md §7.19 SYNC_CHECK):
+/// the node that accepted a write makes sure the key's other replicas have it, whatever the
+/// client did. These clusters run anti-entropy only at their start (`--sync-interval 300`), so
+/// anything that reaches a replica later came by handoff.
+final class HandoffTests: XCTestCase {
+    /// A cluster whose anti-entropy rounds come only at the start (until every peer is synced).
+    private func quietCluster(count: Int = 3, replicas: Int = 2) throws -> SyncCluster {
+        let c = try SyncCluster(count: count, replicas: replicas, extra: ["--sync-interval", "300"])
+        XCTAssertTrue(eventually(20, interval: 0.1) { (0..<count).allSatisfy(c.verified) }, "the nodes synced at start")
+        return c
+    }
+
+    /// A key whose replica set (owner first) is `[first, second]` among nodes 0…count-1.
+    private func key(_ cluster: SyncCluster, owner: Int, replica: Int, prefix: String) -> String {
+        let all = Array(0..<cluster.ports.count)
+        return (0..<10_000).lazy.map { "\(prefix)\($0)" }.first { cluster.replicaSet($0, all) == [owner, replica] }!
+    }
+
+    private func cli(_ args: [String]) throws -> (code: Int32, out: String, err: String) {
+        let r = try runCLI(args)
+        return (r.code, String(decoding: r.out, as: UTF8.self), r.err)
+    }
+
+    /// A client that writes one node only (as a client in another language might, or one that
+    /// skipped a replica it thought dead): the other replica has the write within moments, so
+    /// a fresh CLI reading that replica directly sees it — and a delete sent to one node only
+    /// is not undone by the other's older copy.
+    func testAWriteToOneReplicaReachesTheOtherAtOnce() throws {
+        let cluster = try quietCluster()
+        let k = key(cluster, owner: 0, replica: 1, prefix: "solo")
+        let roundsAtStart = try nodeStats(try cluster.connect(0))["sync_rounds"] as? Int
+        // To the replica only: the owner must learn it.
+        XCTAssertEqual(try cluster.connect(1).set(SetRequest(key: b(k), value: b("v1"))).statusCode, .ok)
+        XCTAssertTrue(eventually(3, interval: 0.05) { (try? cluster.connect(0).get(b(k), tiers: 2))?.value == b("v1") },
+                      "the owner never received the replica's write")
+        let read = try cli(["get", k, "--server", cluster.name(0)])
+        XCTAssertEqual(read.code, 0, read.err)
+        XCTAssertEqual(read.out, "v1")
+        // A newer write to the owner only, then a delete at the replica only.
+        XCTAssertEqual(try cluster.connect(0).set(SetRequest(key: b(k), value: b("v2"))).statusCode, .ok)
+        XCTAssertTrue(eventually(3, interval: 0.05) { (try? cluster.connect(1).get(b(k), tiers: 2))?.value == b("v2") })
+        XCTAssertEqual(try cluster.connect(1).call(.delete(namespace: [], key: b(k), tiers: 0, version: nil, writeBehind: false)).statusCode, .ok)
+        XCTAssertTrue(eventually(3, interval: 0.05) { (try? cluster.connect(0).call(.get(GetRequest(key: b(k)))))?.statusCode == .notFound },
+                      "the owner still serves the deleted value")
+        let gone = try cli(["get", k, "--server", cluster.name(0)])
+        XCTAssertEqual(gone.code, 1, "not found: \(gone.err) \(gone.out)")
+        // The third node holds no replica of k: nothing was sent to it.
+        XCTAssertEqual(try cluster.connect(2).call(.get(GetRequest(key: b(k), tiers: 2))).statusCode, .notFound)
+
+        let owner = try nodeStats(try cluster.connect(0)), replica = try nodeStats(try cluster.connect(1))
+        XCTAssertGreaterThanOrEqual(owner["handoff_copied"] as? Int ?? 0, 1, "\(owner)")
+        XCTAssertGreaterThanOrEqual(replica["handoff_copied"] as? Int ?? 0, 2, "\(replica)")
+        XCTAssertGreaterThan(owner["handoff_checked"] as? Int ?? 0, 0)
+        XCTAssertEqual(owner["sync_rounds"] as? Int, roundsAtStart, "an anti-entropy round ran: the test proves nothing about handoff")
+    }
+
+    /// The battery's window (issue 17 note): a writer that leaves a live node out (as a client
+    /// that marked it dead does) keeps writing with ack one to the others only. The skipped
+    /// node gets every write of its keys by handoff, deletes included.
+    func testWritesThatSkipALiveReplicaReachItWithoutAntiEntropy() throws {
+        let cluster = try quietCluster()
+        let all = [0, 1, 2]
+        // Node 1 is left out of the writer's list: a client that thinks it dead.
+        let writer = try cluster.client([0, 2]) { $0.ack = .one }
+        var model: [String: String?] = [:]
+        for i in 0..<200 {
+            let k = "skip\(i)"
+            guard cluster.replicaSet(k, all).contains(1) else { continue }
+            if i % 5 == 4 {
+                _ = try writer.delete(b(k)); model[k] = .some(nil)
+            } else {
+                _ = try writer.set(b(k), b("v-\(k)")); model[k] = "v-\(k)"
+            }
+        }
+        XCTAssertGreaterThan(model.count, 50)
+        // Every write to node 0 or 2 of a key node 1 replicates reached node 1.
+        let c1 = try cluster.connect(1)
+        XCTAssertTrue(eventually(5, interval: 0.1) {
+            model.allSatisfy { k, v in
+                guard let f = try? c1.call(.get(GetRequest(key: b(k), tiers: 2))) else { return false }
+                return v == nil ? f.statusCode == .notFound : (f.statusCode == .ok && (try? Responses.parseGet(f))?.value == b(v!))
+            }
+        }, "node 1 missed writes")
+    }
+
+    /// The memcached listener of a cluster node (as behind twemproxy, which sends each key to
+    /// one node): its writes reach the key's other replica by handoff, and its deletes leave
+    /// a tombstone there, so the other replica's older copy does not come back.
+    func testMemcachedWritesReachTheOtherReplicaAndDeletesStayDeleted() throws {
+        let cluster = try SyncCluster(count: 2, members: [])
+        let mports = [try MemcachedClientTests.freePort(), try MemcachedClientTests.freePort()]
+        for i in 0..<2 {
+            try cluster.start(i, members: [0, 1], more: ["--sync-interval", "300", "--memcached-port", String(mports[i]), "--metrics-port", "0"])
+        }
+        XCTAssertTrue(eventually(20, interval: 0.1) { cluster.verified(0) && cluster.verified(1) })
+        let m0 = try TextSocket(port: mports[0])
+        m0.send("set mk 0 0 2\r\nv1\r\n")
+        XCTAssertEqual(m0.line(), "STORED")
+        XCTAssertTrue(eventually(3, interval: 0.05) { (try? cluster.connect(1).get(b("mk"), tiers: 2))?.value == b("v1") },
+                      "node 1 never received the memcached write")
+        let m1 = try TextSocket(port: mports[1])
+        m1.send("delete mk\r\n")
+        XCTAssertEqual(m1.line(), "DELETED")
+        XCTAssertTrue(eventually(3, interval: 0.05) { (try? cluster.connect(0).call(.get(GetRequest(key: b("mk")))))?.statusCode == .notFound },
+                      "node 0 still serves the deleted value")
+        // The delete is a tombstone on both nodes (a version in the NOT_FOUND answer, §9).
+        for i in 0..<2 { XCTAssertGreaterThan(try cluster.connect(i).call(.get(GetRequest(key: b("mk"), tiers: 2))).cas, 0, "node \(i)") }
+        XCTAssertEqual(MemcachedClientTests.getAll(m0, ["mk"]), [:])
+        // Handoff's counters are in /metrics as in STATS (§7.13).
+        let http = try TextSocket(port: try XCTUnwrap(cluster.nodes[0]!.metricsPort))
+        http.send("GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        let metrics = http.readAll()
+        let copied = try nodeStats(try cluster.connect(0))["handoff_copied"] as? Int
+        XCTAssertEqual(copied, 1, "node 0 copied the memcached set to node 1")
+        XCTAssertTrue(metrics.contains("strata_handoff_copied_total 1\n"), metrics)
+        XCTAssertTrue(metrics.contains("# TYPE strata_handoff_pending gauge\nstrata_handoff_pending 0\n"), metrics)
+        XCTAssertTrue(metrics.contains("strata_cluster_verified 1\n"), metrics)
+    }
+
+    /// SYNC_CHECK (§7.19): members only; the answer names the entries the node lacks.
+    func testSyncCheckNamesWhatTheNodeLacks() throws {
+        let cluster = try quietCluster(count: 2)
+        let c = try cluster.connect(0)
+        let stored = try c.set(SetRequest(key: b("have"), value: b("x")))
+        XCTAssertEqual(stored.statusCode, .ok)
+        let v = stored.cas
+        let entries = [SyncKeyEntry(namespace: [], key: b("have"), version: v, tombstone: false),
+                       SyncKeyEntry(namespace: [], key: b("missing"), version: 7, tombstone: false),
+                       SyncKeyEntry(namespace: [], key: b("have"), version: v + 1, tombstone: false),
+                       SyncKeyEntry(namespace: [], key: b("have"), version: v - 1, tombstone: true)]
+        let f = try c.call(.syncCheck(SyncCheck(requester: b(cluster.name(1)), entries: entries)))
+        XCTAssertEqual(f.statusCode, .ok)
+        XCTAssertEqual(try Responses.parseSyncCheck(f, entries: entries.count), [1, 2])
+        let stranger = try c.call(.syncCheck(SyncCheck(requester: b("10.0.0.9:7400"), entries: entries)))
+        XCTAssertEqual(stranger.statusCode, .invalidArgument)
+        XCTAssertTrue(String(decoding: stranger.value, as: UTF8.self).contains("not a member"))
+        // No entries, or too many: refused as malformed requests, the connection kept.
+        let none = try c.call(.syncCheck(SyncCheck(requester: b(cluster.name(1)), entries: [])))
+        XCTAssertEqual(none.statusCode, .invalidArgument)
+        XCTAssertEqual(try c.call(.ping).statusCode, .ok)
+    }
+}
