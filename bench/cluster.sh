@@ -57,4 +57,4 @@ done
 for p in "${PPID_[@]}"; do
   t=$(( $(cpu_ticks "$p") - ${T0[$p]} )); echo "without --cluster pid $p: $(python3 -c "print(f'{$t/$HZ:.2f} s CPU = {100*$t/$HZ/$SECS:.2f} % of a core')")"
 done
-"$BIN" stats --server "127.0.0.1:${AE[0]}" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); r=max(1,d.get("sync_rounds",0)); print("node 0:", " ".join(f"{k}={d[k]}" for k in sorted(d) if k.startswith(("sync_","cluster_","disk_items","peers_","unverified"))), f"us_per_round={d.get(\"sync_us\",0)//r}")'
+"$BIN" stats --server "127.0.0.1:${AE[0]}" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); r=max(1,d.get("sync_rounds",0)); print("node 0:", " ".join(f"{k}={d[k]}" for k in sorted(d) if k.startswith(("sync_","cluster_","disk_items","peers_","unverified","handoff_"))), "us_per_round=%d" % (d.get("sync_us",0)//r))'

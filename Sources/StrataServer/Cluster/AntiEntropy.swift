@@ -33,7 +33,10 @@ import Synchronization
 /// here, one on the peer) plus the digests (8 × 2^bits bytes); work on differences is
 /// proportional to the entries of the differing buckets. `interval` stretches to 20 × the
 /// last round's time, so the passes stay under ~5 % of one core; while a peer is not synced
-/// (it may not have started yet), the next pass comes within a second.
+/// (it may not have started yet), the next pass comes within a second. Passes in which nothing
+/// differed double the wait, up to `quietCeiling` (or `interval` if longer): hinted handoff
+/// (`Handoff`) delivers the writes, and the rounds are its backstop. A difference, a peer
+/// unsynced (a pause noticed) or a dropped hint (`wake`) bring the next pass back at once.
 final class AntiEntropy: @unchecked Sendable {
     let view: ClusterView
     let store: TieredCache
@@ -47,6 +50,14 @@ final class AntiEntropy: @unchecked Sendable {
     let timeout: Double
     let settle: Double = 2
     private let stopFlag = Atomic<Bool>(false)
+    /// Set by `wake()`: the next pass starts without waiting out the interval.
+    private let urgent = Atomic<Bool>(false)
+    /// Passes in a row in which every round finished and no bucket differed (sync thread only).
+    private var quietPasses = 0
+    /// Whether the last finished round found differing buckets (sync thread only).
+    private var lastRoundDiffered = false
+    /// The longest wait between passes while nothing differs (unless `interval` is longer).
+    static let quietCeiling: Double = 30
     private let finished = Completion<Void>()
     /// Peers whose last round failed (touched by the sync thread only).
     private var outOfContact: Set<String> = []
@@ -64,16 +75,19 @@ final class AntiEntropy: @unchecked Sendable {
             while !stopFlag.load(ordering: .relaxed) {
                 let t0 = monotonicSeconds()
                 var failed: [String] = []
+                var differed = false
                 for peer in view.peers where !stopFlag.load(ordering: .relaxed) {
-                    if !round(peer) { failed.append(peer.name) }
+                    if !round(peer) { failed.append(peer.name) } else if lastRoundDiffered { differed = true }
                 }
                 if !stopFlag.load(ordering: .relaxed) { lost(failed) }
-                let spent = monotonicSeconds() - t0
-                // A peer not caught up with (one not started yet, say) is tried again within a
-                // second: this node's answers for its keys stay flagged until then.
-                let base = view.unsyncedPeers.isEmpty ? interval : min(interval, 1)
-                var wait = max(base, 20 * spent) - spent
+                quietPasses = failed.isEmpty && !differed ? quietPasses + 1 : 0
+                var wait = Self.wait(interval: interval, spent: monotonicSeconds() - t0, quietPasses: quietPasses,
+                                     unsynced: !view.unsyncedPeers.isEmpty)
+                let wasVerified = view.verified
                 while wait > 0 && !stopFlag.load(ordering: .relaxed) {
+                    // Something may have cost this node writes (a pause it noticed), or a hint
+                    // was dropped: the next pass now.
+                    if urgent.exchange(false, ordering: .relaxed) || (wasVerified && !view.verified) { break }
                     usleep(UInt32(min(wait, 0.05) * 1e6))
                     wait -= 0.05
                 }
@@ -86,6 +100,19 @@ final class AntiEntropy: @unchecked Sendable {
         stopFlag.store(true, ordering: .relaxed)
         finished.wait()
     }
+
+    /// Seconds to wait after a pass that took `spent`: `interval`, doubled for each quiet pass
+    /// in a row up to `quietCeiling` (or `interval` if longer); within a second while a peer is
+    /// unsynced (one not started yet, say: this node's answers for its keys stay flagged until
+    /// then); and never less than 20 × the pass's time minus that time (≤ ~5 % of a core).
+    static func wait(interval: Double, spent: Double, quietPasses: Int, unsynced: Bool) -> Double {
+        let base = unsynced ? min(interval, 1)
+                            : min(interval * Double(1 << min(quietPasses, 16)), max(interval, quietCeiling))
+        return max(base, 20 * spent) - spent
+    }
+
+    /// Starts the next pass now (a hint was dropped: only a round delivers that write).
+    func wake() { urgent.store(true, ordering: .relaxed) }
 
     /// A round reached `peer`. After a failed one, the peer may hold writes this node missed:
     /// unverified until this round (which starts after this call) finishes.
@@ -142,6 +169,7 @@ final class AntiEntropy: @unchecked Sendable {
             }
             stats.syncRounds.add()
             stats.syncBucketsDiffering.add(differing.count)
+            lastRoundDiffered = !differing.isEmpty
             stats.syncMicros.add(Int((monotonicSeconds() - t0) * 1e6))
             if view.markSynced(peer.name, epoch: epoch) && catchingUp {
                 log.info("peer_synced", [("peer", peer.name), ("buckets_differing", String(differing.count)),

@@ -41,6 +41,8 @@ final class Handoff: @unchecked Sendable {
     let copy: @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Void
     /// The version this node's disk tier holds for a key (0: nothing).
     let localVersion: @Sendable (ItemKey) -> UInt64
+    /// Hints were dropped: anti-entropy must deliver those writes (`AntiEntropy.wake`).
+    let dropped: @Sendable () -> Void
     /// The most hints kept for one peer.
     let maxHints: Int
 
@@ -52,9 +54,10 @@ final class Handoff: @unchecked Sendable {
     init(view: ClusterView, stats: NodeStats, log: Logger, maxHints: Int = 100_000,
          connect: @escaping @Sendable (NodeAddress) throws -> NodeConnection,
          copy: @escaping @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Void,
-         localVersion: @escaping @Sendable (ItemKey) -> UInt64) {
+         localVersion: @escaping @Sendable (ItemKey) -> UInt64,
+         dropped: @escaping @Sendable () -> Void = {}) {
         self.view = view; self.stats = stats; self.log = log; self.maxHints = maxHints
-        self.connect = connect; self.copy = copy; self.localVersion = localVersion
+        self.connect = connect; self.copy = copy; self.localVersion = localVersion; self.dropped = dropped
         for p in view.peers { queues[p.name] = [] }
     }
 
@@ -83,7 +86,7 @@ final class Handoff: @unchecked Sendable {
         cond.unlock()
         if wake { cond.broadcast() }
         stats.handoffHints.add(set.count - 1)
-        if dropped > 0 { stats.handoffDropped.add(dropped) }
+        if dropped > 0 { stats.handoffDropped.add(dropped); self.dropped() }
     }
 
     func start() {
@@ -128,7 +131,7 @@ final class Handoff: @unchecked Sendable {
             }
             queues[peer] = q
         }
-        if dropped > 0 { stats.handoffDropped.add(dropped) }
+        if dropped > 0 { stats.handoffDropped.add(dropped); self.dropped() }
     }
 
     private var isStopped: Bool { cond.withLock { stopped } }

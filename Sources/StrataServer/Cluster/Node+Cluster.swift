@@ -112,7 +112,8 @@ extension Node {
         let h = Handoff(view: c, stats: stats, log: log,
                         connect: { try NodeConnection(host: $0.host, port: $0.port, timeout: 2, token: token, hello: true, tls: tls) },
                         copy: { [ae] id, peer, conn in try ae.push(id, to: peer, conn) },
-                        localVersion: { [store] id in (try? store.syncVersion(id.key, namespace: id.namespace)) ?? 0 })
+                        localVersion: { [store] id in (try? store.syncVersion(id.key, namespace: id.namespace)) ?? 0 },
+                        dropped: { [ae] in ae.wake() })
         handoff = h
         dispatcher.handoff = h
         h.start()
