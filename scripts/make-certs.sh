@@ -10,7 +10,8 @@
 #                           --tls-ca for mutual TLS
 #   node.pem, node.key      a node certificate (825 days) for every NAME: an IPv4/IPv6 address
 #                           becomes an IP SAN, anything else a DNS SAN (default: 127.0.0.1
-#                           localhost)
+#                           localhost); good for server and client authentication, so nodes
+#                           with --tls-ca accept each other's anti-entropy and handoff
 #   client.pem, client.key  a client certificate (825 days; CN strata-client) for mutual TLS
 # Keys are EC P-256, readable by their owner only. Run it again to renew node and client
 # certificates; send the node SIGHUP to load them.
@@ -46,7 +47,7 @@ sign() {
 sign node "${names[0]}" "subjectAltName=$san
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
-extendedKeyUsage=serverAuth"
+extendedKeyUsage=serverAuth,clientAuth"
 sign client strata-client "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth"

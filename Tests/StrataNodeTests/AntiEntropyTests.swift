@@ -276,6 +276,30 @@ final class AntiEntropyTests: XCTestCase {
         XCTAssertNotEqual(try again.call(.get(GetRequest(key: b("secret")))).responseFlags & ResponseFlags.unverified.rawValue, 0)
     }
 
+    /// Mutual TLS between nodes with the certificates `scripts/make-certs.sh` makes: each node
+    /// verifies the client certificates it is shown (`--tls-ca`), and a peer presents its node
+    /// certificate, so that certificate must be good for client authentication too.
+    func testMutualTLSNodesWithTheShippedScriptsCertificatesSync() throws {
+        let dir = TempDir()
+        let made = try runProcess(DeployFileTests.root.appendingPathComponent("scripts/make-certs.sh").path, [dir.path, "127.0.0.1"])
+        guard made.status == 0 else { throw XCTSkip("make-certs.sh could not run here: \(made.output)") }
+        let cluster = try SyncCluster(count: 2, members: [])
+        for i in 0..<2 {
+            cluster.nodes[i] = try NodeProcess(dataDir: cluster.dirs[i].path, port: 0, extra: [
+                "--tls-port", String(cluster.ports[i]), "--tls-only", "--tls-cert", dir.path + "/node.pem", "--tls-key", dir.path + "/node.key",
+                "--tls-ca", dir.path + "/ca.pem", "--cluster", cluster.list([0, 1]), "--cluster-tls-ca", dir.path + "/ca.pem",
+                "--sync-interval", "0.5"])
+        }
+        let client = TLSClientConfiguration(caFile: dir.path + "/ca.pem", certificateFile: dir.path + "/client.pem", keyFile: dir.path + "/client.key")
+        let tls0 = try cluster.nodes[0]!.connectTLS(client)
+        XCTAssertEqual(try tls0.set(SetRequest(key: b("mutual"), value: b("both ways"))).statusCode, .ok)
+        let tls1 = try cluster.nodes[1]!.connectTLS(client)
+        XCTAssertTrue(eventually(20, interval: 0.1) { (try? tls1.get(b("mutual"), tiers: 2))??.value == b("both ways") },
+                      "the nodes never synced over mutual TLS: \(cluster.nodes[1]!.stderr)")
+        XCTAssertEqual(try nodeStats(tls1)["cluster_verified"] as? Int, 1)
+        XCTAssertFalse(cluster.nodes[0]!.stderr.contains("handoff_failed"), cluster.nodes[0]!.stderr)
+    }
+
     /// SYNC requests are for the members of the node's --cluster only.
     func testSyncRequestsFromOutsideTheClusterAreRefused() throws {
         let cluster = try SyncCluster(count: 2)

@@ -33,10 +33,11 @@ import Synchronization
 /// here, one on the peer) plus the digests (8 × 2^bits bytes); work on differences is
 /// proportional to the entries of the differing buckets. `interval` stretches to 20 × the
 /// last round's time, so the passes stay under ~5 % of one core; while a peer is not synced
-/// (it may not have started yet), the next pass comes within a second. Passes in which nothing
-/// differed double the wait, up to `quietCeiling` (or `interval` if longer): hinted handoff
-/// (`Handoff`) delivers the writes, and the rounds are its backstop. A difference, a peer
-/// unsynced (a pause noticed) or a dropped hint (`wake`) bring the next pass back at once.
+/// (it may not have started yet), the next pass comes within a second. Passes that copied
+/// nothing double the wait, up to `quietCeiling` (or `interval` if longer): hinted handoff
+/// (`Handoff`) delivers the writes, and the rounds are its backstop (under load buckets differ
+/// by the writes landing during a round, which copy nothing). A copy, a peer unsynced (a pause
+/// noticed) or a dropped hint (`wake`) bring the next pass back at once.
 final class AntiEntropy: @unchecked Sendable {
     let view: ClusterView
     let store: TieredCache
@@ -54,8 +55,9 @@ final class AntiEntropy: @unchecked Sendable {
     private let urgent = Atomic<Bool>(false)
     /// Passes in a row in which every round finished and no bucket differed (sync thread only).
     private var quietPasses = 0
-    /// Whether the last finished round found differing buckets (sync thread only).
-    private var lastRoundDiffered = false
+    /// Whether the last finished round copied anything either way (sync thread only). Under
+    /// load buckets differ by the writes that land during the round itself; those copy nothing.
+    private var lastRoundCopied = false
     /// The longest wait between passes while nothing differs (unless `interval` is longer).
     static let quietCeiling: Double = 30
     private let finished = Completion<Void>()
@@ -77,7 +79,7 @@ final class AntiEntropy: @unchecked Sendable {
                 var failed: [String] = []
                 var differed = false
                 for peer in view.peers where !stopFlag.load(ordering: .relaxed) {
-                    if !round(peer) { failed.append(peer.name) } else if lastRoundDiffered { differed = true }
+                    if !round(peer) { failed.append(peer.name) } else if lastRoundCopied { differed = true }
                 }
                 if !stopFlag.load(ordering: .relaxed) { lost(failed) }
                 quietPasses = failed.isEmpty && !differed ? quietPasses + 1 : 0
@@ -164,12 +166,13 @@ final class AntiEntropy: @unchecked Sendable {
             }
             contacted(peer.name)
             let differing = (0..<ours.count).filter { ours[$0] != theirs[$0] }
+            var copied = 0
             if !differing.isEmpty {
-                try reconcile(peer, conn, buckets: differing, bits: bits, maxVersion: maxVersion)
+                copied = try reconcile(peer, conn, buckets: differing, bits: bits, maxVersion: maxVersion)
             }
             stats.syncRounds.add()
             stats.syncBucketsDiffering.add(differing.count)
-            lastRoundDiffered = !differing.isEmpty
+            lastRoundCopied = copied > 0
             stats.syncMicros.add(Int((monotonicSeconds() - t0) * 1e6))
             if view.markSynced(peer.name, epoch: epoch) && catchingUp {
                 log.info("peer_synced", [("peer", peer.name), ("buckets_differing", String(differing.count)),
@@ -191,8 +194,9 @@ final class AntiEntropy: @unchecked Sendable {
         return bits
     }
 
-    /// Lists both sides' entries of `buckets` and copies each newer one across.
-    private func reconcile(_ peer: NodeAddress, _ conn: NodeConnection, buckets: [Int], bits: UInt8, maxVersion: UInt64) throws {
+    /// Lists both sides' entries of `buckets` and copies each newer one across; returns how many
+    /// copies the receiving side took (not superseded by a newer write meanwhile).
+    private func reconcile(_ peer: NodeAddress, _ conn: NodeConnection, buckets: [Int], bits: UInt8, maxVersion: UInt64) throws -> Int {
         let wanted = Set(buckets)
         var ours: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
         try store.forEachSyncEntry(maxVersion: maxVersion, include: { ns, key in
@@ -211,40 +215,45 @@ final class AntiEntropy: @unchecked Sendable {
             rest.removeFirst(min(page.bucketsCovered, rest.count))
         }
         contacted(peer.name)
-        for (id, t) in theirs where (ours[id]?.version ?? 0) < t.version { try pull(id, from: conn) }
-        for (id, o) in ours where (theirs[id]?.version ?? 0) < o.version { try push(id, to: peer, conn) }
+        var copied = 0
+        for (id, t) in theirs where (ours[id]?.version ?? 0) < t.version { if try pull(id, from: conn) { copied += 1 } }
+        for (id, o) in ours where (theirs[id]?.version ?? 0) < o.version { if try push(id, to: peer, conn) { copied += 1 } }
+        return copied
     }
 
-    /// Reads `id` from the peer's disk tier and writes it here with its version.
-    private func pull(_ id: ItemKey, from conn: NodeConnection) throws {
+    /// Reads `id` from the peer's disk tier and writes it here with its version; true when it
+    /// took (nothing newer was here).
+    private func pull(_ id: ItemKey, from conn: NodeConnection) throws -> Bool {
         let f = try conn.call(.get(GetRequest(key: id.key, namespace: id.namespace, tiers: 2)))
         let owner = view.replicaSet(namespace: id.namespace, key: id.key).first == view.selfName
         if f.statusCode == .notFound {
-            guard f.cas > 0 else { return } // gone meanwhile (expired or removed): nothing to copy
-            _ = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: f.cas)
+            guard f.cas > 0 else { return false } // gone meanwhile (expired or removed): nothing to copy
+            if case .superseded = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: f.cas) { return false }
         } else {
             try NodeConnection.check(f, allow: [.ok, .negative])
             let item = try Responses.parseGet(f)
             var o = SetOptions(expiry: item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt), flags: item.flags,
                                extended: item.extended, tiers: owner ? .all : .disk, version: item.version)
             o.stale = item.stale; o.negative = item.negative
-            guard case .stored = try store.set(id.key, item.value, namespace: id.namespace, options: o) else { return }
+            guard case .stored = try store.set(id.key, item.value, namespace: id.namespace, options: o) else { return false }
             // A replica keeps no memory copy: one promoted by an earlier read is older now.
             if !owner { _ = try? store.remove(id.key, namespace: id.namespace, tiers: .memory) }
         }
         dispatcher.leases.revoke(id)
         dispatcher.originalChanged(id)
         stats.syncPulled.add()
+        return true
     }
 
     /// Writes this node's copy of `id` (item or tombstone) to the peer with its version (also
-    /// hinted handoff's copy).
-    func push(_ id: ItemKey, to peer: NodeAddress, _ conn: NodeConnection) throws {
+    /// hinted handoff's copy); true when the peer took it (it held nothing newer).
+    @discardableResult
+    func push(_ id: ItemKey, to peer: NodeAddress, _ conn: NodeConnection) throws -> Bool {
         let peerIsOwner = view.replicaSet(namespace: id.namespace, key: id.key).first == peer.name
         let f: Frame
         switch try store.syncRead(id.key, namespace: id.namespace) {
         case .miss:
-            return
+            return false
         case .tombstone(let v):
             f = try conn.call(.delete(namespace: id.namespace, key: id.key, tiers: 0, version: v, writeBehind: false))
             try NodeConnection.check(f, allow: [.ok, .notFound, .superseded])
@@ -257,6 +266,8 @@ final class AntiEntropy: @unchecked Sendable {
             f = try conn.set(s)
             try NodeConnection.check(f, allow: [.ok, .superseded])
         }
+        guard f.statusCode == .ok else { return false }
         stats.syncPushed.add()
+        return true
     }
 }

@@ -38,7 +38,7 @@ final class Handoff: @unchecked Sendable {
     /// Opens a connection to a peer (with the cluster's token and TLS).
     let connect: @Sendable (NodeAddress) throws -> NodeConnection
     /// Copies this node's current disk copy of a key to a peer (`AntiEntropy.push`).
-    let copy: @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Void
+    let copy: @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Bool
     /// The version this node's disk tier holds for a key (0: nothing).
     let localVersion: @Sendable (ItemKey) -> UInt64
     /// Hints were dropped: anti-entropy must deliver those writes (`AntiEntropy.wake`).
@@ -53,7 +53,7 @@ final class Handoff: @unchecked Sendable {
 
     init(view: ClusterView, stats: NodeStats, log: Logger, maxHints: Int = 100_000,
          connect: @escaping @Sendable (NodeAddress) throws -> NodeConnection,
-         copy: @escaping @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Void,
+         copy: @escaping @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Bool,
          localVersion: @escaping @Sendable (ItemKey) -> UInt64,
          dropped: @escaping @Sendable () -> Void = {}) {
         self.view = view; self.stats = stats; self.log = log; self.maxHints = maxHints
@@ -186,8 +186,7 @@ final class Handoff: @unchecked Sendable {
         stats.handoffChecked.add(entries.count)
         for i in lacking {
             let e = entries[i]
-            try copy(ItemKey(namespace: e.namespace, key: e.key), peer, conn)
-            stats.handoffCopied.add()
+            if try copy(ItemKey(namespace: e.namespace, key: e.key), peer, conn) { stats.handoffCopied.add() }
         }
     }
 }
