@@ -334,64 +334,9 @@ public final class Node: @unchecked Sendable {
     // MARK: Stats
 
     func statsJSON() -> String {
-        let s = store.stats()
-        var fields: [(String, String)] = [
-            ("version", "\"\(Node.version)\""),
-            ("uptime_s", String(Int(monotonicSeconds() - stats.started))),
-            ("connections_current", String(stats.connectionsCurrent.load(ordering: .relaxed))),
-            ("connections_total", String(stats.connectionsTotal.load(ordering: .relaxed))),
-            ("connections_refused", String(stats.connectionsRefused.load(ordering: .relaxed))),
-            ("max_connections", String(effectiveMaxConnections)),
-            ("connections_unauthenticated", String(stats.connectionsUnauthenticated.load(ordering: .relaxed))),
-            ("auth_timeouts", String(stats.authTimeouts.load(ordering: .relaxed))),
-            ("pauses_noticed", String(stats.pausesNoticed.load(ordering: .relaxed))),
-            ("auth_evictions", String(stats.authEvictions.load(ordering: .relaxed))),
-            ("accept_errors", String(stats.acceptErrors.load(ordering: .relaxed))),
-            ("bytes_in", String(stats.bytesIn.load(ordering: .relaxed))),
-            ("bytes_out", String(stats.bytesOut.load(ordering: .relaxed))),
-            ("buffered_bytes", String(stats.bufferedBytes.load(ordering: .relaxed))),
-            ("output_bytes", String(outputBudget.bytes)), ("output_peak_bytes", String(outputBudget.peakBytes)),
-            ("output_held_requests", String(outputBudget.heldRequests.load(ordering: .relaxed))),
-            ("busy_refusals", String(stats.busyRefusals.load(ordering: .relaxed))),
-            ("malformed_frames", String(stats.malformedFrames.load(ordering: .relaxed))),
-            ("output_cap_cutoffs", String(stats.outputCapCutoffs.load(ordering: .relaxed))),
-            ("timeouts", String(stats.timeouts.load(ordering: .relaxed))),
-            ("auth_failures", String(stats.authFailures.load(ordering: .relaxed))),
-            ("auth_delayed", String(stats.authDelayed.load(ordering: .relaxed))),
-            ("auth_throttled_addresses", String(authThrottle.count)),
-            ("forbidden", String(stats.forbidden.load(ordering: .relaxed))),
-            ("credentials_users", String(credentials.current?.users.count ?? 0)),
-            ("credentials_reloads", String(stats.credentialsReloads.load(ordering: .relaxed))),
-            ("credentials_reload_failures", String(stats.credentialsReloadFailures.load(ordering: .relaxed))),
-            ("tls_connections", String(stats.tlsConnections.load(ordering: .relaxed))),
-            ("tls_handshake_failures", String(stats.tlsHandshakeFailures.load(ordering: .relaxed))),
-            ("tls_reloads", String(stats.tlsReloads.load(ordering: .relaxed))),
-            ("tls_reload_failures", String(stats.tlsReloadFailures.load(ordering: .relaxed))),
-            ("disk_jobs_outstanding", String(workers.outstanding)),
-            ("memory_items", String(s.memory.items)), ("memory_bytes", String(s.memory.bytes)),
-            ("memory_hits", String(s.memory.hits)), ("memory_misses", String(s.memory.misses)),
-            ("memory_evictions", String(s.memory.evictions)), ("memory_expirations", String(s.memory.expirations)),
-            ("disk_items", String(s.disk.items)), ("disk_bytes", String(s.disk.bytes)),
-            ("disk_hits", String(s.disk.hits)), ("disk_misses", String(s.disk.misses)),
-            ("disk_evictions", String(s.disk.evictions)), ("disk_expirations", String(s.disk.expirations)),
-            ("disk_commits", String(s.commits)), ("disk_write_errors", String(s.diskWriteErrors)),
-            ("disk_wal_copies", String(s.walCopies)), ("disk_writer_checkpoints", String(s.writerCheckpoints)),
-            ("corrupt_items", String(s.corruptItems)), ("quarantines", String(s.quarantines)),
-            ("write_behind_total", String(s.writeBehindTotal)), ("write_behind_pending", String(s.writeBehindPending)),
-            ("write_behind_pending_bytes", String(s.writeBehindPendingBytes)), ("write_behind_peak_bytes", String(s.writeBehindPeakBytes)),
-            ("log_bytes", String(s.logBytes)), ("log_backlog_records", String(s.logBacklogRecords)),
-            ("log_backlog_bytes", String(s.logBacklogBytes)), ("log_syncs", String(s.logSyncs)),
-            ("log_backpressure_waits", String(s.logBackpressureWaits)), ("log_write_errors", String(s.logWriteErrors)),
-            ("log_apply_errors", String(s.logApplyErrors)), ("log_applied_records", String(s.logAppliedRecords)),
-            ("compression_raw_bytes", String(s.rawBytesWritten)), ("compression_stored_bytes", String(s.storedBytesWritten)),
-            ("variants_computed", String(stats.variantsComputed.load())), ("variant_hits", String(stats.variantHits.load())),
-            ("variants_dropped", String(stats.variantsDropped.load())),
-            ("image_transform_us", String(stats.transformMicros.load())),
-            ("leases_granted", String(stats.leasesGranted.load())), ("leases_filling", String(stats.leasesFilling.load())),
-            ("leases_lost", String(stats.leasesLost.load())), ("leases_held", String(dispatcher.leases.count)),
-            ("negative_hits", String(stats.negativeHits.load())), ("stale_hits", String(stats.staleHits.load())),
-        ]
-        fields += clusterStatsFields()
+        var fields: [(String, String)] = [("version", "\"\(Node.version)\""), ("node_id", "\"\(nodeID)\"")]
+        if let c = cluster { fields.append(("cluster_self", "\"\(c.selfName)\"")) }
+        fields += numbers().map { ($0.stats, $0.statsText) }
         if let m = memcached { fields += m.jsonFields() }
         for f in ImageFormat.allCases {
             fields.append(("images_stored_\(f.metricName)", String(stats.imagesStored[Int(f.rawValue)].load())))

@@ -122,38 +122,29 @@ extension Node {
                              ("node_id", nodeID)])
     }
 
-    /// The cluster's numbers, one table for STATS (PROTOCOL.md §7.13) and /metrics: name,
-    /// Prometheus type (counter or gauge), help, value. Empty without `--cluster`.
-    func clusterNumbers() -> [(name: String, type: String, help: String, value: Int)] {
+    /// The cluster's rows of `Node.numbers()` (STATS, PROTOCOL.md §7.13, and /metrics); none
+    /// without `--cluster`. STATS adds the strings `node_id` and `cluster_self`.
+    func clusterNumbers() -> [NodeNumber] {
         guard let c = cluster else { return [] }
         return [
-            ("cluster_members", "gauge", "Members of the node's --cluster.", c.ring.members.count),
-            ("cluster_replicas", "gauge", "Copies of each key (--replicas).", c.replicas),
-            ("cluster_verified", "gauge", "1 when the node has caught up with every peer, else 0.", c.verified ? 1 : 0),
-            ("cluster_unsynced_peers", "gauge", "Peers the node has not caught up with since it may have missed writes.", c.unsyncedPeers.count),
-            ("sync_rounds", "counter", "Anti-entropy rounds finished.", stats.syncRounds.load()),
-            ("sync_failures", "counter", "Anti-entropy rounds that failed after reaching the peer.", stats.syncFailures.load()),
-            ("sync_pulled", "counter", "Items and tombstones anti-entropy copied from peers.", stats.syncPulled.load()),
-            ("sync_pushed", "counter", "Items and tombstones copied to peers (anti-entropy and handoff).", stats.syncPushed.load()),
-            ("sync_buckets_differing", "counter", "Buckets whose digests differed in rounds.", stats.syncBucketsDiffering.load()),
-            ("sync_us", "counter", "Microseconds spent in anti-entropy rounds.", stats.syncMicros.load()),
-            ("peers_lost", "counter", "Times a peer went out of contact.", stats.peersLost.load()),
-            ("unverified_answers", "counter", "Answers flagged UNVERIFIED.", stats.unverifiedAnswers.load()),
-            ("handoff_hints", "counter", "Hints made: one per write applied to the disk tier and other replica of its key.", stats.handoffHints.load()),
-            ("handoff_checked", "counter", "Writes checked with peers (SYNC_CHECK).", stats.handoffChecked.load()),
-            ("handoff_copied", "counter", "Writes a peer lacked, copied to it by handoff.", stats.handoffCopied.load()),
-            ("handoff_dropped", "counter", "Hints dropped past the bound of 100,000 per peer (anti-entropy delivers them).", stats.handoffDropped.load()),
-            ("handoff_failures", "counter", "Handoff batches that failed (retried with backoff).", stats.handoffFailures.load()),
-            ("handoff_pending", "gauge", "Hints waiting to be sent.", handoff?.pending ?? 0),
+            NodeNumber("cluster_members", .gauge, "Members of the node's --cluster.", c.ring.members.count),
+            NodeNumber("cluster_replicas", .gauge, "Copies of each key (--replicas).", c.replicas),
+            NodeNumber("cluster_verified", .gauge, "1 when the node has caught up with every peer, else 0.", c.verified ? 1 : 0),
+            NodeNumber("cluster_unsynced_peers", .gauge, "Peers the node has not caught up with since it may have missed writes.", c.unsyncedPeers.count),
+            NodeNumber("sync_rounds", .counter, "Anti-entropy rounds finished.", stats.syncRounds.load()),
+            NodeNumber("sync_failures", .counter, "Anti-entropy rounds that failed after reaching the peer.", stats.syncFailures.load()),
+            NodeNumber("sync_pulled", .counter, "Items and tombstones anti-entropy copied from peers.", stats.syncPulled.load()),
+            NodeNumber("sync_pushed", .counter, "Items and tombstones copied to peers (anti-entropy and handoff).", stats.syncPushed.load()),
+            NodeNumber("sync_buckets_differing", .counter, "Buckets whose digests differed in rounds.", stats.syncBucketsDiffering.load()),
+            NodeNumber("sync_us", .counter, "Microseconds spent in anti-entropy rounds.", stats.syncMicros.load()),
+            NodeNumber("peers_lost", .counter, "Times a peer went out of contact.", stats.peersLost.load()),
+            NodeNumber("unverified_answers", .counter, "Answers flagged UNVERIFIED.", stats.unverifiedAnswers.load()),
+            NodeNumber("handoff_hints", .counter, "Hints made: one per write applied to the disk tier and other replica of its key.", stats.handoffHints.load()),
+            NodeNumber("handoff_checked", .counter, "Writes checked with peers (SYNC_CHECK).", stats.handoffChecked.load()),
+            NodeNumber("handoff_copied", .counter, "Writes a peer lacked, copied to it by handoff.", stats.handoffCopied.load()),
+            NodeNumber("handoff_dropped", .counter, "Hints dropped past the bound of 100,000 per peer (anti-entropy delivers them).", stats.handoffDropped.load()),
+            NodeNumber("handoff_failures", .counter, "Handoff batches that failed (retried with backoff).", stats.handoffFailures.load()),
+            NodeNumber("handoff_pending", .gauge, "Hints waiting to be sent.", handoff?.pending ?? 0),
         ]
-    }
-
-    /// STATS fields of the cluster (PROTOCOL.md §7.13).
-    func clusterStatsFields() -> [(String, String)] {
-        var f: [(String, String)] = [("node_id", "\"\(nodeID)\"")]
-        guard let c = cluster else { return f }
-        f.append(("cluster_self", "\"\(c.selfName)\""))
-        f += clusterNumbers().map { ($0.name, String($0.value)) }
-        return f
     }
 }
