@@ -326,11 +326,13 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertEqual(failures.load(), 0)
         let stats = f.store.stats()
         XCTAssertGreaterThan(stats.walCopies, 3, "8 MiB written through a 256 KiB WAL: the checkpoint thread ran")
-        // The writer takes over at 4 × walLimit, but its checkpoint cannot restart the WAL while
-        // the copier's pass still reads it; with the applier committing back to back (since the
-        // durability log) the file reached up to 8.5 × walLimit here. Bounded is the point: 8 MiB
-        // went through a 256 KiB WAL.
-        XCTAssertLessThanOrEqual(maxWAL.load(), 10 * walLimit + 8 * 24 * 4096)
+        // At 4 × walLimit the writer waits for the copier's pass to end and checkpoints the rest
+        // itself, so the WAL passes 4 × walLimit by at most one applier transaction (8 rows
+        // here; a generous 24 pages each). Before that wait it reached 8.5–14.6 × walLimit here
+        // (a clean-clone CI run caught 14.6 ×): a checkpoint cannot run while the copier's holds
+        // SQLite's checkpoint lock. Measured since: 4.1–4.3 ×.
+        print("FIGURE wal bound: the WAL reached \(maxWAL.load()) bytes, \(String(format: "%.1f", Double(maxWAL.load()) / Double(walLimit))) × walLimit")
+        XCTAssertLessThanOrEqual(maxWAL.load(), 4 * walLimit + 8 * 24 * 4096)
         for t in 0..<threads {
             var rng = SplitMix(seed: UInt64(t + 1))
             for i in 0..<perThread {

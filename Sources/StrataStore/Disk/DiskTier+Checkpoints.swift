@@ -55,9 +55,17 @@ extension DiskTier {
                 counters.writerCheckpoints.add(1, ordering: .relaxed)
             }
         case 1 where frames >= 4 * limit:
-            // The copier fell far behind (a slow disk).
+            // The copier fell far behind (a slow disk). Its pass holds SQLite's checkpoint
+            // lock, so a checkpoint here would be refused and the WAL would keep growing with
+            // every commit: the writer waits for the pass to end (the durability log absorbs
+            // the pause, with back-pressure to writers at --log-limit), then copies the rest
+            // itself, so the next transaction starts the WAL over. Bounded: after 30 s it
+            // goes on without (a copier stuck on a dead disk must not stop the applier).
+            let until = monotonicSeconds() + 30
+            while copyState.load(ordering: .acquiring) == 1 && monotonicSeconds() < until { usleep(500) }
             if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
             counters.writerCheckpoints.add(1, ordering: .relaxed)
+            if copyState.load(ordering: .acquiring) == 2 { copyState.store(0, ordering: .releasing) }
         case 2:
             // Copies what was appended while the copier ran; the next transaction then finds
             // the whole WAL in the database file and starts it over. (Always, even when little

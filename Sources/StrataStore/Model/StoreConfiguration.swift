@@ -102,7 +102,8 @@ public struct StoreConfiguration: Sendable {
     /// absorbed (applied and checkpointed) are deleted.
     public var logSegmentBytes: Int = 16 << 20
     /// Most log records the applier commits to SQLite in one transaction. The WAL can pass
-    /// 4 × `walLimit` by one such transaction before the writer checkpoints it.
+    /// 4 × `walLimit` by one such transaction: there the writer waits for the checkpoint
+    /// thread's pass to end and checkpoints the rest itself (the log absorbs the pause).
     public var maxApplyBatch: Int = 4096
     /// For tests: the applier waits this long (seconds) before each batch, so a backlog builds
     /// up (a slow disk) and crash tests find unapplied records in the log. 0 in production.
