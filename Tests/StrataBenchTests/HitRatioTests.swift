@@ -194,14 +194,14 @@ final class HitRatioTraceTests: XCTestCase {
         XCTAssertGreaterThan(Set(sizes).count, 500)
     }
 
-    /// With one shard and 100 B values (a 168-byte record: exactly the simulators' charge), the
+    /// With one shard and 100 B values (a 144-byte record: exactly the simulators' charge), the
     /// real memory tier is an exact S3-FIFO: it must hit exactly as often as the S3-FIFO
     /// simulator, and (scans and zipf mixed) differ from LRU.
     func testRealTierWithOneShardMatchesTheS3FIFOSimulator() throws {
         let bench = try HitRatioBench(arguments: ["--requests", "20000", "--keys", "2000", "--shards", "1"])
         for name in ["scan", "shifting"] {
             let trace = bench.makeTrace(name)
-            for capacity in [168 * 150, 168 * 400] {
+            for capacity in [144 * 150, 144 * 400] {
                 let r = try bench.replayStrata(trace, capacity: capacity)
                 let s3 = S3FIFOSimulator(capacity: capacity, universe: trace.universe)
                 let lru = LRUSimulator(capacity: capacity, universe: trace.universe)
@@ -213,7 +213,7 @@ final class HitRatioTraceTests: XCTestCase {
                 XCTAssertGreaterThan(hits, 0)
                 XCTAssertEqual(r.hits, hits, "\(name) at \(capacity) B")
                 XCTAssertNotEqual(r.hits, lruHits, "\(name) at \(capacity) B: not LRU")
-                XCTAssertEqual(r.items, capacity / 168)
+                XCTAssertEqual(r.items, capacity / 144)
                 XCTAssertEqual(r.items, s3.itemCount)
             }
         }

@@ -10,8 +10,8 @@ import StrataStore
 /// SIEVE, S3-FIFO, W-TinyLFU) at equal memory, and prints each policy's hit ratio.
 ///
 /// Equal memory: every policy gets the same byte capacity, a fraction of the key space's
-/// bytes, where an item costs `key + value + overhead` (overhead 56 B, the memory tier's
-/// record header). The real tier gets that capacity as `memoryCostLimit`; it rounds records
+/// bytes, where an item costs `key + value + overhead` (overhead 32 B: the memory tier's
+/// 30-byte record header, rounded with a 12-byte key and a 100-byte value to a 144-byte chunk). The real tier gets that capacity as `memoryCostLimit`; it rounds records
 /// to 8-byte size classes and splits the limit over its shards, so the items it held at the
 /// end are printed beside the simulators' counts.
 struct HitRatioBench {
@@ -32,11 +32,11 @@ struct HitRatioBench {
       --phases N          shifting trace: popularity phases (default 8)
       --shards N          memory-tier shards of the real tier (default 16, the store's default)
       --skip-strata       simulators only
-    Per-item charge: 12-byte key + value + 56 B. See bench/RESULTS.md for figures.
+    Per-item charge: 12-byte key + value + 32 B. See bench/RESULTS.md for figures.
     """
 
     static let keyBytes = 12
-    static let overhead = 56
+    static let overhead = 32
 
     let requests: Int, keys: Int, alpha: Double, seed: UInt64
     let traces: [String], percents: [Double]

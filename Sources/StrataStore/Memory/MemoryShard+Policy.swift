@@ -27,11 +27,11 @@ extension MemoryShard {
     func evict(toFit chunk: Int, now: Int64) {
         while count > 0 && (count + 1 > countLimit || usedBytes + chunk > costLimit) { evictOne() }
         if ageLimitSeconds > 0 {
-            let cutoff = now / 1_000_000 - ageLimitSeconds
+            let nowSeconds = now / 1_000_000
             for main in [false, true] {
                 while true {
                     let t = main ? queueTail.1 : queueTail.0
-                    guard t != 0, Int64(u32(ptr(t), Self.oAccess)) < cutoff else { break }
+                    guard t != 0, idleSeconds(ptr(t), nowSeconds: nowSeconds) > ageLimitSeconds else { break }
                     evictions += 1
                     remove(ref: t, slot: slotOf(t))
                 }
@@ -71,7 +71,7 @@ extension MemoryShard {
                 while mainOverShare { evictMain() }
             } else {
                 let hash = u32(ptr(t), Self.oHash)
-                let chunk = chunkSize(ptr(t))
+                let chunk = chunkSize(t)
                 evictions += 1
                 remove(ref: t, slot: slotOf(t))
                 ghost.add(hash, limit: ghostLimit(evictedChunk: chunk))
