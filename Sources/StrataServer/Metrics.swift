@@ -53,7 +53,7 @@ extension Node {
         metric("tls_reload_failures", "counter", "Certificate reloads that failed (the old certificate stays in use).", Double(stats.tlsReloadFailures.load(ordering: .relaxed)))
         metric("disk_jobs_outstanding", "gauge", "Disk-tier jobs queued or running on workers.", Double(workers.outstanding))
         metric("memory_items", "gauge", "Items in the memory tier.", Double(s.memory.items))
-        metric("memory_bytes", "gauge", "Bytes accounted by the memory tier.", Double(s.memory.bytes))
+        metric("memory_bytes", "gauge", "Bytes accounted by the memory tier (records and ghost queues).", Double(s.memory.bytes))
         metric("memory_hits", "counter", "Memory-tier hits.", Double(s.memory.hits))
         metric("memory_misses", "counter", "Memory-tier misses.", Double(s.memory.misses))
         metric("memory_evictions", "counter", "Items evicted from memory.", Double(s.memory.evictions))

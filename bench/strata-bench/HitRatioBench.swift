@@ -131,14 +131,16 @@ struct HitRatioBench {
     }
 
     /// Replays `trace` through a memory-only `TieredCache` whose memory tier may account
-    /// `capacity` bytes. Returns the hits, the items and accounted bytes held at the end, and
-    /// the replay's wall time (key formatting, GETs and the SETs after misses).
-    func replayStrata(_ trace: Trace, capacity: Int) throws -> (hits: Int, items: Int, bytes: Int, seconds: Double) {
+    /// `capacity` bytes (records and the S3-FIFO ghost queue), or with `countLimit`, hold that
+    /// many items (bytes unlimited). Returns the hits, the items and accounted bytes held at
+    /// the end, and the replay's wall time (key formatting, GETs and the SETs after misses).
+    func replayStrata(_ trace: Trace, capacity: Int, countLimit: Int? = nil) throws -> (hits: Int, items: Int, bytes: Int, seconds: Double) {
         var template = Array("/tmp/strata-bench-hitratio-XXXXXX".utf8CString)
         let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         defer { _ = system("rm -rf '\(dir)'") }
         var config = StoreConfiguration(directory: dir)
-        config.memoryCostLimit = capacity
+        config.memoryCostLimit = countLimit == nil ? capacity : Int.max
+        if let countLimit { config.memoryCountLimit = countLimit }
         config.memoryShards = shards
         config.quickCheckOnOpen = false
         let store = try TieredCache(configuration: config)

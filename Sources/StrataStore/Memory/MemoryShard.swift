@@ -82,8 +82,10 @@ final class MemoryShard {
     let ghost = GhostQueue()
 
     private(set) var count = 0
-    /// Accounted bytes: the chunk sizes of live records.
+    /// The chunk sizes of live records.
     private(set) var usedBytes = 0
+    /// What the byte limit holds: the records' chunks and the ghost queue's arrays.
+    var memoryBytes: Int { usedBytes + ghost.memoryBytes }
     /// Bumped by every delete, so a disk read that raced with a delete is not promoted.
     private(set) var deleteEpoch: UInt64 = 0
 
