@@ -87,6 +87,29 @@ final class MemoryRecordTests: XCTestCase {
         XCTAssertEqual(chunk(ItemState(value: [], flags: 0, extended: [1, 2], expiry: 0, version: 1, marks: 0)), 48)
     }
 
+    /// The index grows by half at 3/4 full (sizes that are not powers of two) and finds every
+    /// key through growth, deletions (backward shift) and wrap-around.
+    func testIndexGrowsByHalfAndFindsEveryKey() {
+        let s = MemoryShard(countLimit: .max, costLimit: .max, ageLimitSeconds: 0)
+        let item = ItemState(value: [7], flags: 0, extended: [], expiry: 0, version: 1, marks: 0)
+        var sizes: Set<Int> = [s.indexCapacity]
+        for i in 0..<20_000 {
+            put(s, bytes("key\(i)"), item)
+            sizes.insert(s.indexCapacity)
+            XCTAssertLessThanOrEqual(s.count * 4, s.indexCapacity * 3)
+        }
+        XCTAssertEqual(sizes.sorted().prefix(4), [1024, 1536, 2304, 3456])
+        for i in stride(from: 0, to: 20_000, by: 3) {
+            XCTAssertTrue(bytes("key\(i)").withUnsafeBytes { s.delete(tag: 1, key: $0, hash: hash(bytes("key\(i)"), 1)) })
+        }
+        for i in 0..<20_000 {
+            XCTAssertEqual(peek(s, bytes("key\(i)")) != nil, i % 3 != 0, "key\(i)")
+        }
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
+    }
+
     /// The last access is kept in seconds mod 2^24: idle times are exact across the wrap.
     func testIdleAgeAcrossTheAccessClockWrap() {
         let s = MemoryShard(countLimit: .max, costLimit: .max, ageLimitSeconds: 60)

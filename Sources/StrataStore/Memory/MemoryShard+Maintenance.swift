@@ -15,7 +15,7 @@ extension MemoryShard {
         var i = cursor
         var looked = 0
         let nowSeconds = now / 1_000_000
-        while i <= mask && looked < budget {
+        while i < indexCapacity && looked < budget {
             let r = index[i]
             if r != 0 {
                 let p = ptr(r)
@@ -38,7 +38,7 @@ extension MemoryShard {
             i += 1
             looked += 1
         }
-        return i > mask ? 0 : i
+        return i >= indexCapacity ? 0 : i
     }
 
     /// Calls `body` with each record: the main queue, then the small queue, newest first.
@@ -78,7 +78,7 @@ extension MemoryShard {
         if n != count { return "count \(count) but the queues hold \(n)" }
         if bytes != usedBytes { return "usedBytes \(usedBytes) but records sum to \(bytes)" }
         var indexed = 0
-        for i in 0...mask where index[i] != 0 { indexed += 1 }
+        for i in 0..<indexCapacity where index[i] != 0 { indexed += 1 }
         if indexed != count { return "index holds \(indexed) but count is \(count)" }
         return nil
     }

@@ -11,13 +11,15 @@ import StrataCore
 /// data; here an item costs its 30-byte header (plus 2–22 bytes of optional fields only when it
 /// has flags, an expiry, extended data, a value ≥ 2 MiB or a namespace tag ≥ 255;
 /// MemoryShard+Record.swift), rounding to its size class (≤ 7 bytes below 1 KiB, ≤ 12.5 %
-/// above) and 5.3–10.7 bytes of index.
+/// above) and 5.3–8 bytes of index.
 ///
 /// - Records live in 1 MiB pages dedicated to one size class (multiples of 8 up to 1 KiB, then
 ///   steps of 1/8 up to 128 KiB); larger records get an allocation of their own. A reference is
 ///   `page << 17 | offset / 8`; 0 means none (page 0 is never used).
 /// - Freed chunks go on their class's free list; class pages are kept, as in memcached.
-/// - The index holds references; linear probing with backward-shift deletion (no tombstones).
+/// - The index holds references; linear probing with backward-shift deletion (no tombstones);
+///   a key's home slot comes from its hash's high bits (`home`), so the index can grow by 1.5×
+///   at 3/4 full (4/3 to 2 slots of 4 bytes per record).
 /// - A hit bumps a 2-bit counter in the record's `oPolicy` byte (no relinking); beside the
 ///   records, a `GhostQueue` of recently evicted key hashes (11–22 B per entry, at most
 ///   ~90 % of the items the shard holds); its bytes are counted in `memoryBytes`.
@@ -72,7 +74,8 @@ final class MemoryShard {
     private var classCarveOffset: [Int]
     // Index.
     var index: UnsafeMutablePointer<UInt32>
-    var mask: Int
+    /// Slots in `index` (any size ≥ 1024).
+    var indexCapacity: Int
     // The S3-FIFO queues: 0 = small, 1 = main; head is the newest, tail the oldest.
     var queueHead: (UInt32, UInt32) = (0, 0)
     var queueTail: (UInt32, UInt32) = (0, 0)
@@ -111,9 +114,9 @@ final class MemoryShard {
         classFree = Array(repeating: 0, count: n)
         classCarvePage = Array(repeating: 0, count: n)
         classCarveOffset = Array(repeating: 0, count: n)
-        mask = 1023
-        index = .allocate(capacity: mask + 1)
-        index.initialize(repeating: 0, count: mask + 1)
+        indexCapacity = 1024
+        index = .allocate(capacity: indexCapacity)
+        index.initialize(repeating: 0, count: indexCapacity)
     }
 
     deinit {
@@ -204,9 +207,16 @@ final class MemoryShard {
 
     // MARK: Index
 
+    /// The home slot of `hash` in an index of `capacity` slots (the hash's high bits: any
+    /// capacity works, so the index grows by 1.5×, not 2×).
+    @inline(__always) static func home(_ hash: UInt32, _ capacity: Int) -> Int {
+        Int(truncatingIfNeeded: (UInt64(hash) &* UInt64(capacity)) >> 32)
+    }
+    @inline(__always) func nextSlot(_ i: Int) -> Int { i + 1 == indexCapacity ? 0 : i + 1 }
+
     /// The reference and index slot of `key` in namespace `tag`, or the empty slot where it would go.
     func find(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> (ref: UInt32, slot: Int) {
-        var i = Int(hash) & mask
+        var i = Self.home(hash, indexCapacity)
         while true {
             let r = index[i]
             if r == 0 { return (0, i) }
@@ -215,13 +225,13 @@ final class MemoryShard {
                key.count == 0 || memcmp(keyStart(p), key.baseAddress!, key.count) == 0 {
                 return (r, i)
             }
-            i = (i + 1) & mask
+            i = nextSlot(i)
         }
     }
 
     func slotOf(_ ref: UInt32) -> Int {
-        var i = Int(u32(ptr(ref), Self.oHash)) & mask
-        while index[i] != ref { i = (i + 1) & mask }
+        var i = Self.home(u32(ptr(ref), Self.oHash), indexCapacity)
+        while index[i] != ref { i = nextSlot(i) }
         return i
     }
 
@@ -230,10 +240,10 @@ final class MemoryShard {
         var j = slot
         index[i] = 0
         while true {
-            j = (j + 1) & mask
+            j = nextSlot(j)
             let r = index[j]
             if r == 0 { return }
-            let k = Int(u32(ptr(r), Self.oHash)) & mask
+            let k = Self.home(u32(ptr(r), Self.oHash), indexCapacity)
             // r may stay at j if its home k lies cyclically in (i, j].
             let stays = i <= j ? (i < k && k <= j) : (i < k || k <= j)
             if stays { continue }
@@ -243,21 +253,21 @@ final class MemoryShard {
         }
     }
 
+    /// Keeps the index at most 3/4 full, growing it by half (so it holds 4/3 to 2 slots per record).
     private func growIndexIfNeeded() {
-        guard (count + 1) * 4 > (mask + 1) * 3 else { return }
-        let newCap = (mask + 1) * 2
+        guard (count + 1) * 4 > indexCapacity * 3 else { return }
+        let newCap = indexCapacity + indexCapacity / 2
         let newIndex = UnsafeMutablePointer<UInt32>.allocate(capacity: newCap)
         newIndex.initialize(repeating: 0, count: newCap)
-        let newMask = newCap - 1
-        for i in 0...mask where index[i] != 0 {
+        for i in 0..<indexCapacity where index[i] != 0 {
             let r = index[i]
-            var j = Int(u32(ptr(r), Self.oHash)) & newMask
-            while newIndex[j] != 0 { j = (j + 1) & newMask }
+            var j = Self.home(u32(ptr(r), Self.oHash), newCap)
+            while newIndex[j] != 0 { j = j + 1 == newCap ? 0 : j + 1 }
             newIndex[j] = r
         }
         index.deallocate()
         index = newIndex
-        mask = newMask
+        indexCapacity = newCap
     }
 
     // MARK: Queues
