@@ -36,8 +36,8 @@ extension MemoryShard {
         (b & 1 != 0 ? 4 : 0) + (b & 2 != 0 ? 4 : 0) + (b & 4 != 0 ? 8 : 0) + (b & 8 != 0 ? 2 : 0) + (b & 16 != 0 ? 4 : 0)
     }
 
-    /// Header and optional fields of a record holding `item` under a key of `keyCount` bytes;
-    /// and its layout byte.
+    /// The layout byte of a record holding `item` in namespace `tag`, and the bytes of its
+    /// header and optional fields.
     static func headerLayout(tag: UInt32, item: ItemState) -> (layout: UInt8, size: Int) {
         var l: UInt8 = 0
         if tag >= 255 { l |= lWideTag }
@@ -109,6 +109,7 @@ extension MemoryShard {
         let inlineValue = l & Self.lLongValue != 0 ? 0 : UInt32(item.value.count)
         p.storeBytes(of: UInt32(key.count) | inlineValue << Self.keyLenBits, toByteOffset: Self.oLens, as: UInt32.self)
         touch(p, now: now, policy: policy)
+        assert(item.marks < 8, "the layout byte keeps 3 bits of ItemMarks")
         p.storeBytes(of: l | (item.marks << Self.marksShift), toByteOffset: Self.oLayout, as: UInt8.self)
         p.storeBytes(of: UInt8(min(tag, 255)), toByteOffset: Self.oTag, as: UInt8.self)
         if l & Self.lWideTag != 0 { p.storeBytes(of: tag, toByteOffset: fieldOffset(l, Self.lWideTag), as: UInt32.self) }
