@@ -8,7 +8,8 @@ public struct StoreConfiguration: Sendable {
 
     // Memory tier.
     public var memoryCountLimit: Int = Int.max
-    /// Bytes the memory tier may account (record headers + keys + values, rounded to slab chunks).
+    /// Bytes the memory tier may account (record headers + keys + values, rounded to slab chunks,
+    /// and the S3-FIFO ghost queues).
     public var memoryCostLimit: Int = 256 << 20
     /// Items not read or written for this many seconds are dropped from memory (0 = no limit):
     /// when an insert makes room and by the background sweeper (YYMemoryCache's `ageLimit`). A
