@@ -66,7 +66,7 @@ extension Node {
             NodeNumber("tls_reload_failures", .counter, "Certificate reloads that failed (the old certificate stays in use).", stats.tlsReloadFailures.load(ordering: .relaxed)),
             NodeNumber("disk_jobs_outstanding", .gauge, "Disk-tier jobs queued or running on workers.", workers.outstanding),
             NodeNumber("memory_items", .gauge, "Items in the memory tier.", s.memory.items),
-            NodeNumber("memory_bytes", .gauge, "Bytes accounted by the memory tier.", s.memory.bytes),
+            NodeNumber("memory_bytes", .gauge, "Bytes accounted by the memory tier (records and ghost queues).", s.memory.bytes),
             NodeNumber("memory_hits", .counter, "Memory-tier hits.", s.memory.hits),
             NodeNumber("memory_misses", .counter, "Memory-tier misses.", s.memory.misses),
             NodeNumber("memory_evictions", .counter, "Items evicted from memory.", s.memory.evictions),

@@ -38,7 +38,7 @@ final class MemoryLimitTests: XCTestCase {
         XCTAssertEqual(queue(s, "a"), 0, "new keys enter the small queue")
         XCTAssertTrue(has(s, "a"))
         var order: [String] = []
-        s.forEachRecord { order.append(String(decoding: UnsafeRawBufferPointer(start: $0 + MemoryShard.headerSize, count: 1), as: UTF8.self)) }
+        s.forEachRecord { order.append(String(decoding: UnsafeRawBufferPointer(start: s.keyStart($0), count: 1), as: UTF8.self)) }
         XCTAssertEqual(order, ["c", "b", "a"], "a hit does not relink")
         put(s, "d")
         XCTAssertNil(queue(s, "b"), "b, the oldest unhit record, is evicted")
@@ -114,10 +114,11 @@ final class MemoryLimitTests: XCTestCase {
         for i in 0..<20_000 { put(s, "k\(i)") }
         XCTAssertEqual(s.ghost.count, 90)
         XCTAssertLessThanOrEqual(s.ghost.memoryBytes, 4 * (256 + 256))
-        let b = shard(cost: 100 * 72) // 100 records of one 72-byte chunk
+        let b = shard(cost: 100 * 40) // 100 records of one 40-byte chunk (30-byte header, key, 3-byte value)
         for i in 0..<20_000 { put(b, "k\(i)") }
-        XCTAssertEqual(b.count, 100)
         XCTAssertEqual(b.ghost.count, 90)
+        XCTAssertLessThanOrEqual(b.memoryBytes, 100 * 40, "the byte limit holds the records and the ghost queue")
+        XCTAssertEqual(b.count, (100 * 40 - b.ghost.memoryBytes) / 40, "records fill what the ghost queue leaves")
         b.removeAll()
         XCTAssertEqual(b.ghost.count, 0)
     }

@@ -10,8 +10,8 @@ import StrataStore
 /// SIEVE, S3-FIFO, W-TinyLFU) at equal memory, and prints each policy's hit ratio.
 ///
 /// Equal memory: every policy gets the same byte capacity, a fraction of the key space's
-/// bytes, where an item costs `key + value + overhead` (overhead 56 B, the memory tier's
-/// record header). The real tier gets that capacity as `memoryCostLimit`; it rounds records
+/// bytes, where an item costs `key + value + overhead` (overhead 32 B: the memory tier's
+/// 30-byte record header, rounded with a 12-byte key and a 100-byte value to a 144-byte chunk). The real tier gets that capacity as `memoryCostLimit`; it rounds records
 /// to 8-byte size classes and splits the limit over its shards, so the items it held at the
 /// end are printed beside the simulators' counts.
 struct HitRatioBench {
@@ -32,11 +32,11 @@ struct HitRatioBench {
       --phases N          shifting trace: popularity phases (default 8)
       --shards N          memory-tier shards of the real tier (default 16, the store's default)
       --skip-strata       simulators only
-    Per-item charge: 12-byte key + value + 56 B. See bench/RESULTS.md for figures.
+    Per-item charge: 12-byte key + value + 32 B. See bench/RESULTS.md for figures.
     """
 
     static let keyBytes = 12
-    static let overhead = 56
+    static let overhead = 32
 
     let requests: Int, keys: Int, alpha: Double, seed: UInt64
     let traces: [String], percents: [Double]
@@ -131,14 +131,16 @@ struct HitRatioBench {
     }
 
     /// Replays `trace` through a memory-only `TieredCache` whose memory tier may account
-    /// `capacity` bytes. Returns the hits, the items and accounted bytes held at the end, and
-    /// the replay's wall time (key formatting, GETs and the SETs after misses).
-    func replayStrata(_ trace: Trace, capacity: Int) throws -> (hits: Int, items: Int, bytes: Int, seconds: Double) {
+    /// `capacity` bytes (records and the S3-FIFO ghost queue), or with `countLimit`, hold that
+    /// many items (bytes unlimited). Returns the hits, the items and accounted bytes held at
+    /// the end, and the replay's wall time (key formatting, GETs and the SETs after misses).
+    func replayStrata(_ trace: Trace, capacity: Int, countLimit: Int? = nil) throws -> (hits: Int, items: Int, bytes: Int, seconds: Double) {
         var template = Array("/tmp/strata-bench-hitratio-XXXXXX".utf8CString)
         let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         defer { _ = system("rm -rf '\(dir)'") }
         var config = StoreConfiguration(directory: dir)
-        config.memoryCostLimit = capacity
+        config.memoryCostLimit = countLimit == nil ? capacity : Int.max
+        if let countLimit { config.memoryCountLimit = countLimit }
         config.memoryShards = shards
         config.quickCheckOnOpen = false
         let store = try TieredCache(configuration: config)

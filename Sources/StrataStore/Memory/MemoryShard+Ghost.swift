@@ -9,7 +9,8 @@
 /// toward the limit. A full ring is compacted, or doubled when more than 3/4 of it is live.
 ///
 /// Memory: 4 B per ring slot + 4 B per table slot, both powers of two — 11–22 B per live
-/// entry (`memoryBytes`). Not counted in the shard's `usedBytes` (the tier's accounted bytes).
+/// entry (`memoryBytes`). Counted in the shard's `memoryBytes`, which its byte limit holds
+/// (records are evicted to make room for the ghost's arrays, and reported in `memory_bytes`).
 ///
 /// Not thread-safe: used under the shard's lock.
 final class GhostQueue {

@@ -14,8 +14,8 @@ extension MemoryShard {
     func sweep(from cursor: Int, budget: Int, now: Int64, isLiveTag: (UInt32) -> Bool) -> Int {
         var i = cursor
         var looked = 0
-        let idleCutoff = ageLimitSeconds > 0 ? now / 1_000_000 - ageLimitSeconds : Int64.min
-        while i <= mask && looked < budget {
+        let nowSeconds = now / 1_000_000
+        while i < indexCapacity && looked < budget {
             let r = index[i]
             if r != 0 {
                 let p = ptr(r)
@@ -24,11 +24,11 @@ extension MemoryShard {
                     remove(ref: r, slot: i)
                     looked += 1
                     continue // the backward shift may have moved another record into slot i
-                } else if !isLiveTag(u32(p, Self.oTag)) {
+                } else if !isLiveTag(recordTag(p)) {
                     remove(ref: r, slot: i)
                     looked += 1
                     continue
-                } else if Int64(u32(p, Self.oAccess)) < idleCutoff {
+                } else if ageLimitSeconds > 0 && idleSeconds(p, nowSeconds: nowSeconds) > ageLimitSeconds {
                     evictions += 1
                     remove(ref: r, slot: i)
                     looked += 1
@@ -38,7 +38,7 @@ extension MemoryShard {
             i += 1
             looked += 1
         }
-        return i > mask ? 0 : i
+        return i >= indexCapacity ? 0 : i
     }
 
     /// Calls `body` with each record: the main queue, then the small queue, newest first.
@@ -62,7 +62,7 @@ extension MemoryShard {
                 if prev(r) != last { return "broken prev link" }
                 if (policyBits(r) & Self.policyMain != 0) != (queue == 1) { return "record in the wrong queue" }
                 qn += 1
-                qbytes += chunkSize(ptr(r))
+                qbytes += chunkSize(r)
                 if index[slotOf(r)] != r { return "record missing from index" }
                 last = r
                 r = next(r)
@@ -78,7 +78,7 @@ extension MemoryShard {
         if n != count { return "count \(count) but the queues hold \(n)" }
         if bytes != usedBytes { return "usedBytes \(usedBytes) but records sum to \(bytes)" }
         var indexed = 0
-        for i in 0...mask where index[i] != 0 { indexed += 1 }
+        for i in 0..<indexCapacity where index[i] != 0 { indexed += 1 }
         if indexed != count { return "index holds \(indexed) but count is \(count)" }
         return nil
     }

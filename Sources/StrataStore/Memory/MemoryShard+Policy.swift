@@ -12,7 +12,8 @@
 //   counter is non-zero; else it is evicted.
 // - S is evicted from while it holds ≥ its share (or M is empty), else M.
 // - G keeps live entries up to 90 % of the items the shard holds at its limits: its byte limit
-//   over the mean record size, and 90 % of its count limit.
+//   over the mean record size, and 90 % of its count limit. G's arrays count toward the byte
+//   limit (`memoryBytes`): records are evicted while records + G + the new record exceed it.
 extension MemoryShard {
     static let policyFreqMask: UInt8 = 3
     static let policyMain: UInt8 = 4
@@ -21,17 +22,17 @@ extension MemoryShard {
     var smallCostShare: Int { costLimit / 10 }
     var smallCountShare: Int { countLimit / 10 }
 
-    /// Evicts (S3-FIFO) until one more item of `chunk` bytes fits, then, with an age limit,
+    /// Evicts (S3-FIFO) until one more item of `chunk` bytes fits (beside the ghost queue), then, with an age limit,
     /// drops records not used for longer from the tails of both queues (the sweeper finds
     /// idle records deeper in the queues).
     func evict(toFit chunk: Int, now: Int64) {
-        while count > 0 && (count + 1 > countLimit || usedBytes + chunk > costLimit) { evictOne() }
+        while count > 0 && (count + 1 > countLimit || memoryBytes + chunk > costLimit) { evictOne() }
         if ageLimitSeconds > 0 {
-            let cutoff = now / 1_000_000 - ageLimitSeconds
+            let nowSeconds = now / 1_000_000
             for main in [false, true] {
                 while true {
                     let t = main ? queueTail.1 : queueTail.0
-                    guard t != 0, Int64(u32(ptr(t), Self.oAccess)) < cutoff else { break }
+                    guard t != 0, idleSeconds(ptr(t), nowSeconds: nowSeconds) > ageLimitSeconds else { break }
                     evictions += 1
                     remove(ref: t, slot: slotOf(t))
                 }
@@ -39,9 +40,9 @@ extension MemoryShard {
         }
     }
 
-    /// Evicts (S3-FIFO) until at most `count` items and `bytes` bytes remain.
+    /// Evicts (S3-FIFO) until at most `count` items and `bytes` bytes (records and ghost) remain.
     func trim(toCount: Int, toBytes: Int) {
-        while count > 0 && (count > toCount || usedBytes > toBytes) { evictOne() }
+        while count > 0 && (count > toCount || memoryBytes > toBytes) { evictOne() }
     }
 
     /// One eviction step of S3-FIFO: from the small queue while it holds its share, else from
@@ -71,7 +72,7 @@ extension MemoryShard {
                 while mainOverShare { evictMain() }
             } else {
                 let hash = u32(ptr(t), Self.oHash)
-                let chunk = chunkSize(ptr(t))
+                let chunk = chunkSize(t)
                 evictions += 1
                 remove(ref: t, slot: slotOf(t))
                 ghost.add(hash, limit: ghostLimit(evictedChunk: chunk))

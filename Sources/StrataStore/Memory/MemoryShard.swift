@@ -8,29 +8,27 @@ import StrataCore
 /// queues whose links are 32-bit references (MemoryShard+Policy.swift).
 ///
 /// Layout (why): a Swift object plus two arrays per item costs well over 100 bytes beyond the
-/// data; here an item costs its 56-byte header, rounding to its size class (≤ 8 bytes below
-/// 1 KiB, ≤ 12.5 % above) and 4–11 bytes of index.
+/// data; here an item costs its 30-byte header (plus 2–22 bytes of optional fields only when it
+/// has flags, an expiry, extended data, a value ≥ 2 MiB or a namespace tag ≥ 255;
+/// MemoryShard+Record.swift), rounding to its size class (≤ 7 bytes below 1 KiB, ≤ 12.5 %
+/// above) and 5.3–8 bytes of index.
 ///
 /// - Records live in 1 MiB pages dedicated to one size class (multiples of 8 up to 1 KiB, then
 ///   steps of 1/8 up to 128 KiB); larger records get an allocation of their own. A reference is
 ///   `page << 17 | offset / 8`; 0 means none (page 0 is never used).
 /// - Freed chunks go on their class's free list; class pages are kept, as in memcached.
-/// - The index holds references; linear probing with backward-shift deletion (no tombstones).
+/// - The index holds references; linear probing with backward-shift deletion (no tombstones);
+///   a key's home slot comes from its hash's high bits (`home`), so the index can grow by 1.5×
+///   at 3/4 full (4/3 to 2 slots of 4 bytes per record).
 /// - A hit bumps a 2-bit counter in the record's `oPolicy` byte (no relinking); beside the
 ///   records, a `GhostQueue` of recently evicted key hashes (11–22 B per entry, at most
-///   ~90 % of the items the shard holds) is not part of `usedBytes`.
+///   ~90 % of the items the shard holds); its bytes are counted in `memoryBytes`.
 ///
 /// Not thread-safe: `MemoryTier` holds `lock` around every call.
 final class MemoryShard {
     let lock = Lock()
 
-    // Record header: offsets in bytes.
-    static let oHash = 0, oPrev = 4, oNext = 8, oTag = 12, oValueLen = 16, oFlags = 20, oAccess = 24
-    static let oKeyLen = 28, oExtLen = 30, oVersion = 32, oExpiry = 40, oBits = 48, oClass = 49
-    /// S3-FIFO state: bits 0–1 the access counter (0–3), bit 2 set when in the main queue.
-    static let oPolicy = 50
-    static let headerSize = 56
-    /// The `oBits` byte holds the item's `ItemMarks`.
+    // The record layout is in MemoryShard+Record.swift.
     static let bitTombstone: UInt8 = ItemMarks.tombstone
 
     static let pageShift = 20
@@ -41,7 +39,7 @@ final class MemoryShard {
     /// Chunk sizes of the size classes.
     static let classSizes: [Int] = {
         var sizes: [Int] = []
-        var s = 64
+        var s = 32
         while s <= 1024 { sizes.append(s); s += 8 }
         s = 1024
         while true {
@@ -53,8 +51,8 @@ final class MemoryShard {
     }()
 
     static func sizeClass(for size: Int) -> Int? {
-        if size <= 1024 { return (max(size, 64) - 64 + 7) / 8 }
-        var lo = 121, hi = classSizes.count - 1
+        if size <= 1024 { return (max(size, 32) - 32 + 7) / 8 }
+        var lo = 125, hi = classSizes.count - 1
         if size > classSizes[hi] { return nil }
         while lo < hi {
             let mid = (lo + hi) / 2
@@ -65,6 +63,8 @@ final class MemoryShard {
 
     // Pages.
     private var pages: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    /// The size class of each page's records (`largeClass` for an allocation of its own).
+    private var pageClass: UnsafeMutablePointer<UInt8>
     private var pageCapacity = 64
     private var pagesUsed = 1
     private var freePageSlots: [UInt32] = []
@@ -74,7 +74,8 @@ final class MemoryShard {
     private var classCarveOffset: [Int]
     // Index.
     var index: UnsafeMutablePointer<UInt32>
-    var mask: Int
+    /// Slots in `index` (any size ≥ 1024).
+    var indexCapacity: Int
     // The S3-FIFO queues: 0 = small, 1 = main; head is the newest, tail the oldest.
     var queueHead: (UInt32, UInt32) = (0, 0)
     var queueTail: (UInt32, UInt32) = (0, 0)
@@ -84,8 +85,10 @@ final class MemoryShard {
     let ghost = GhostQueue()
 
     private(set) var count = 0
-    /// Accounted bytes: the chunk sizes of live records.
+    /// The chunk sizes of live records.
     private(set) var usedBytes = 0
+    /// What the byte limit holds: the records' chunks and the ghost queue's arrays.
+    var memoryBytes: Int { usedBytes + ghost.memoryBytes }
     /// Bumped by every delete, so a disk read that raced with a delete is not promoted.
     private(set) var deleteEpoch: UInt64 = 0
 
@@ -105,18 +108,21 @@ final class MemoryShard {
         self.ageLimitSeconds = ageLimitSeconds
         pages = .allocate(capacity: pageCapacity)
         pages.initialize(repeating: nil, count: pageCapacity)
+        pageClass = .allocate(capacity: pageCapacity)
+        pageClass.initialize(repeating: 0, count: pageCapacity)
         let n = Self.classSizes.count
         classFree = Array(repeating: 0, count: n)
         classCarvePage = Array(repeating: 0, count: n)
         classCarveOffset = Array(repeating: 0, count: n)
-        mask = 1023
-        index = .allocate(capacity: mask + 1)
-        index.initialize(repeating: 0, count: mask + 1)
+        indexCapacity = 1024
+        index = .allocate(capacity: indexCapacity)
+        index.initialize(repeating: 0, count: indexCapacity)
     }
 
     deinit {
         for i in 1..<pagesUsed { free(pages[i]) }
         pages.deallocate()
+        pageClass.deallocate()
         index.deallocate()
     }
 
@@ -126,46 +132,22 @@ final class MemoryShard {
         pages[Int(ref >> 17)].unsafelyUnwrapped + (Int(ref & 0x1FFFF) << 3)
     }
     @inline(__always) func u32(_ p: UnsafeMutableRawPointer, _ o: Int) -> UInt32 { p.load(fromByteOffset: o, as: UInt32.self) }
-    @inline(__always) private func u16(_ p: UnsafeMutableRawPointer, _ o: Int) -> Int { Int(p.load(fromByteOffset: o, as: UInt16.self)) }
     @inline(__always) private func set32(_ p: UnsafeMutableRawPointer, _ o: Int, _ v: UInt32) { p.storeBytes(of: v, toByteOffset: o, as: UInt32.self) }
     @inline(__always) func prev(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oPrev) }
     @inline(__always) func next(_ r: UInt32) -> UInt32 { u32(ptr(r), Self.oNext) }
     @inline(__always) private func setPrev(_ r: UInt32, _ v: UInt32) { set32(ptr(r), Self.oPrev, v) }
     @inline(__always) private func setNext(_ r: UInt32, _ v: UInt32) { set32(ptr(r), Self.oNext, v) }
 
-    private func recordSize(_ p: UnsafeMutableRawPointer) -> Int {
-        Self.headerSize + u16(p, Self.oKeyLen) + u16(p, Self.oExtLen) + Int(u32(p, Self.oValueLen))
-    }
-
-    func chunkSize(_ p: UnsafeMutableRawPointer) -> Int {
-        let cls = p.load(fromByteOffset: Self.oClass, as: UInt8.self)
-        return cls == Self.largeClass ? recordSize(p) : Self.classSizes[Int(cls)]
-    }
-
-    func state(_ p: UnsafeMutableRawPointer) -> ItemState {
-        let keyLen = u16(p, Self.oKeyLen), extLen = u16(p, Self.oExtLen), valueLen = Int(u32(p, Self.oValueLen))
-        let data = p + Self.headerSize
-        let ext = [UInt8](UnsafeRawBufferPointer(start: data + keyLen, count: extLen))
-        let value = [UInt8](UnsafeRawBufferPointer(start: data + keyLen + extLen, count: valueLen))
-        return ItemState(value: value, flags: u32(p, Self.oFlags), extended: ext,
-                         expiry: p.load(fromByteOffset: Self.oExpiry, as: Int64.self),
-                         version: p.load(fromByteOffset: Self.oVersion, as: UInt64.self),
-                         marks: p.load(fromByteOffset: Self.oBits, as: UInt8.self))
-    }
-
-    /// Metadata without copying the value (the value is left empty).
-    private func header(_ p: UnsafeMutableRawPointer) -> (state: ItemState, valueLen: Int) {
-        (ItemState(value: [], flags: u32(p, Self.oFlags), extended: [],
-                   expiry: p.load(fromByteOffset: Self.oExpiry, as: Int64.self),
-                   version: p.load(fromByteOffset: Self.oVersion, as: UInt64.self),
-                   marks: p.load(fromByteOffset: Self.oBits, as: UInt8.self)),
-         Int(u32(p, Self.oValueLen)))
+    /// The bytes the record `r` occupies: its size class's chunk, or its own allocation's size.
+    func chunkSize(_ r: UInt32) -> Int {
+        let cls = pageClass[Int(r >> 17)]
+        return cls == Self.largeClass ? recordSize(ptr(r)) : Self.classSizes[Int(cls)]
     }
 
     // MARK: Allocation
 
-    private func newPageSlot(_ block: UnsafeMutableRawPointer) -> UInt32? {
-        if let slot = freePageSlots.popLast() { pages[Int(slot)] = block; return slot }
+    private func newPageSlot(_ block: UnsafeMutableRawPointer, cls: UInt8) -> UInt32? {
+        if let slot = freePageSlots.popLast() { pages[Int(slot)] = block; pageClass[Int(slot)] = cls; return slot }
         if pagesUsed == pageCapacity {
             guard pageCapacity < Self.maxPages else { return nil }
             let bigger = UnsafeMutablePointer<UnsafeMutableRawPointer?>.allocate(capacity: pageCapacity * 2)
@@ -173,39 +155,45 @@ final class MemoryShard {
             bigger.update(from: pages, count: pageCapacity)
             pages.deallocate()
             pages = bigger
+            let biggerClass = UnsafeMutablePointer<UInt8>.allocate(capacity: pageCapacity * 2)
+            biggerClass.initialize(repeating: 0, count: pageCapacity * 2)
+            biggerClass.update(from: pageClass, count: pageCapacity)
+            pageClass.deallocate()
+            pageClass = biggerClass
             pageCapacity *= 2
         }
         pages[pagesUsed] = block
+        pageClass[pagesUsed] = cls
         pagesUsed += 1
         return UInt32(pagesUsed - 1)
     }
 
-    private func allocate(size: Int) -> (ref: UInt32, cls: UInt8)? {
+    private func allocate(size: Int) -> UInt32? {
         guard let cls = Self.sizeClass(for: size) else {
             guard let block = malloc(size) else { return nil }
-            guard let slot = newPageSlot(block) else { free(block); return nil }
-            return (slot << 17, Self.largeClass)
+            guard let slot = newPageSlot(block, cls: Self.largeClass) else { free(block); return nil }
+            return slot << 17
         }
         let head = classFree[cls]
         if head != 0 {
             classFree[cls] = u32(ptr(head), 0)
-            return (head, UInt8(cls))
+            return head
         }
         let chunk = Self.classSizes[cls]
         if classCarvePage[cls] == 0 || classCarveOffset[cls] + chunk > Self.pageSize {
             guard let block = malloc(Self.pageSize) else { return nil }
-            guard let slot = newPageSlot(block) else { free(block); return nil }
+            guard let slot = newPageSlot(block, cls: UInt8(cls)) else { free(block); return nil }
             classCarvePage[cls] = slot
             classCarveOffset[cls] = 0
         }
         let ref = classCarvePage[cls] << 17 | UInt32(classCarveOffset[cls] >> 3)
         classCarveOffset[cls] += chunk
-        return (ref, UInt8(cls))
+        return ref
     }
 
     private func release(_ ref: UInt32) {
         let p = ptr(ref)
-        let cls = p.load(fromByteOffset: Self.oClass, as: UInt8.self)
+        let cls = pageClass[Int(ref >> 17)]
         if cls == Self.largeClass {
             let slot = Int(ref >> 17)
             free(pages[slot])
@@ -219,24 +207,31 @@ final class MemoryShard {
 
     // MARK: Index
 
+    /// The home slot of `hash` in an index of `capacity` slots (the hash's high bits: any
+    /// capacity works, so the index grows by 1.5×, not 2×).
+    @inline(__always) static func home(_ hash: UInt32, _ capacity: Int) -> Int {
+        Int(truncatingIfNeeded: (UInt64(hash) &* UInt64(capacity)) >> 32)
+    }
+    @inline(__always) func nextSlot(_ i: Int) -> Int { i + 1 == indexCapacity ? 0 : i + 1 }
+
     /// The reference and index slot of `key` in namespace `tag`, or the empty slot where it would go.
     func find(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> (ref: UInt32, slot: Int) {
-        var i = Int(hash) & mask
+        var i = Self.home(hash, indexCapacity)
         while true {
             let r = index[i]
             if r == 0 { return (0, i) }
             let p = ptr(r)
-            if u32(p, Self.oHash) == hash, u32(p, Self.oTag) == tag, u16(p, Self.oKeyLen) == key.count,
-               key.count == 0 || memcmp(p + Self.headerSize, key.baseAddress!, key.count) == 0 {
+            if u32(p, Self.oHash) == hash, keyLen(p) == key.count, tagMatches(p, tag),
+               key.count == 0 || memcmp(keyStart(p), key.baseAddress!, key.count) == 0 {
                 return (r, i)
             }
-            i = (i + 1) & mask
+            i = nextSlot(i)
         }
     }
 
     func slotOf(_ ref: UInt32) -> Int {
-        var i = Int(u32(ptr(ref), Self.oHash)) & mask
-        while index[i] != ref { i = (i + 1) & mask }
+        var i = Self.home(u32(ptr(ref), Self.oHash), indexCapacity)
+        while index[i] != ref { i = nextSlot(i) }
         return i
     }
 
@@ -245,10 +240,10 @@ final class MemoryShard {
         var j = slot
         index[i] = 0
         while true {
-            j = (j + 1) & mask
+            j = nextSlot(j)
             let r = index[j]
             if r == 0 { return }
-            let k = Int(u32(ptr(r), Self.oHash)) & mask
+            let k = Self.home(u32(ptr(r), Self.oHash), indexCapacity)
             // r may stay at j if its home k lies cyclically in (i, j].
             let stays = i <= j ? (i < k && k <= j) : (i < k || k <= j)
             if stays { continue }
@@ -258,21 +253,21 @@ final class MemoryShard {
         }
     }
 
+    /// Keeps the index at most 3/4 full, growing it by half (so it holds 4/3 to 2 slots per record).
     private func growIndexIfNeeded() {
-        guard (count + 1) * 4 > (mask + 1) * 3 else { return }
-        let newCap = (mask + 1) * 2
+        guard (count + 1) * 4 > indexCapacity * 3 else { return }
+        let newCap = indexCapacity + indexCapacity / 2
         let newIndex = UnsafeMutablePointer<UInt32>.allocate(capacity: newCap)
         newIndex.initialize(repeating: 0, count: newCap)
-        let newMask = newCap - 1
-        for i in 0...mask where index[i] != 0 {
+        for i in 0..<indexCapacity where index[i] != 0 {
             let r = index[i]
-            var j = Int(u32(ptr(r), Self.oHash)) & newMask
-            while newIndex[j] != 0 { j = (j + 1) & newMask }
+            var j = Self.home(u32(ptr(r), Self.oHash), newCap)
+            while newIndex[j] != 0 { j = j + 1 == newCap ? 0 : j + 1 }
             newIndex[j] = r
         }
         index.deallocate()
         index = newIndex
-        mask = newMask
+        indexCapacity = newCap
     }
 
     // MARK: Queues
@@ -294,7 +289,7 @@ final class MemoryShard {
             queueHead.0 = r
             if queueTail.0 == 0 { queueTail.0 = r }
             smallCount += 1
-            smallBytes += chunkSize(ptr(r))
+            smallBytes += chunkSize(r)
         }
     }
 
@@ -306,7 +301,7 @@ final class MemoryShard {
         if n != 0 { setPrev(n, p) } else if main { queueTail.1 = p } else { queueTail.0 = p }
         if !main {
             smallCount -= 1
-            smallBytes -= chunkSize(ptr(r))
+            smallBytes -= chunkSize(r)
         }
     }
 
@@ -314,7 +309,7 @@ final class MemoryShard {
 
     /// Removes the record at `slot`.
     func remove(ref: UInt32, slot: Int) {
-        usedBytes -= chunkSize(ptr(ref))
+        usedBytes -= chunkSize(ref)
         count -= 1
         unlink(ref)
         removeSlot(slot)
@@ -324,10 +319,10 @@ final class MemoryShard {
 
     /// Past its expiry, or (with a `maxAge`) written too long ago.
     func isExpired(_ p: UnsafeMutableRawPointer, now: Int64) -> Bool {
-        let e = p.load(fromByteOffset: Self.oExpiry, as: Int64.self)
+        let e = expiry(p)
         if e != 0 && e <= now { return true }
-        guard maxAgeMicros > 0, p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone == 0 else { return false }
-        return p.load(fromByteOffset: Self.oVersion, as: UInt64.self) < UInt64(max(0, now - maxAgeMicros))
+        guard maxAgeMicros > 0, !isTombstone(p) else { return false }
+        return version(p) < UInt64(max(0, now - maxAgeMicros))
     }
 
     /// The live item, counting the access (the record's 2-bit counter, capped at 3; nothing is
@@ -342,14 +337,13 @@ final class MemoryShard {
             if countStats { misses += 1 }
             return nil
         }
-        if p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone != 0 {
+        if isTombstone(p) {
             if countStats { misses += 1 }
             return nil
         }
         if countStats { hits += 1 }
-        set32(p, Self.oAccess, UInt32(truncatingIfNeeded: now / 1_000_000))
         let bits = p.load(fromByteOffset: Self.oPolicy, as: UInt8.self)
-        if bits & Self.policyFreqMask != Self.policyFreqMask { p.storeBytes(of: bits &+ 1, toByteOffset: Self.oPolicy, as: UInt8.self) }
+        touch(p, now: now, policy: bits & Self.policyFreqMask != Self.policyFreqMask ? bits &+ 1 : bits)
         return state(p)
     }
 
@@ -375,34 +369,19 @@ final class MemoryShard {
     /// memory could not be allocated).
     @discardableResult
     func put(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) -> Bool {
-        let size = Self.headerSize + key.count + item.extended.count + item.value.count
+        let (layout, headerBytes) = Self.headerLayout(tag: tag, item: item)
+        let size = headerBytes + key.count + item.extended.count + item.value.count
         let chunk = Self.sizeClass(for: size).map { Self.classSizes[$0] } ?? size
         let (old, oldSlot) = find(tag: tag, key: key, hash: hash)
         var policy: UInt8? = nil
         if old != 0 { policy = policyBits(old); remove(ref: old, slot: oldSlot) }
-        guard chunk <= costLimit, countLimit > 0, key.count <= Int(UInt16.max), item.extended.count <= Int(UInt16.max),
+        guard chunk <= costLimit, countLimit > 0, key.count <= Self.maxKeyLen, item.extended.count <= Int(UInt16.max),
               item.value.count <= Int(UInt32.max) else { return false }
         evict(toFit: chunk, now: now)
         // After evicting, as the simulator does: the eviction may have pushed the key out of the ghost.
         let bits = policy ?? (ghost.remove(hash) ? Self.policyMain : 0)
-        guard let (ref, cls) = allocate(size: size) else { return false }
-        let p = ptr(ref)
-        set32(p, Self.oHash, hash)
-        set32(p, Self.oTag, tag)
-        set32(p, Self.oValueLen, UInt32(item.value.count))
-        set32(p, Self.oFlags, item.flags)
-        set32(p, Self.oAccess, UInt32(truncatingIfNeeded: now / 1_000_000))
-        p.storeBytes(of: UInt16(key.count), toByteOffset: Self.oKeyLen, as: UInt16.self)
-        p.storeBytes(of: UInt16(item.extended.count), toByteOffset: Self.oExtLen, as: UInt16.self)
-        p.storeBytes(of: item.version, toByteOffset: Self.oVersion, as: UInt64.self)
-        p.storeBytes(of: item.expiry, toByteOffset: Self.oExpiry, as: Int64.self)
-        p.storeBytes(of: item.marks, toByteOffset: Self.oBits, as: UInt8.self)
-        p.storeBytes(of: cls, toByteOffset: Self.oClass, as: UInt8.self)
-        p.storeBytes(of: bits, toByteOffset: Self.oPolicy, as: UInt8.self)
-        let data = p + Self.headerSize
-        if key.count > 0 { data.copyMemory(from: key.baseAddress!, byteCount: key.count) }
-        item.extended.withUnsafeBytes { if $0.count > 0 { (data + key.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
-        item.value.withUnsafeBytes { if $0.count > 0 { (data + key.count + item.extended.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
+        guard let ref = allocate(size: size) else { return false }
+        writeRecord(ptr(ref), tag: tag, key: key, hash: hash, item: item, layout: layout, policy: bits, now: now)
         growIndexIfNeeded()
         let slot = find(tag: tag, key: key, hash: hash).slot
         index[slot] = ref

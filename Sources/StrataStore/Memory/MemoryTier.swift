@@ -15,7 +15,8 @@ final class MemoryTier: @unchecked Sendable {
         while n < max(1, config.memoryShards) { n <<= 1 }
         let countShare = config.memoryCountLimit == Int.max ? Int.max : max(1, config.memoryCountLimit / n)
         let costShare = max(0, config.memoryCostLimit / n)
-        let age = Int64(config.memoryAgeLimit)
+        // Records keep their last access in seconds mod 2^24 (MemoryShard+Record.swift).
+        let age = min(Int64(config.memoryAgeLimit), 1 << 23)
         let maxAge = MaxAge(seconds: config.maxAge).micros
         shards = (0..<n).map { _ in
             let s = MemoryShard(countLimit: countShare, costLimit: costShare, ageLimitSeconds: age)
@@ -64,10 +65,8 @@ final class MemoryTier: @unchecked Sendable {
 extension MemoryShard {
     func collectKeys(tag: UInt32, now: Int64, into out: inout [[UInt8]]) {
         forEachRecord { p in
-            guard p.load(fromByteOffset: Self.oTag, as: UInt32.self) == tag,
-                  p.load(fromByteOffset: Self.oBits, as: UInt8.self) & Self.bitTombstone == 0, !isExpired(p, now: now) else { return }
-            let n = Int(p.load(fromByteOffset: Self.oKeyLen, as: UInt16.self))
-            out.append([UInt8](UnsafeRawBufferPointer(start: p + Self.headerSize, count: n)))
+            guard tagMatches(p, tag), !isTombstone(p), !isExpired(p, now: now) else { return }
+            out.append([UInt8](UnsafeRawBufferPointer(start: keyStart(p), count: keyLen(p))))
         }
     }
 }

@@ -8,11 +8,13 @@ public struct StoreConfiguration: Sendable {
 
     // Memory tier.
     public var memoryCountLimit: Int = Int.max
-    /// Bytes the memory tier may account (record headers + keys + values, rounded to slab chunks).
+    /// Bytes the memory tier may account (record headers + keys + values, rounded to slab chunks,
+    /// and the S3-FIFO ghost queues).
     public var memoryCostLimit: Int = 256 << 20
     /// Items not read or written for this many seconds are dropped from memory (0 = no limit):
     /// when an insert makes room and by the background sweeper (YYMemoryCache's `ageLimit`). A
-    /// trim by last access, not a promise to readers: see `maxAge` for that.
+    /// trim by last access, not a promise to readers: see `maxAge` for that. Limits above
+    /// 2^23 s (97 days) act as 2^23 s.
     public var memoryAgeLimit: Double = 0
     /// Shards of the memory tier (a power of two); each has its own lock and its share of the limits.
     public var memoryShards: Int = 16

@@ -76,7 +76,7 @@ extension TieredCache {
         for shard in memory.shards {
             shard.lock.withLock {
                 s.memory.items += shard.count
-                s.memory.bytes += shard.usedBytes
+                s.memory.bytes += shard.memoryBytes
                 s.memory.hits += shard.hits
                 s.memory.misses += shard.misses
                 s.memory.evictions += shard.evictions
