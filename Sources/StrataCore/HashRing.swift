@@ -52,21 +52,33 @@ public struct HashRing: Sendable {
     /// The owner and then up to `count − 1` further distinct nodes, clockwise.
     public func nodes(for key: [UInt8], namespace: [UInt8] = [], count: Int) -> [Member] {
         guard !positions.isEmpty, count > 0 else { return [] }
-        let h = Self.position(key: key, namespace: namespace)
-        // First point with position >= h.
+        let i = point(at: Self.position(key: key, namespace: namespace))
+        return memberIndices(fromPoint: i, count: count).map { members[$0] }
+    }
+
+    /// How many points the ring has.
+    public var pointCount: Int { positions.count }
+
+    /// The point that owns `position`: the first at or after it, wrapping to 0. The ring must
+    /// not be empty.
+    public func point(at position: UInt64) -> Int {
         var lo = 0, hi = positions.count
         while lo < hi {
             let mid = (lo + hi) / 2
-            if positions[mid] < h { lo = mid + 1 } else { hi = mid }
+            if positions[mid] < position { lo = mid + 1 } else { hi = mid }
         }
-        var out: [Member] = []
-        var taken = Set<Int32>()
+        return lo == positions.count ? 0 : lo
+    }
+
+    /// The indexes in `members` of the owner at point `i` and up to `count − 1` further
+    /// distinct members, clockwise.
+    public func memberIndices(fromPoint start: Int, count: Int) -> [Int] {
+        var out: [Int] = []
         let want = min(count, members.count)
-        var i = lo == positions.count ? 0 : lo
-        var steps = 0
+        var i = start, steps = 0
         while out.count < want && steps < positions.count {
-            let o = owners[i]
-            if taken.insert(o).inserted { out.append(members[Int(o)]) }
+            let o = Int(owners[i])
+            if !out.contains(o) { out.append(o) }
             i += 1
             if i == positions.count { i = 0 }
             steps += 1

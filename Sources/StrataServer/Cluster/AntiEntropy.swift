@@ -160,7 +160,7 @@ final class AntiEntropy: @unchecked Sendable {
             try NodeConnection.check(f, allow: [.ok])
             let theirs = try Responses.parseSyncDigest(f, bits: bits)
             var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
-            try store.forEachSyncEntry(maxVersion: maxVersion, include: { self.view.shared($0, $1, with: peer.name) }) { e in
+            try store.forEachSyncEntry(maxVersion: maxVersion, include: view.sharedTest(with: peer.name)) { e in
                 ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
                     ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
             }
@@ -199,8 +199,9 @@ final class AntiEntropy: @unchecked Sendable {
     private func reconcile(_ peer: NodeAddress, _ conn: NodeConnection, buckets: [Int], bits: UInt8, maxVersion: UInt64) throws -> Int {
         let wanted = Set(buckets)
         var ours: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
+        let shared = view.sharedTest(with: peer.name)
         try store.forEachSyncEntry(maxVersion: maxVersion, include: { ns, key in
-            wanted.contains(ClusterView.bucket(namespace: ns, key: key, bits: bits)) && self.view.shared(ns, key, with: peer.name)
+            wanted.contains(ClusterView.bucket(namespace: ns, key: key, bits: bits)) && shared(ns, key)
         }) { e in ours[ItemKey(namespace: e.namespace, key: e.key)] = (e.version, e.tombstone) }
         var theirs: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
         var rest = buckets.map { UInt32($0) }

@@ -25,13 +25,29 @@ final class ClusterView: @unchecked Sendable {
     private var epochs: [String: UInt64] = [:]
     private var synced: Set<String> = []
     private let everythingVerified = Atomic<Bool>(false)
+    /// Per ring point, the replica set of the keys it owns as a bit mask over `ring.members`
+    /// (owner and the next `replicas − 1`); nil past 64 members. Lets anti-entropy's passes
+    /// decide "both nodes hold this key" without a ring walk or an allocation per row.
+    private let pointMasks: [UInt64]?
+    private let memberBits: [String: UInt64]
 
     init(members: [NodeAddress], selfName: String, replicas: Int) {
         self.selfName = selfName
         self.replicas = max(1, replicas)
-        ring = HashRing(members: members.map { HashRing.Member(name: $0.name) })
+        let ring = HashRing(members: members.map { HashRing.Member(name: $0.name) })
+        self.ring = ring
         var seen = Set<String>()
         peers = members.filter { $0.name != selfName && seen.insert($0.name).inserted }.sorted { $0.name < $1.name }
+        if ring.members.count <= 64 {
+            let r = self.replicas
+            pointMasks = (0..<ring.pointCount).map { i in
+                ring.memberIndices(fromPoint: i, count: r).reduce(UInt64(0)) { $0 | (1 << UInt64($1)) }
+            }
+            memberBits = Dictionary(uniqueKeysWithValues: ring.members.enumerated().map { ($0.element.name, UInt64(1) << UInt64($0.offset)) })
+        } else {
+            pointMasks = nil
+            memberBits = [:]
+        }
         for p in peers { epochs[p.name] = 1 }
         everythingVerified.store(peers.isEmpty, ordering: .relaxed)
     }
@@ -93,19 +109,36 @@ final class ClusterView: @unchecked Sendable {
     }
 
     /// An entry's contribution to its bucket's digest (digests are XORs of these).
+    /// XXH64 of `u8 ns length | ns | u16 key length | key | u64 version | u8 tombstone` (§7.19),
+    /// built in a stack buffer.
     static func digest(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool) -> UInt64 {
-        var b: [UInt8] = []
-        b.reserveCapacity(namespace.count + key.count + 12)
-        b.append(UInt8(namespace.count)); b.append(contentsOf: namespace)
-        b.append(UInt8(key.count >> 8)); b.append(UInt8(key.count & 0xFF)); b.append(contentsOf: key)
-        for i in stride(from: 56, through: 0, by: -8) { b.append(UInt8(truncatingIfNeeded: version >> UInt64(i))) }
-        b.append(tombstone ? 1 : 0)
-        return XXH64.hash(b)
+        let n = namespace.count + key.count + 12
+        return withUnsafeTemporaryAllocation(byteCount: n, alignment: 8) { buf in
+            var at = 0
+            func put(_ x: UInt8) { buf[at] = x; at += 1 }
+            put(UInt8(truncatingIfNeeded: namespace.count))
+            for x in namespace { put(x) }
+            put(UInt8(truncatingIfNeeded: key.count >> 8)); put(UInt8(truncatingIfNeeded: key.count))
+            for x in key { put(x) }
+            for i in stride(from: 56, through: 0, by: -8) { put(UInt8(truncatingIfNeeded: version >> UInt64(i))) }
+            put(tombstone ? 1 : 0)
+            return XXH64.hash(UnsafeRawBufferPointer(buf))
+        }
     }
 
     /// Whether the pair (this node, `peer`) both hold `key` by the ring: the anti-entropy domain.
     func shared(_ namespace: [UInt8], _ key: [UInt8], with peer: String) -> Bool {
         let set = replicaSet(namespace: namespace, key: key)
         return set.contains(selfName) && set.contains(peer)
+    }
+
+    /// `shared(_:_:with:)` for many keys and one peer (a pass over the rows): the test made
+    /// once, each call one ring position, a binary search and a mask test.
+    func sharedTest(with peer: String) -> ([UInt8], [UInt8]) -> Bool {
+        guard let masks = pointMasks, let mine = memberBits[selfName], let theirs = memberBits[peer] else {
+            return { self.shared($0, $1, with: peer) }
+        }
+        let both = mine | theirs, ring = self.ring
+        return { ns, key in masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }
     }
 }

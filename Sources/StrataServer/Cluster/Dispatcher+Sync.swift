@@ -23,7 +23,7 @@ extension Dispatcher {
         let c = cluster!, peer = String(decoding: s.requester, as: UTF8.self)
         var digests = [UInt64](repeating: 0, count: 1 << Int(s.bucketBits))
         var n = 0
-        try store.forEachSyncEntry(maxVersion: s.maxVersion, include: { c.shared($0, $1, with: peer) }) { e in
+        try store.forEachSyncEntry(maxVersion: s.maxVersion, include: c.sharedTest(with: peer)) { e in
             digests[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)] ^=
                 ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
             n += 1
@@ -41,8 +41,9 @@ extension Dispatcher {
         let c = cluster!, peer = String(decoding: s.requester, as: UTF8.self)
         var byBucket: [Int: [SyncKeyEntry]] = [:]
         for b in s.buckets { byBucket[Int(b)] = [] }
+        let shared = c.sharedTest(with: peer)
         try store.forEachSyncEntry(maxVersion: s.maxVersion, include: { ns, key in
-            byBucket[ClusterView.bucket(namespace: ns, key: key, bits: s.bucketBits)] != nil && c.shared(ns, key, with: peer)
+            byBucket[ClusterView.bucket(namespace: ns, key: key, bits: s.bucketBits)] != nil && shared(ns, key)
         }) { e in
             byBucket[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)]?
                 .append(SyncKeyEntry(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone))
