@@ -17,6 +17,8 @@ final class AntiEntropyUnitTests: XCTestCase {
         XCTAssertEqual(w(120, quiet: 5), 120, "an interval above the ceiling is kept")
         XCTAssertEqual(w(2, quiet: 5, unsynced: true), 1, "an unsynced peer: again within a second")
         XCTAssertEqual(w(0.5, unsynced: true), 0.5)
+        // Catching up after a long pass (a join's copying): again soon, at most ~25 % of a core.
+        XCTAssertEqual(w(2, spent: 2, unsynced: true), 6)
         // A pass that took 1 s waits 19 s more (≤ 5 % of a core), even while quiet passes are few.
         XCTAssertEqual(w(2, spent: 1), 19)
         XCTAssertEqual(w(2, spent: 1, quiet: 10), 29)

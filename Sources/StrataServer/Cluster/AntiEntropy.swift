@@ -103,13 +103,15 @@ final class AntiEntropy: @unchecked Sendable {
         finished.wait()
     }
 
-    /// Seconds to wait after a pass that took `spent`: `interval`, doubled for each quiet pass
-    /// in a row up to `quietCeiling` (or `interval` if longer); within a second while a peer is
-    /// unsynced (one not started yet, say: this node's answers for its keys stay flagged until
-    /// then); and never less than 20 × the pass's time minus that time (≤ ~5 % of a core).
+    /// Seconds to wait after a pass that took `spent`. While a peer is unsynced (one not started
+    /// yet, or one a restart, a pause or a membership change left behind: this node's answers
+    /// for its keys stay flagged until then), within a second, and never less than 4 × the
+    /// pass's time minus that time (catching up takes at most ~25 % of a core, and ends).
+    /// Otherwise `interval`, doubled for each quiet pass in a row up to `quietCeiling` (or
+    /// `interval` if longer), and never less than 20 × the pass's time minus that time (≤ ~5 %).
     static func wait(interval: Double, spent: Double, quietPasses: Int, unsynced: Bool) -> Double {
-        let base = unsynced ? min(interval, 1)
-                            : min(interval * Double(1 << min(quietPasses, 16)), max(interval, quietCeiling))
+        if unsynced { return max(min(interval, 1), 4 * spent) - spent }
+        let base = min(interval * Double(1 << min(quietPasses, 16)), max(interval, quietCeiling))
         return max(base, 20 * spent) - spent
     }
 
