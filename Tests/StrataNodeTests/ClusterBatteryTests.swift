@@ -19,6 +19,16 @@ final class ClusterBatteryTests: XCTestCase {
 
     let all = [0, 1, 2]
 
+    /// `count` local nodes with R = `replicas`, nodes 0…2 started with the list of those three
+    /// and preloaded (`preload`): every scenario's starting point.
+    func loadedCluster(count: Int = 3, replicas: Int) throws -> (BatteryCluster, BatteryModel) {
+        let c = try BatteryCluster.local(count: count, replicas: replicas)
+        for i in all { try c.start(i, members: all) }
+        let model = BatteryModel()
+        try preload(c, model, members: all)
+        return (c, model)
+    }
+
     /// Every key "k…" set (1 in 10 then deleted) with ack all; waits for the nodes to sync.
     func preload(_ c: BatteryCluster, _ model: BatteryModel, members: [Int]) throws {
         let w = try c.client(members, ack: .all, timeout: 2)
@@ -69,10 +79,7 @@ final class ClusterBatteryTests: XCTestCase {
 
     func testKillAndRestart() throws {
         for (r, ack) in batteryCombinations((2, .one)) {
-            let c = try BatteryCluster.local(count: 3, replicas: r)
-            for i in all { try c.start(i, members: all) }
-            let model = BatteryModel()
-            try preload(c, model, members: all)
+            let (c, model) = try loadedCluster(replicas: r)
             c.kill(1)
             try mutate(c, model, members: all, ack: ack, tag: "kill")
             c.readAll(model, sample(model.keys, 20), members: all, phase: "during the fault")
@@ -85,10 +92,7 @@ final class ClusterBatteryTests: XCTestCase {
 
     func testPauseAndContinue() throws {
         for (r, ack) in batteryCombinations((3, .majority)) {
-            let c = try BatteryCluster.local(count: 3, replicas: r)
-            for i in all { try c.start(i, members: all) }
-            let model = BatteryModel()
-            try preload(c, model, members: all)
+            let (c, model) = try loadedCluster(replicas: r)
             c.signal(1, SIGSTOP)
             let stopped = monotonicSeconds()
             try mutate(c, model, members: all, ack: ack, tag: "pause", timeout: 0.5)
@@ -107,10 +111,7 @@ final class ClusterBatteryTests: XCTestCase {
     /// that convergence), then A killed: every key is read from what B and C hold.
     func testSecondFailureAfterARejoin() throws {
         for (r, ack) in batteryCombinations((2, .one)) {
-            let c = try BatteryCluster.local(count: 3, replicas: r)
-            for i in all { try c.start(i, members: all) }
-            let model = BatteryModel()
-            try preload(c, model, members: all)
+            let (c, model) = try loadedCluster(replicas: r)
             c.kill(1)
             try mutate(c, model, members: all, ack: ack, tag: "second")
             try c.start(1, members: all)
@@ -128,11 +129,8 @@ final class ClusterBatteryTests: XCTestCase {
     /// after ≥ 99 % of before; about 1/4 of the keys change owner.
     func testAddingANode() throws {
         for (r, ack) in batteryCombinations((2, .all)) {
-            let c = try BatteryCluster.local(count: 4, replicas: r)
+            let (c, model) = try loadedCluster(count: 4, replicas: r)
             let four = [0, 1, 2, 3]
-            for i in all { try c.start(i, members: all) }
-            let model = BatteryModel()
-            try preload(c, model, members: all)
             let live = model.keys.filter { !model.allowed($0).contains(.absent) }
             let before = hits(c, live, members: all)
             try c.start(3, members: four)
@@ -166,11 +164,8 @@ final class ClusterBatteryTests: XCTestCase {
     /// restarted with it): it must not serve what it missed.
     func testRemovingANodeAndBringingItBackWithItsOldData() throws {
         for (r, ack) in batteryCombinations((2, .majority)) {
-            let c = try BatteryCluster.local(count: 3, replicas: r)
+            let (c, model) = try loadedCluster(replicas: r)
             let two = [0, 1]
-            for i in all { try c.start(i, members: all) }
-            let model = BatteryModel()
-            try preload(c, model, members: all)
             for i in two { c.nodes[i]!.terminate(); try c.start(i, members: two) }
             c.nodes[2]!.terminate()
             c.nodes[2] = nil
@@ -187,10 +182,7 @@ final class ClusterBatteryTests: XCTestCase {
 
     func testANodeRestartedOnAnEmptyDataDirectory() throws {
         for (r, ack) in batteryCombinations((3, .majority)) {
-            let c = try BatteryCluster.local(count: 3, replicas: r)
-            for i in all { try c.start(i, members: all) }
-            let model = BatteryModel()
-            try preload(c, model, members: all)
+            let (c, model) = try loadedCluster(replicas: r)
             c.kill(1)
             try mutate(c, model, members: all, ack: ack, tag: "wiped")
             try FileManager.default.removeItem(atPath: c.dirs[1].path)
@@ -205,10 +197,7 @@ final class ClusterBatteryTests: XCTestCase {
     /// and restarted; then the keys are read and the replicas must agree.
     func testFourConcurrentWritersAcrossARestart() throws {
         for (r, ack) in batteryCombinations((2, .one)) {
-            let c = try BatteryCluster.local(count: 3, replicas: r)
-            for i in all { try c.start(i, members: all) }
-            let model = BatteryModel()
-            try preload(c, model, members: all)
+            let (c, model) = try loadedCluster(replicas: r)
             let hot = (0..<max(20, Self.keyCount / 10)).map { "k\($0)" }
             let stop = SharedFlag(false)
             let members = all
