@@ -67,7 +67,7 @@ final class Dispatcher: @unchecked Sendable {
     /// hints the key's other replicas (`Handoff`).
     func setDone(_ s: SetRequest, _ out: SetOutcome) {
         guard case .stored(let version) = out else { return }
-        replicated(s.namespace, s.key, version, tiers: s.tiers)
+        replicated(s.namespace, s.key, version, tiers: Tiers(wire: s.tiers))
         countImage(s, out)
         let id = ItemKey(namespace: s.namespace, key: s.key)
         if s.mode != .lease { leases.revoke(id) }
@@ -346,7 +346,7 @@ final class Dispatcher: @unchecked Sendable {
                 // delete instead of copying the item back from a replica (§7.19).
                 let v = version ?? (cluster != nil && Tiers(wire: tiers).contains(.disk) ? store.nextVersion() : nil)
                 let removed = try store.remove(key, namespace: ns, tiers: Tiers(wire: tiers), version: v, writeBehind: writeBehind)
-                if let v, !writeBehind, removed == .removed || removed == .notFound { replicated(ns, key, v, tiers: tiers, tombstone: true) }
+                if let v, !writeBehind, removed == .removed || removed == .notFound { replicated(ns, key, v, tiers: Tiers(wire: tiers), tombstone: true) }
                 switch removed {
                 case .removed:
                     originalChanged(ItemKey(namespace: ns, key: key))
@@ -361,7 +361,7 @@ final class Dispatcher: @unchecked Sendable {
                 switch try store.invalidate(key, namespace: ns, tiers: Tiers(wire: tiers), version: version) {
                 case .invalidated(let v):
                     originalChanged(ItemKey(namespace: ns, key: key))
-                    replicated(ns, key, v, tiers: tiers)
+                    replicated(ns, key, v, tiers: Tiers(wire: tiers))
                     return Responses.status(to: f, .ok, cas: v)
                 case .notFound: return Responses.status(to: f, .notFound)
                 case .superseded(let cur): return Responses.status(to: f, .superseded, cas: cur)
@@ -374,7 +374,7 @@ final class Dispatcher: @unchecked Sendable {
                     return quiet ? nil : Responses.status(to: f, .notFound)
                 }
                 originalChanged(ItemKey(namespace: ns, key: key))
-                replicated(ns, key, v, tiers: tiers)
+                replicated(ns, key, v, tiers: Tiers(wire: tiers))
                 return ok(cas: v)
             case let .exists(ns, key, tiers):
                 return try store.contains(key, namespace: ns, tiers: Tiers(wire: tiers)) ? ok() : (quiet ? nil : Responses.status(to: f, .notFound))
@@ -385,7 +385,7 @@ final class Dispatcher: @unchecked Sendable {
                 switch out {
                 case .value(let v, let version):
                     leases.revoke(ItemKey(namespace: c.namespace, key: c.key))
-                    replicated(c.namespace, c.key, version, tiers: c.tiers)
+                    replicated(c.namespace, c.key, version, tiers: Tiers(wire: c.tiers))
                     return quiet ? nil : Responses.counter(to: f, value: v, version: version)
                 case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
                 case .notANumber: return Responses.error(to: f, .notANumber, "the stored value is not a decimal counter (1–20 digits, at most 2^64−1)")

@@ -196,7 +196,7 @@ final class MemcachedListener: Sendable {
         dispatcher.leases.revoke(id)
         dispatcher.originalChanged(id)
         // The key's other replicas on a cluster node (the version is looked up when sent).
-        dispatcher.replicated(namespace, key, 0, tiers: tiers.contains(.disk) ? 0 : 1)
+        dispatcher.replicated(namespace, key, 0, tiers: tiers)
     }
 
     /// A delete's version: the client's (`md E`), else on a cluster node a new one, so the

@@ -74,8 +74,8 @@ extension Dispatcher {
 
     /// A write applied with `version` (0: unknown, looked up when the hint is sent): the key's
     /// other replicas get a hint when it reached the disk tier (replicas hold the disk tier).
-    func replicated(_ namespace: [UInt8], _ key: [UInt8], _ version: UInt64, tiers: UInt8, tombstone: Bool = false) {
-        guard let h = handoff, Tiers(wire: tiers).contains(.disk) else { return }
+    func replicated(_ namespace: [UInt8], _ key: [UInt8], _ version: UInt64, tiers: Tiers, tombstone: Bool = false) {
+        guard let h = handoff, tiers.contains(.disk) else { return }
         h.accepted(namespace: namespace, key: key, version: version, tombstone: tombstone)
     }
 
