@@ -119,6 +119,35 @@ public final class NodeConnection {
         }
     }
 
+    /// Sends `requests` back to back in one write and returns their responses in the same
+    /// order (pipelining: one round trip for the batch). Keep a batch small enough that its
+    /// requests fit the node's input buffer limits (anti-entropy sends ≤ 1 MiB at a time).
+    public func callAll(_ requests: [Request]) throws -> [Frame] {
+        guard !requests.isEmpty else { return [] }
+        var bytes: [UInt8] = []
+        var index: [UInt32: Int] = [:]
+        for (i, r) in requests.enumerated() {
+            let id = nextID
+            nextID &+= 1
+            if nextID == 0 { nextID = 1 }
+            index[id] = i
+            bytes += r.frame(id: id).encoded()
+        }
+        try sendRaw(bytes)
+        var out = [Frame?](repeating: nil, count: requests.count)
+        var left = requests.count
+        while left > 0 {
+            let f = try readFrame()
+            if let i = index[f.requestID], out[i] == nil {
+                out[i] = f
+                left -= 1
+            } else if f.requestID == 0 && f.statusCode != .ok {
+                throw ClientError(.server, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))", status: f.statusCode)
+            }
+        }
+        return out.map { $0! }
+    }
+
     /// Throws `.server` unless the response's status is one of `allow`.
     public static func check(_ f: Frame, allow: Set<Status>) throws {
         if !allow.contains(f.statusCode) {

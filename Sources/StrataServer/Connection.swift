@@ -329,7 +329,12 @@ final class Connection: EventHandler, @unchecked Sendable {
             send(Responses.error(to: f, .busy, "the node is at its buffered-bytes limit; retry later"))
             return
         }
-        if case let .flush(ns, all, tiers) = request { auditFlush(ns, all: all, tiers: tiers) }
+        if case let .flush(ns, all, tiers, _) = request { auditFlush(ns, all: all, tiers: tiers) }
+        if let refused = node.dispatcher.flushedRefusal(request, f) {
+            send(refused)
+            node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
+            return
+        }
         if case .get(let g) = request, let hit = node.dispatcher.memoryHit(g, f) {
             send(hit)
             node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)

@@ -82,7 +82,7 @@ public final class User: Sendable {
         case .counter(let c): return .write(c.namespace)
         case .delete(let ns, _, _, _, _), .touch(let ns, _, _, _), .invalidate(let ns, _, _, _), .release(let ns, _, _):
             return .write(ns)
-        case .flush(let ns, let all, _): return all ? .admin : .write(ns)
+        case .flush(let ns, let all, _, _): return all ? .admin : .write(ns)
         // Node-to-node repair reads and writes every namespace (anti-entropy, §7.19).
         case .syncDigest, .syncKeys, .syncCheck: return .admin
         }

@@ -52,6 +52,8 @@ final class Dispatcher: @unchecked Sendable {
     var pauseCheck: (@Sendable () -> Void)? = nil
     /// Hinted handoff: told of every write applied to the disk tier; nil without a cluster.
     var handoff: Handoff? = nil
+    /// Flush marks (versioned FLUSH): set with `cluster`.
+    var flushMarks: FlushMarks? = nil
 
     init(store: TieredCache) { self.store = store }
     /// Concurrent requests for the same variant share one computation.
@@ -413,13 +415,8 @@ final class Dispatcher: @unchecked Sendable {
                 // Image variants live under derived keys (key, 0x00, "variant:…"): not the user's keys.
                 let visible = page.keys.filter { VariantLineage.original(of: $0) == nil }
                 return Responses.scan(to: f, keys: visible, next: page.next)
-            case let .flush(ns, all, tiers):
-                let t = Tiers(wire: tiers)
-                if all { try store.flushAll(tiers: t) } else { try store.flush(namespace: ns, tiers: t) }
-                leases.revokeAll(namespace: all ? nil : ns)
-                // Variants stored on disk stay known while the disk keeps them.
-                if t.contains(.disk) { lineage.forget(namespace: all ? nil : ns) }
-                return ok()
+            case let .flush(ns, all, tiers, version):
+                return try flushRequest(ns, all: all, tiers: tiers, version: version, f)
             case .namespaceStats(let q):
                 return Responses.stats(to: f, json: try NamespaceStats.json(q, store: store, limit: namespaceStatsLimit, visible: visible))
             case let .imageInfo(ns, key):

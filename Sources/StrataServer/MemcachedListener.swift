@@ -205,11 +205,6 @@ final class MemcachedListener: Sendable {
         explicit ?? (dispatcher.cluster != nil && tiers.contains(.disk) ? store.nextVersion() : nil)
     }
 
-    func flushed() {
-        dispatcher.leases.revokeAll(namespace: namespace)
-        dispatcher.lineage.forget(namespace: namespace)
-    }
-
     static func serverError(_ e: StoreError) -> String {
         switch e.code {
         case .valueTooLarge: return "SERVER_ERROR object too large for cache"
@@ -252,14 +247,12 @@ final class MemcachedListener: Sendable {
             reply(v != nil ? "TOUCHED" : "NOT_FOUND", noreply)
         case .flushAll(let delay, let noreply):
             if delay > 0 {
-                let (store, ns) = (self.store, namespace)
-                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) { [self] in
-                    try? store.flush(namespace: ns)
-                    flushed()
+                let (dispatcher, ns) = (self.dispatcher, namespace)
+                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) {
+                    try? dispatcher.flush(namespace: ns, all: false, tiers: .all)
                 }
             } else {
-                try store.flush(namespace: namespace)
-                flushed()
+                try dispatcher.flush(namespace: namespace, all: false, tiers: .all)
             }
             reply("OK", noreply)
         case .stats(let args):

@@ -142,6 +142,7 @@ public final class Node: @unchecked Sendable {
         }
         let d = Dispatcher(store: store)
         d.cluster = cluster
+        if cluster != nil { d.flushMarks = FlushMarks(store: store, directory: config.dataDirectory, log: log) }
         d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit

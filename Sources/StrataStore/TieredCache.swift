@@ -108,6 +108,14 @@ public final class TieredCache: @unchecked Sendable {
     /// A version newer than every one this store has given out or seen.
     public func nextVersion() -> UInt64 { hlc.next() }
 
+    /// Moves the clock past a version seen from a peer (a flush mark), so every later node
+    /// version is newer; throws INVALID_ARGUMENT, as for a caller version, when it is more than
+    /// `maxVersionSkew` ahead of the clock.
+    public func observe(version: UInt64) throws {
+        try checkVersion(version, now: clock.nowMicros())
+        hlc.observe(version)
+    }
+
     /// Whether the disk tier held any rows when the store opened (false for a fresh directory).
     public private(set) var openedWithData = false
 

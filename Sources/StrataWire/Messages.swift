@@ -159,7 +159,7 @@ public enum Request: Equatable, Sendable {
     case meta(namespace: [UInt8], key: [UInt8], tiers: UInt8)
     case scan(namespace: [UInt8], cursor: [UInt8], limit: UInt32)
     /// `tiers`: the tier mask (0 = both; PROTOCOL.md §7.12).
-    case flush(namespace: [UInt8], all: Bool, tiers: UInt8 = 0)
+    case flush(namespace: [UInt8], all: Bool, tiers: UInt8 = 0, version: UInt64? = nil)
     case stats
     /// STATS with a group in the key field (PROTOCOL.md §7.13.1): one namespace's counters,
     /// or the busiest namespaces'.
@@ -303,8 +303,8 @@ public enum Request: Equatable, Sendable {
                 guard limit >= 1 && limit <= Wire.maxScanLimit else { throw fail(.invalidArgument, "scan limit \(limit) is out of range 1…\(Wire.maxScanLimit)") }
                 return .scan(namespace: f.namespace, cursor: f.key, limit: limit)
             case .flush:
-                try noExtras()
-                return .flush(namespace: f.namespace, all: flags.contains(.all), tiers: f.tiers)
+                let version = try optionalVersion()
+                return .flush(namespace: f.namespace, all: flags.contains(.all), tiers: f.tiers, version: version)
             case .invalidate:
                 try needKey()
                 let version = try optionalVersion()
@@ -396,9 +396,10 @@ public enum Request: Equatable, Sendable {
             f = .request(.meta, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
         case let .scan(ns, cursor, limit):
             f = .request(.scan, id: id); f.namespace = ns; f.key = cursor; f.extras.appendBE(limit)
-        case let .flush(ns, all, tiers):
+        case let .flush(ns, all, tiers, version):
             f = .request(.flush, id: id); f.namespace = ns; f.tiers = tiers
             if all { f.flags |= RequestFlags.all.rawValue }
+            if let v = version { f.extras.appendBE(v) }
         case let .invalidate(ns, key, tiers, version):
             f = .request(.invalidate, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             if let v = version { f.extras.appendBE(v) }

@@ -170,6 +170,8 @@ case("scan_empty_page", "SCAN after logo.png, limit 1, when the next key is a st
      "the cursor (key field and body length: it holds the original's version)")
 case("flush_ns", "FLUSH namespace alice",
      frame(REQ, OPS["FLUSH"], 70, ns=b"alice"), frame(RESP, OPS["FLUSH"], 70))
+case("flush_versioned", "FLUSH namespace alice with version 900 (a flush mark, §7.12 \"In a cluster\"): the node's items of alice older than 900 go",
+     frame(REQ, OPS["FLUSH"], 73, ns=b"alice", extras=struct.pack(">Q", 900)), frame(RESP, OPS["FLUSH"], 73))
 case("flush_all", "FLUSH with flag ALL",
      frame(REQ, OPS["FLUSH"], 71, flags=ALL), frame(RESP, OPS["FLUSH"], 71, flags=ALL))
 case("stats", "STATS: a JSON object (a small sample; real nodes send many more counters)",

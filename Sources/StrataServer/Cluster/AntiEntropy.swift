@@ -162,7 +162,7 @@ final class AntiEntropy: @unchecked Sendable {
             try NodeConnection.check(f, allow: [.ok])
             let theirs = try Responses.parseSyncDigest(f, bits: bits)
             var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
-            try store.forEachSyncEntry(maxVersion: maxVersion, include: view.sharedTest(with: peer.name)) { e in
+            try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: view.sharedTest(with: peer.name)) { e in
                 ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
                     ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
             }
@@ -202,7 +202,7 @@ final class AntiEntropy: @unchecked Sendable {
         let wanted = Set(buckets)
         var ours: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
         let shared = view.sharedTest(with: peer.name)
-        try store.forEachSyncEntry(maxVersion: maxVersion, include: { ns, key in
+        try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: { ns, key in
             wanted.contains(ClusterView.bucket(namespace: ns, key: key, bits: bits)) && shared(ns, key)
         }) { e in ours[ItemKey(namespace: e.namespace, key: e.key)] = (e.version, e.tombstone) }
         var theirs: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
@@ -218,17 +218,39 @@ final class AntiEntropy: @unchecked Sendable {
             rest.removeFirst(min(page.bucketsCovered, rest.count))
         }
         contacted(peer.name)
+        let newerThere = theirs.filter { (ours[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
+        let newerHere = ours.filter { (theirs[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
+        // Flush marks first (the empty key): what they supersede is then neither pulled nor kept.
         var copied = 0
-        for (id, t) in theirs where (ours[id]?.version ?? 0) < t.version { if try pull(id, from: conn) { copied += 1 } }
-        for (id, o) in ours where (theirs[id]?.version ?? 0) < o.version { if try push(id, to: peer, conn) { copied += 1 } }
+        for id in newerThere where id.key.isEmpty {
+            if try dispatcher.takeFlushMark(namespace: id.namespace, version: theirs[id]!.version) { copied += 1; stats.syncPulled.add() }
+        }
+        return try copied + pull(newerThere.filter { !$0.key.isEmpty }, from: conn) + push(newerHere, to: peer, conn)
+    }
+
+    /// The most keys one pipelined batch of copies carries (pushes also stop at `batchBytes`
+    /// of values): one round trip per batch instead of one per key.
+    static let batchKeys = 64, batchBytes = 1 << 20
+
+    /// Reads `ids` from the peer's disk tier (pipelined) and writes each here with its version;
+    /// returns how many took (nothing newer was here).
+    private func pull(_ ids: [ItemKey], from conn: NodeConnection) throws -> Int {
+        var copied = 0, i = 0
+        while i < ids.count {
+            let chunk = ids[i..<min(i + Self.batchKeys, ids.count)]
+            let frames = try conn.callAll(chunk.map { .get(GetRequest(key: $0.key, namespace: $0.namespace, tiers: 2)) })
+            for (id, f) in zip(chunk, frames) where try took(id, f) { copied += 1 }
+            i += chunk.count
+        }
         return copied
     }
 
-    /// Reads `id` from the peer's disk tier and writes it here with its version; true when it
+    /// Writes the peer's answer to a disk-tier GET of `id` here with its version; true when it
     /// took (nothing newer was here).
-    private func pull(_ id: ItemKey, from conn: NodeConnection) throws -> Bool {
-        let f = try conn.call(.get(GetRequest(key: id.key, namespace: id.namespace, tiers: 2)))
+    private func took(_ id: ItemKey, _ f: Frame) throws -> Bool {
         let owner = view.replicaSet(namespace: id.namespace, key: id.key).first == view.selfName
+        // A copy older than a flush of its namespace here stays out (FlushMarks).
+        if f.cas > 0, dispatcher.flushMarks?.superseding(id.namespace, f.cas) != nil { return false }
         if f.statusCode == .notFound {
             guard f.cas > 0 else { return false } // gone meanwhile (expired or removed): nothing to copy
             if case .superseded = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: f.cas) { return false }
@@ -248,27 +270,53 @@ final class AntiEntropy: @unchecked Sendable {
         return true
     }
 
-    /// Writes this node's copy of `id` (item or tombstone) to the peer with its version (also
-    /// hinted handoff's copy); true when the peer took it (it held nothing newer).
+    /// Writes this node's copies of `ids` (items or tombstones) to the peer with their
+    /// versions, pipelined in batches (also hinted handoff's copy); returns how many the peer
+    /// took (it held nothing newer).
     @discardableResult
-    func push(_ id: ItemKey, to peer: NodeAddress, _ conn: NodeConnection) throws -> Bool {
+    func push(_ ids: [ItemKey], to peer: NodeAddress, _ conn: NodeConnection) throws -> Int {
+        var copied = 0
+        var batch: [Request] = [], bytes = 0
+        func flush() throws {
+            for f in try conn.callAll(batch) where try pushed(f) { copied += 1 }
+            batch = []; bytes = 0
+        }
+        for id in ids {
+            guard let (r, size) = try pushRequest(id, to: peer) else { continue }
+            batch.append(r)
+            bytes += size
+            if batch.count >= Self.batchKeys || bytes >= Self.batchBytes { try flush() }
+        }
+        if !batch.isEmpty { try flush() }
+        return copied
+    }
+
+    /// The request that writes this node's copy of `id` to `peer`, and its value's size; nil
+    /// when this node holds nothing for the key.
+    private func pushRequest(_ id: ItemKey, to peer: NodeAddress) throws -> (Request, Int)? {
+        if id.key.isEmpty { // a flush mark: a FLUSH with its version
+            guard let v = dispatcher.flushMarks?.floors().marks[id.namespace] else { return nil }
+            return (.flush(namespace: id.namespace, all: false, tiers: 0, version: v), 0)
+        }
         let peerIsOwner = view.replicaSet(namespace: id.namespace, key: id.key).first == peer.name
-        let f: Frame
         switch try store.syncRead(id.key, namespace: id.namespace) {
         case .miss:
-            return false
+            return nil
         case .tombstone(let v):
-            f = try conn.call(.delete(namespace: id.namespace, key: id.key, tiers: 0, version: v, writeBehind: false))
-            try NodeConnection.check(f, allow: [.ok, .notFound, .superseded])
+            return (.delete(namespace: id.namespace, key: id.key, tiers: 0, version: v, writeBehind: false), 0)
         case .hit(let item):
             var s = SetRequest(key: id.key, value: item.value, namespace: id.namespace)
             s.flags = item.flags; s.extended = item.extended; s.version = item.version
             s.expiry = item.expiresAt.map { .at(unixMicros: $0) } ?? .never
             s.tiers = peerIsOwner ? 0 : 2
             s.stale = item.stale; s.negative = item.negative
-            f = try conn.set(s)
-            try NodeConnection.check(f, allow: [.ok, .superseded])
+            return (.set(s), item.value.count)
         }
+    }
+
+    /// True when the peer took a pushed copy; throws on an answer other than taken or superseded.
+    private func pushed(_ f: Frame) throws -> Bool {
+        try NodeConnection.check(f, allow: [.ok, .notFound, .superseded])
         guard f.statusCode == .ok else { return false }
         stats.syncPushed.add()
         return true

@@ -128,6 +128,7 @@ final class ClusterView: @unchecked Sendable {
 
     /// Whether the pair (this node, `peer`) both hold `key` by the ring: the anti-entropy domain.
     func shared(_ namespace: [UInt8], _ key: [UInt8], with peer: String) -> Bool {
+        if key.isEmpty { return true } // a flush mark (FlushMarks) is every node's
         let set = replicaSet(namespace: namespace, key: key)
         return set.contains(selfName) && set.contains(peer)
     }
@@ -139,6 +140,6 @@ final class ClusterView: @unchecked Sendable {
             return { self.shared($0, $1, with: peer) }
         }
         let both = mine | theirs, ring = self.ring
-        return { ns, key in masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }
+        return { ns, key in key.isEmpty || masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }
     }
 }

@@ -23,7 +23,7 @@ extension Dispatcher {
         let c = cluster!, peer = String(decoding: s.requester, as: UTF8.self)
         var digests = [UInt64](repeating: 0, count: 1 << Int(s.bucketBits))
         var n = 0
-        try store.forEachSyncEntry(maxVersion: s.maxVersion, include: c.sharedTest(with: peer)) { e in
+        try forEachSyncEntry(maxVersion: s.maxVersion, include: c.sharedTest(with: peer)) { e in
             digests[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)] ^=
                 ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
             n += 1
@@ -42,7 +42,7 @@ extension Dispatcher {
         var byBucket: [Int: [SyncKeyEntry]] = [:]
         for b in s.buckets { byBucket[Int(b)] = [] }
         let shared = c.sharedTest(with: peer)
-        try store.forEachSyncEntry(maxVersion: s.maxVersion, include: { ns, key in
+        try forEachSyncEntry(maxVersion: s.maxVersion, include: { ns, key in
             byBucket[ClusterView.bucket(namespace: ns, key: key, bits: s.bucketBits)] != nil && shared(ns, key)
         }) { e in
             byBucket[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)]?
@@ -66,10 +66,20 @@ extension Dispatcher {
     func syncCheck(_ s: SyncCheck, _ f: Frame) throws -> Frame {
         if let why = syncRefusal(requester: s.requester) { return Responses.error(to: f, .invalidArgument, why) }
         var lacking: [Int] = []
-        for (i, e) in s.entries.enumerated() where try store.syncVersion(e.key, namespace: e.namespace) < e.version {
-            lacking.append(i)
+        // A write a flush superseded counts as held.
+        let floors = flushMarks?.floors() ?? FlushMarks.Floors()
+        for (i, e) in s.entries.enumerated() where e.version >= floors.floor(e.namespace) {
+            if try store.syncVersion(e.key, namespace: e.namespace) < e.version { lacking.append(i) }
         }
         return Responses.syncCheck(to: f, lacking: lacking)
+    }
+
+    /// The entries anti-entropy compares: the disk tier's, less those a flush superseded, and
+    /// the flush marks (`FlushMarks.forEachSyncEntry`).
+    func forEachSyncEntry(maxVersion: UInt64, include: ([UInt8], [UInt8]) -> Bool, _ body: (SyncEntry) -> Void) throws {
+        if let m = flushMarks { try m.forEachSyncEntry(maxVersion: maxVersion, include: include, body) } else {
+            try store.forEachSyncEntry(maxVersion: maxVersion, include: include, body)
+        }
     }
 
     /// A write applied with `version` (0: unknown, looked up when the hint is sent): the key's

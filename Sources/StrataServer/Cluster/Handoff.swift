@@ -37,8 +37,9 @@ final class Handoff: @unchecked Sendable {
     let log: Logger
     /// Opens a connection to a peer (with the cluster's token and TLS).
     let connect: @Sendable (NodeAddress) throws -> NodeConnection
-    /// Copies this node's current disk copy of a key to a peer (`AntiEntropy.push`).
-    let copy: @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Bool
+    /// Copies this node's current disk copies of keys to a peer, pipelined (`AntiEntropy.push`);
+    /// returns how many the peer took.
+    let copy: @Sendable ([ItemKey], NodeAddress, NodeConnection) throws -> Int
     /// The version this node's disk tier holds for a key (0: nothing).
     let localVersion: @Sendable (ItemKey) -> UInt64
     /// Hints were dropped: anti-entropy must deliver those writes (`AntiEntropy.wake`).
@@ -53,7 +54,7 @@ final class Handoff: @unchecked Sendable {
 
     init(view: ClusterView, stats: NodeStats, log: Logger, maxHints: Int = 100_000,
          connect: @escaping @Sendable (NodeAddress) throws -> NodeConnection,
-         copy: @escaping @Sendable (ItemKey, NodeAddress, NodeConnection) throws -> Bool,
+         copy: @escaping @Sendable ([ItemKey], NodeAddress, NodeConnection) throws -> Int,
          localVersion: @escaping @Sendable (ItemKey) -> UInt64,
          dropped: @escaping @Sendable () -> Void = {}) {
         self.view = view; self.stats = stats; self.log = log; self.maxHints = maxHints
@@ -184,9 +185,7 @@ final class Handoff: @unchecked Sendable {
         try NodeConnection.check(f, allow: [.ok])
         let lacking = try Responses.parseSyncCheck(f, entries: entries.count)
         stats.handoffChecked.add(entries.count)
-        for i in lacking {
-            let e = entries[i]
-            if try copy(ItemKey(namespace: e.namespace, key: e.key), peer, conn) { stats.handoffCopied.add() }
-        }
+        let ids = lacking.map { ItemKey(namespace: entries[$0].namespace, key: entries[$0].key) }
+        stats.handoffCopied.add(try copy(ids, peer, conn))
     }
 }

@@ -111,7 +111,7 @@ extension Node {
         let token = config.authToken, tls = ae.tls
         let h = Handoff(view: c, stats: stats, log: log,
                         connect: { try NodeConnection(host: $0.host, port: $0.port, timeout: 2, token: token, hello: true, tls: tls) },
-                        copy: { [ae] id, peer, conn in try ae.push(id, to: peer, conn) },
+                        copy: { [ae] ids, peer, conn in try ae.push(ids, to: peer, conn) },
                         localVersion: { [store] id in (try? store.syncVersion(id.key, namespace: id.namespace)) ?? 0 },
                         dropped: { [ae] in ae.wake() })
         handoff = h

@@ -1,0 +1,67 @@
+import StrataCore
+import StrataStore
+import StrataWire
+
+// FLUSH, and a cluster node's flush marks (FlushMarks; PROTOCOL.md §7.12 and §7.19).
+extension Dispatcher {
+    /// A client's FLUSH (binary or memcached): the store's O(1) flush; on a cluster node that
+    /// empties the disk tier of a namespace it knows (or of all), also a flush mark taken before
+    /// it, and a sweep of the writes older than the mark that raced it (one pass over the keys).
+    func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers) throws {
+        var mark: (version: UInt64, known: [[UInt8]])? = nil
+        if flushMarks != nil && t.contains(.disk) {
+            let known = store.namespaceNames()
+            if all || known.contains(ns) { mark = (store.nextVersion(), known) }
+        }
+        if all { try store.flushAll(tiers: t) } else { try store.flush(namespace: ns, tiers: t) }
+        leases.revokeAll(namespace: all ? nil : ns)
+        // Variants stored on disk stay known while the disk keeps them.
+        if t.contains(.disk) { lineage.forget(namespace: all ? nil : ns) }
+        if let m = flushMarks, let mark {
+            m.record(all ? nil : ns, mark.version, known: mark.known)
+            for id in try m.sweep(all ? nil : ns) { originalChanged(id) }
+        }
+    }
+
+    /// A peer's flush mark (FLUSH with a version, or anti-entropy's copy): recorded, the clock
+    /// moved past it, and this node's items of the namespace older than it removed from both
+    /// tiers. False when this node holds an equal or newer mark (nothing done).
+    func takeFlushMark(namespace ns: [UInt8], version: UInt64) throws -> Bool {
+        guard let m = flushMarks else {
+            throw StoreError(.invalidArgument, "FLUSH with a version is taken only by a node started with --cluster")
+        }
+        try store.observe(version: version)
+        guard m.record(ns, version) else { return false }
+        leases.revokeAll(namespace: ns)
+        for id in try m.sweep(ns) { originalChanged(id) }
+        return true
+    }
+
+    /// FLUSH (0x1A): a client's flush, or with a version a peer's flush mark (§7.12).
+    func flushRequest(_ ns: [UInt8], all: Bool, tiers: UInt8, version: UInt64?, _ f: Frame) throws -> Frame? {
+        guard let v = version else {
+            try flush(namespace: ns, all: all, tiers: Tiers(wire: tiers))
+            return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok)
+        }
+        guard !all else { return Responses.error(to: f, .invalidArgument, "a FLUSH with a version names one namespace, not ALL") }
+        guard try takeFlushMark(namespace: ns, version: v) else {
+            return Responses.status(to: f, .superseded, cas: flushMarks?.floor(ns) ?? 0)
+        }
+        return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok)
+    }
+
+    /// SUPERSEDED for a SET, DELETE or INVALIDATE whose caller version a flush of its
+    /// namespace superseded (CAS: the flush's version); nil for every other request.
+    func flushedRefusal(_ r: Request, _ f: Frame) -> Frame? {
+        guard let m = flushMarks else { return nil }
+        let ns: [UInt8], v: UInt64
+        switch r {
+        case .set(let s) where s.version != 0: (ns, v) = (s.namespace, s.version)
+        case let .delete(n, _, _, version?, _): (ns, v) = (n, version)
+        case let .invalidate(n, _, _, version?): (ns, v) = (n, version)
+        default: return nil
+        }
+        guard let at = m.superseding(ns, v) else { return nil }
+        return Responses.status(to: f, .superseded, cas: at)
+    }
+}

@@ -1,0 +1,196 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import StrataCore
+import StrataStore
+
+/// Versioned flushes on a cluster node (PROTOCOL.md §7.12 and §7.19): a FLUSH leaves a *flush
+/// mark* — the namespace and a node version F taken just before it ran (newer than every item
+/// it removed) — so that the flush reaches the nodes that missed it and nothing it removed
+/// comes back from a replica. A mark *supersedes* every write of the namespace older than F.
+///
+/// - A write carrying a caller version < F in that namespace (a replica's copy, a hint, an
+///   anti-entropy copy, a client's replica write) is refused as SUPERSEDED.
+/// - SYNC_CHECK counts a write < F as held (the flush superseded it).
+/// - Sync digests and SYNC_KEYS leave out entries < F (and the tombstones at F the sweep
+///   leaves) and list the mark itself as the entry (namespace, empty key, F, tombstone) —
+///   shared by every pair of nodes, so anti-entropy copies the newest mark across like a
+///   tombstone: the receiving node records it and removes its own entries < F of that
+///   namespace (`Dispatcher.takeFlushMark`; the copy is a FLUSH with a version).
+/// - FLUSH ALL marks every namespace the node knows, and keeps a floor for every namespace: a
+///   write < it to a namespace without a mark is refused and gives that namespace a mark, so
+///   the peer that sent it learns of the flush.
+///
+/// Marks live as long as tombstones (`tombstoneTTL`, 24 h by default: a node away longer may
+/// bring flushed items back, as with deletes), at most one per namespace, and are kept in
+/// `DIR/flush-marks` (rewritten and fsynced when one changes, read at start). Cost: nothing on
+/// a node without marks; a dictionary probe per synced entry and per versioned write with them.
+final class FlushMarks: @unchecked Sendable {
+    /// A snapshot of the marks, for one pass over the entries (no copy: the dictionary is shared).
+    struct Floors {
+        var marks: [[UInt8]: UInt64] = [:]
+        var all: UInt64 = 0
+        /// Marks at or below this version have outlived the tombstone lifetime.
+        var expired: UInt64 = 0
+
+        var isEmpty: Bool { all == 0 && marks.isEmpty }
+
+        /// The version of the newest flush of `namespace` in force (0: none).
+        func floor(_ namespace: [UInt8]) -> UInt64 {
+            let v = max(marks[namespace] ?? 0, all)
+            return v > expired ? v : 0
+        }
+
+        /// True for an entry the flush of its namespace superseded, or a tombstone the sweep
+        /// left at the flush's version (never a mark itself).
+        func hides(_ e: SyncEntry) -> Bool {
+            guard !isEmpty && !e.key.isEmpty else { return false }
+            let f = floor(e.namespace)
+            return e.version < f || (e.tombstone && e.version == f)
+        }
+
+        /// The marks in force, by namespace.
+        var live: [([UInt8], UInt64)] { marks.filter { $0.value > expired }.map { ($0.key, $0.value) } }
+    }
+
+    let store: TieredCache
+    let path: String
+    let log: Logger
+    private let lock = Lock()
+    private var marks: [[UInt8]: UInt64] = [:]
+    private var all: UInt64 = 0
+
+    init(store: TieredCache, directory: String, log: Logger) {
+        self.store = store; self.log = log
+        path = directory + "/flush-marks"
+        load()
+    }
+
+    private var lifetimeMicros: UInt64 { UInt64(store.configuration.tombstoneTTL * 1e6) }
+
+    private func live(_ v: UInt64, now: UInt64) -> Bool { v != 0 && v &+ lifetimeMicros > now }
+
+    /// The marks now.
+    func floors() -> Floors {
+        let now = UInt64(max(0, store.clock.nowMicros()))
+        return lock.withLock { Floors(marks: marks, all: all, expired: now > lifetimeMicros ? now - lifetimeMicros : 0) }
+    }
+
+    /// The version of the newest flush of `namespace` in force (0: none).
+    func floor(_ namespace: [UInt8]) -> UInt64 { floors().floor(namespace) }
+
+    /// The version of the flush that supersedes a write of `version` to `namespace` (one newer
+    /// than the write), or nil.
+    /// A write superseded by FLUSH ALL's floor alone gives its namespace a mark.
+    func superseding(_ namespace: [UInt8], _ version: UInt64) -> UInt64? {
+        let f = floors()
+        let v = f.floor(namespace)
+        guard version < v else { return nil }
+        if (f.marks[namespace] ?? 0) < v { record(namespace, v) }
+        return v
+    }
+
+    /// Records a flush of `namespace` (nil: every namespace, and each one in `known`) at
+    /// `version`; false when an equal or newer mark is already held. Persisted before it returns.
+    @discardableResult
+    func record(_ namespace: [UInt8]?, _ version: UInt64, known: [[UInt8]] = []) -> Bool {
+        let changed: Bool = lock.withLock {
+            var changed = false
+            if let ns = namespace {
+                if (marks[ns] ?? 0) < version { marks[ns] = version; changed = true }
+            } else {
+                if all < version { all = version; changed = true }
+                for ns in known where (marks[ns] ?? 0) < version { marks[ns] = version; changed = true }
+            }
+            if changed { save() }
+            return changed
+        }
+        return changed
+    }
+
+    /// Removes this node's items of `namespace` (nil: of every namespace) older than their
+    /// namespace's flush (writes that raced a local flush, or everything a peer's flush covers);
+    /// each leaves a tombstone at the flush's version, which the mark hides. Returns the keys
+    /// removed. O(entries on disk) — one pass like a sync digest.
+    func sweep(_ namespace: [UInt8]?) throws -> [ItemKey] {
+        let f = floors()
+        guard !f.isEmpty else { return [] }
+        var doomed: [(ItemKey, UInt64)] = []
+        try store.forEachSyncEntry(include: { ns, _ in namespace == nil || ns == namespace! }) { e in
+            if !e.tombstone && f.hides(e) { doomed.append((ItemKey(namespace: e.namespace, key: e.key), f.floor(e.namespace))) }
+        }
+        var removed: [ItemKey] = []
+        for (id, v) in doomed {
+            if case .removed = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: v) { removed.append(id) }
+        }
+        return removed
+    }
+
+    /// Every synced entry `store.forEachSyncEntry` lists, less those a flush superseded, then
+    /// the marks as entries (namespace, empty key, version, tombstone) — what SYNC_DIGEST and
+    /// SYNC_KEYS compare (`include` sees a mark's namespace with an empty key).
+    func forEachSyncEntry(maxVersion: UInt64, include: ([UInt8], [UInt8]) -> Bool, _ body: (SyncEntry) -> Void) throws {
+        let f = floors()
+        try store.forEachSyncEntry(maxVersion: maxVersion, include: include) { e in
+            if !f.hides(e) { body(e) }
+        }
+        for (ns, v) in f.live where v <= maxVersion && include(ns, []) {
+            body(SyncEntry(namespace: ns, key: [], version: v, tombstone: true))
+        }
+    }
+
+    // MARK: The file
+
+    /// One line per mark: `HEX-NAMESPACE VERSION` (`*` for FLUSH ALL's floor; `-` for the
+    /// default namespace). Unreadable lines are skipped.
+    private func load() {
+        guard let f = fopen(path, "r") else { return }
+        defer { fclose(f) }
+        var buf = [CChar](repeating: 0, count: 512)
+        while fgets(&buf, Int32(buf.count), f) != nil {
+            let line = String(decoding: buf.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let v = UInt64(parts[1]) else { continue }
+            if parts[0] == "*" { all = max(all, v); continue }
+            guard let ns = parts[0] == "-" ? [] : Self.unhex(parts[0]) else { continue }
+            marks[ns] = max(marks[ns] ?? 0, v)
+        }
+    }
+
+    /// Writes every live mark (caller holds the lock): temporary file, fsync, rename.
+    private func save() {
+        let now = UInt64(max(0, store.clock.nowMicros()))
+        marks = marks.filter { live($0.value, now: now) }
+        if !live(all, now: now) { all = 0 }
+        var text = all != 0 ? "* \(all)\n" : ""
+        for (ns, v) in marks { text += "\(ns.isEmpty ? "-" : Self.hex(ns)) \(v)\n" }
+        let tmp = path + ".tmp"
+        guard let f = fopen(tmp, "w") else {
+            log.warn("flush_marks_not_saved", [("path", tmp), ("error", String(cString: strerror(errno)))])
+            return
+        }
+        fputs(text, f)
+        fflush(f); fsync(fileno(f)); fclose(f)
+        if rename(tmp, path) != 0 { log.warn("flush_marks_not_saved", [("path", path), ("error", String(cString: strerror(errno)))]) }
+    }
+
+    static func hex(_ b: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for x in b { out.append(digits[Int(x >> 4)]); out.append(digits[Int(x & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func unhex(_ s: Substring) -> [UInt8]? {
+        let u = Array(s.utf8)
+        guard u.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        var i = 0
+        while i < u.count {
+            guard let hi = Int(String(UnicodeScalar(u[i])), radix: 16), let lo = Int(String(UnicodeScalar(u[i + 1])), radix: 16) else { return nil }
+            out.append(UInt8(hi << 4 | lo))
+            i += 2
+        }
+        return out
+    }
+}
