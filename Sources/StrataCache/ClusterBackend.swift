@@ -72,21 +72,16 @@ struct ClusterBackend: CacheBackend {
         try client.counter(key, delta: delta, decrement: decrement, namespace: namespace, initial: initial)
     }
 
-    /// FLUSH of the namespace on every node. A node that cannot be reached keeps its copies
-    /// (they come back when it does), so the call fails naming it.
+    /// FLUSH of the namespace on every node (`ClusterClient.flushEverywhere`: one flush mark on
+    /// cluster nodes). A node that cannot be reached keeps its copies until it gets the mark
+    /// (or, a node without `--cluster`, for good), so the call fails naming it.
     func flush(namespace: [UInt8]) throws {
         var failures: [String] = []
         var firstStatus: CacheError?
-        for node in client.configuration.nodes {
-            do {
-                try client.onNode(node.name) { conn in
-                    try NodeConnection.check(try conn.call(.flush(namespace: namespace, all: false, tiers: 0)), allow: [.ok])
-                }
-            } catch {
-                let e = CacheError.mapping(error)
-                if e.status != nil && firstStatus == nil { firstStatus = e }
-                failures.append("\(node.name): \(error)")
-            }
+        for (node, error) in client.flushEverywhere(namespace: namespace, all: false) {
+            let e = CacheError.mapping(error)
+            if e.status != nil && firstStatus == nil { firstStatus = e }
+            failures.append("\(node): \(error)")
         }
         guard failures.isEmpty else {
             let message = "flush of the namespace failed on \(failures.count) of \(client.configuration.nodes.count) nodes (\(failures.joined(separator: "; ")))"

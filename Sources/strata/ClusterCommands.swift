@@ -175,10 +175,12 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
     case "flush":
         let all = o.switches.contains("--all")
         guard all != (o.string("--ns") != nil) else { throw UsageError(message: "say which: --ns NS or --all") }
-        for n in cluster.configuration.nodes {
-            let tiers = try tiersOption(o)
-            let f = try cluster.onNode(n.name) { try $0.call(.flush(namespace: ns, all: all, tiers: tiers)) }
-            try NodeConnection.check(f, allow: [.ok])
+        let failures = cluster.flushEverywhere(namespace: ns, all: all, tiers: try tiersOption(o))
+        if let first = failures.first {
+            let which = failures.map { "\($0.node): \($0.error)" }.joined(separator: "; ")
+            let status = (first.error as? ClientError)?.status
+            throw ClientError(status == nil ? .connection : .server,
+                              "flush failed on \(failures.count) of \(cluster.configuration.nodes.count) nodes (\(which))", status: status)
         }
         printOut((all ? "flushed everything on every node" : "flushed namespace '\(o.string("--ns")!)' on every node")
                  + tiersSuffix(try tiersOption(o)))

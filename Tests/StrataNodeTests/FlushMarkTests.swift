@@ -64,7 +64,9 @@ final class FlushMarkTests: XCTestCase {
         let conn = try c.connect(0)
         let old = try conn.set(SetRequest(key: b("a"), value: b("1"), namespace: b("app")))
         XCTAssertEqual(old.statusCode, .ok)
-        XCTAssertEqual(try conn.call(.flush(namespace: b("app"), all: false)).statusCode, .ok)
+        let flushed = try conn.call(.flush(namespace: b("app"), all: false))
+        XCTAssertEqual(flushed.statusCode, .ok)
+        XCTAssertGreaterThan(flushed.cas, old.cas, "a cluster node's FLUSH answers its mark's version")
         var late = SetRequest(key: b("a"), value: b("late copy"), namespace: b("app"))
         late.version = old.cas + 1
         let refused = try conn.set(late)
@@ -83,8 +85,14 @@ final class FlushMarkTests: XCTestCase {
         XCTAssertNil(try conn.get(b("n1"), namespace: b("app")), "older than the mark: removed")
         XCTAssertEqual(try conn.get(b("n2"), namespace: b("app"))?.value, b("y"), "as new as the mark: kept")
         XCTAssertEqual(try conn.call(.flush(namespace: b("app"), all: false, tiers: 0, version: v2)).statusCode, .superseded, "not newer than the mark held")
-        let all = try conn.call(.flush(namespace: [], all: true, tiers: 0, version: v2))
-        XCTAssertEqual(all.statusCode, .invalidArgument)
+        // FLUSH ALL with a version: a floor for every namespace, one it never held included.
+        let all = try conn.call(.flush(namespace: [], all: true, tiers: 0, version: v2 + 1))
+        XCTAssertEqual(all.statusCode, .ok)
+        XCTAssertEqual(all.cas, v2 + 1)
+        XCTAssertNil(try conn.get(b("n2"), namespace: b("app")), "older than FLUSH ALL's mark")
+        var elsewhere = SetRequest(key: b("z"), value: b("old"), namespace: b("fresh"))
+        elsewhere.version = v2
+        XCTAssertEqual(try conn.set(elsewhere).statusCode, .superseded)
         let ahead = try conn.call(.flush(namespace: b("app"), all: false, tiers: 0, version: UInt64(Date().timeIntervalSince1970 * 1e6) + 2 * 86_400_000_000))
         XCTAssertEqual(ahead.statusCode, .invalidArgument, "a version two days ahead")
 
@@ -102,6 +110,35 @@ final class FlushMarkTests: XCTestCase {
         let r = try pc.call(.flush(namespace: b("app"), all: false, tiers: 0, version: v2))
         XCTAssertEqual(r.statusCode, .invalidArgument)
         XCTAssertTrue(String(decoding: r.value, as: UTF8.self).contains("--cluster"))
+        XCTAssertEqual(try pc.call(.flush(namespace: b("app"), all: false)).cas, 0, "no mark without --cluster")
+    }
+
+    /// `ClusterClient.flushEverywhere` (the CLI's `flush --nodes`, the facade's namespace
+    /// flush) leaves the same mark on every node, and every node's clock past it.
+    func testAClusterFlushLeavesOneMarkOnEveryNode() throws {
+        // Anti-entropy only at the start: the marks must agree without it.
+        let c = try SyncCluster(count: 3, replicas: 2, extra: ["--sync-interval", "300"])
+        XCTAssertTrue(eventually(20, interval: 0.1) { (0..<3).allSatisfy(c.verified) })
+        let w = try c.client([0, 1, 2])
+        for i in 0..<30 { _ = try w.set(b("k\(i)"), b("v"), namespace: b("app")) }
+        XCTAssertTrue(w.flushEverywhere(namespace: b("app"), all: false).isEmpty)
+        // An old mark is refused with the mark held: the same on all three.
+        let held = try (0..<3).map { i -> UInt64 in
+            let f = try c.connect(i).call(.flush(namespace: b("app"), all: false, tiers: 0, version: 1))
+            XCTAssertEqual(f.statusCode, .superseded)
+            return f.cas
+        }
+        XCTAssertGreaterThan(held[0], 0)
+        XCTAssertEqual(Set(held).count, 1, "marks differ: \(held)")
+        // Writes after the flush are newer than it everywhere, and nothing flushed is left.
+        for i in 0..<3 {
+            let v = try c.connect(i).set(SetRequest(key: b("after\(i)"), value: b("x"), namespace: b("app"))).cas
+            XCTAssertGreaterThan(v, held[0])
+        }
+        for i in 0..<30 { XCTAssertNil(try w.get(b("k\(i)"), namespace: b("app"))) }
+        let cli = try cli(["flush", "--ns", "app", "--nodes", c.list([0, 1, 2])])
+        XCTAssertEqual(cli.code, 0, cli.err)
+        XCTAssertEqual(cli.out, "flushed namespace 'app' on every node\n")
     }
 
     /// FLUSH ALL on node 0 while node 1 is down, with a namespace only node 1 holds (written

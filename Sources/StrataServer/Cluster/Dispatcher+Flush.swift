@@ -7,7 +7,9 @@ extension Dispatcher {
     /// A client's FLUSH (binary or memcached): the store's O(1) flush; on a cluster node that
     /// empties the disk tier of a namespace it knows (or of all), also a flush mark taken before
     /// it, and a sweep of the writes older than the mark that raced it (one pass over the keys).
-    func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers) throws {
+    /// Returns the mark's version (0: no mark).
+    @discardableResult
+    func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers) throws -> UInt64 {
         var mark: (version: UInt64, known: [[UInt8]])? = nil
         if flushMarks != nil && t.contains(.disk) {
             let known = store.namespaceNames()
@@ -17,21 +19,22 @@ extension Dispatcher {
         leases.revokeAll(namespace: all ? nil : ns)
         // Variants stored on disk stay known while the disk keeps them.
         if t.contains(.disk) { lineage.forget(namespace: all ? nil : ns) }
-        if let m = flushMarks, let mark {
-            m.record(all ? nil : ns, mark.version, known: mark.known)
-            for id in try m.sweep(all ? nil : ns) { originalChanged(id) }
-        }
+        guard let m = flushMarks, let mark else { return 0 }
+        m.record(all ? nil : ns, mark.version, known: mark.known)
+        for id in try m.sweep(all ? nil : ns) { originalChanged(id) }
+        return mark.version
     }
 
-    /// A peer's flush mark (FLUSH with a version, or anti-entropy's copy): recorded, the clock
-    /// moved past it, and this node's items of the namespace older than it removed from both
-    /// tiers. False when this node holds an equal or newer mark (nothing done).
-    func takeFlushMark(namespace ns: [UInt8], version: UInt64) throws -> Bool {
+    /// A flush mark from elsewhere (FLUSH with a version: anti-entropy's copy of a peer's
+    /// mark, or a client making every node's mark the same): recorded, the clock moved past it,
+    /// and this node's items of the namespace (nil: of every namespace) older than it removed
+    /// from both tiers. False when this node holds an equal or newer mark (nothing done).
+    func takeFlushMark(namespace ns: [UInt8]?, version: UInt64) throws -> Bool {
         guard let m = flushMarks else {
             throw StoreError(.invalidArgument, "FLUSH with a version is taken only by a node started with --cluster")
         }
         try store.observe(version: version)
-        guard m.record(ns, version) else { return false }
+        guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : []) else { return false }
         leases.revokeAll(namespace: ns)
         for id in try m.sweep(ns) { originalChanged(id) }
         return true
@@ -40,14 +43,13 @@ extension Dispatcher {
     /// FLUSH (0x1A): a client's flush, or with a version a peer's flush mark (§7.12).
     func flushRequest(_ ns: [UInt8], all: Bool, tiers: UInt8, version: UInt64?, _ f: Frame) throws -> Frame? {
         guard let v = version else {
-            try flush(namespace: ns, all: all, tiers: Tiers(wire: tiers))
-            return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok)
+            let mark = try flush(namespace: ns, all: all, tiers: Tiers(wire: tiers))
+            return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok, cas: mark)
         }
-        guard !all else { return Responses.error(to: f, .invalidArgument, "a FLUSH with a version names one namespace, not ALL") }
-        guard try takeFlushMark(namespace: ns, version: v) else {
+        guard try takeFlushMark(namespace: all ? nil : ns, version: v) else {
             return Responses.status(to: f, .superseded, cas: flushMarks?.floor(ns) ?? 0)
         }
-        return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok)
+        return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok, cas: v)
     }
 
     /// SUPERSEDED for a SET, DELETE or INVALIDATE whose caller version a flush of its
