@@ -33,6 +33,9 @@ extension Dispatcher {
         guard let m = flushMarks else {
             throw StoreError(.invalidArgument, "FLUSH with a version is taken only by a node started with --cluster")
         }
+        if let ns, ns.count > ItemLimits.maxNamespaceBytes {
+            throw StoreError(.invalidNamespace, "namespace is \(ns.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
+        }
         try store.observe(version: version)
         guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : []) else { return false }
         leases.revokeAll(namespace: ns)

@@ -22,8 +22,10 @@ import StrataStore
 ///   the peer that sent it learns of the flush.
 ///
 /// Marks live as long as tombstones (`tombstoneTTL`, 24 h by default: a node away longer may
-/// bring flushed items back, as with deletes), at most one per namespace, and are kept in
-/// `DIR/flush-marks` (rewritten and fsynced when one changes, read at start). Cost: nothing on
+/// bring flushed items back, as with deletes), at most one per namespace and `maxMarks` in all
+/// (the oldest dropped first), and are kept in
+/// `DIR/flush-marks` (a line appended and fsynced per new mark, the file rewritten once it is
+/// twice the marks; read at start). Cost: nothing on
 /// a node without marks; a dictionary probe per synced entry and per versioned write with them.
 final class FlushMarks: @unchecked Sendable {
     /// A snapshot of the marks, for one pass over the entries (no copy: the dictionary is shared).
@@ -52,6 +54,9 @@ final class FlushMarks: @unchecked Sendable {
         /// The marks in force, by namespace.
         var live: [([UInt8], UInt64)] { marks.filter { $0.value > expired }.map { ($0.key, $0.value) } }
     }
+
+    /// The most marks kept (one per namespace); past it the oldest are dropped.
+    static let maxMarks = 10_000
 
     let store: TieredCache
     let path: String
@@ -94,18 +99,25 @@ final class FlushMarks: @unchecked Sendable {
     /// `version`; false when an equal or newer mark is already held. Persisted before it returns.
     @discardableResult
     func record(_ namespace: [UInt8]?, _ version: UInt64, known: [[UInt8]] = []) -> Bool {
-        let changed: Bool = lock.withLock {
-            var changed = false
-            if let ns = namespace {
-                if (marks[ns] ?? 0) < version { marks[ns] = version; changed = true }
-            } else {
-                if all < version { all = version; changed = true }
-                for ns in known where (marks[ns] ?? 0) < version { marks[ns] = version; changed = true }
+        lock.withLock {
+            var lines: [String] = []
+            func mark(_ ns: [UInt8]) {
+                guard (marks[ns] ?? 0) < version else { return }
+                marks[ns] = version
+                lines.append(Self.line(ns, version))
             }
-            if changed { save() }
-            return changed
+            if let ns = namespace {
+                mark(ns)
+            } else {
+                if all < version { all = version; lines.append("* \(version)") }
+                for ns in known { mark(ns) }
+            }
+            guard !lines.isEmpty else { return false }
+            // Bounded: past `maxMarks` the oldest marks go (as if they had expired).
+            while marks.count > Self.maxMarks, let oldest = marks.min(by: { $0.value < $1.value }) { marks[oldest.key] = nil }
+            persist(lines)
+            return true
         }
-        return changed
     }
 
     /// Removes this node's items of `namespace` (nil: of every namespace) older than their
@@ -142,7 +154,7 @@ final class FlushMarks: @unchecked Sendable {
     // MARK: The file
 
     /// One line per mark: `HEX-NAMESPACE VERSION` (`*` for FLUSH ALL's floor; `-` for the
-    /// default namespace). Unreadable lines are skipped.
+    /// default namespace); a namespace's newest line wins. Unreadable lines are skipped.
     private func load() {
         guard let f = fopen(path, "r") else { return }
         defer { fclose(f) }
@@ -154,16 +166,36 @@ final class FlushMarks: @unchecked Sendable {
             if parts[0] == "*" { all = max(all, v); continue }
             guard let ns = parts[0] == "-" ? [] : Self.unhex(parts[0]) else { continue }
             marks[ns] = max(marks[ns] ?? 0, v)
+            fileLines += 1
         }
+        while marks.count > Self.maxMarks, let oldest = marks.min(by: { $0.value < $1.value }) { marks[oldest.key] = nil }
     }
 
-    /// Writes every live mark (caller holds the lock): temporary file, fsync, rename.
-    private func save() {
+    private static func line(_ ns: [UInt8], _ v: UInt64) -> String { "\(ns.isEmpty ? "-" : hex(ns)) \(v)" }
+
+    /// Lines in the file (rewritten once they are more than twice the marks).
+    private var fileLines = 0
+
+    /// Appends `lines` to the file and fsyncs it; rewrites the file with the live marks only
+    /// (temporary file, fsync, rename) once it holds more than twice their number. Amortized
+    /// O(1) per mark. Caller holds the lock.
+    private func persist(_ lines: [String]) {
+        if fileLines + lines.count > 2 * (marks.count + 1) + 64 { return rewrite() }
+        guard let f = fopen(path, "a") else {
+            log.warn("flush_marks_not_saved", [("path", path), ("error", String(cString: strerror(errno)))])
+            return
+        }
+        fputs(lines.map { $0 + "\n" }.joined(), f)
+        fflush(f); fsync(fileno(f)); fclose(f)
+        fileLines += lines.count
+    }
+
+    private func rewrite() {
         let now = UInt64(max(0, store.clock.nowMicros()))
         marks = marks.filter { live($0.value, now: now) }
         if !live(all, now: now) { all = 0 }
         var text = all != 0 ? "* \(all)\n" : ""
-        for (ns, v) in marks { text += "\(ns.isEmpty ? "-" : Self.hex(ns)) \(v)\n" }
+        for (ns, v) in marks { text += Self.line(ns, v) + "\n" }
         let tmp = path + ".tmp"
         guard let f = fopen(tmp, "w") else {
             log.warn("flush_marks_not_saved", [("path", tmp), ("error", String(cString: strerror(errno)))])
@@ -172,6 +204,7 @@ final class FlushMarks: @unchecked Sendable {
         fputs(text, f)
         fflush(f); fsync(fileno(f)); fclose(f)
         if rename(tmp, path) != 0 { log.warn("flush_marks_not_saved", [("path", path), ("error", String(cString: strerror(errno)))]) }
+        fileLines = marks.count + (all != 0 ? 1 : 0)
     }
 
     static func hex(_ b: [UInt8]) -> String {
