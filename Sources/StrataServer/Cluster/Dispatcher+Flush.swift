@@ -6,7 +6,7 @@ import StrataWire
 extension Dispatcher {
     /// A client's FLUSH (binary or memcached): the store's O(1) flush; on a cluster node that
     /// empties the disk tier of a namespace it knows (or of all), also a flush mark taken before
-    /// it, and a sweep of the writes older than the mark that raced it (one pass over the keys).
+    /// it, and a background sweep of the writes older than the mark that raced it.
     /// Returns the mark's version (0: no mark).
     @discardableResult
     func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers) throws -> UInt64 {
@@ -21,14 +21,15 @@ extension Dispatcher {
         if t.contains(.disk) { lineage.forget(namespace: all ? nil : ns) }
         guard let m = flushMarks, let mark else { return 0 }
         m.record(all ? nil : ns, mark.version, known: mark.known)
-        for id in try m.sweep(all ? nil : ns) { originalChanged(id) }
+        m.sweepLater(all ? nil : ns) { [self] in $0.forEach(originalChanged) }
         return mark.version
     }
 
     /// A flush mark from elsewhere (FLUSH with a version: anti-entropy's copy of a peer's
     /// mark, or a client making every node's mark the same): recorded, the clock moved past it,
     /// and this node's items of the namespace (nil: of every namespace) older than it removed
-    /// from both tiers. False when this node holds an equal or newer mark (nothing done).
+    /// from both tiers by a background sweep. False when this node holds an equal or newer
+    /// mark (nothing done).
     func takeFlushMark(namespace ns: [UInt8]?, version: UInt64) throws -> Bool {
         guard let m = flushMarks else {
             throw StoreError(.invalidArgument, "FLUSH with a version is taken only by a node started with --cluster")
@@ -39,7 +40,7 @@ extension Dispatcher {
         try store.observe(version: version)
         guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : []) else { return false }
         leases.revokeAll(namespace: ns)
-        for id in try m.sweep(ns) { originalChanged(id) }
+        m.sweepLater(ns) { [self] in $0.forEach(originalChanged) }
         return true
     }
 

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Dispatch
 import StrataCore
 import StrataStore
 
@@ -117,6 +118,21 @@ final class FlushMarks: @unchecked Sendable {
             while marks.count > Self.maxMarks, let oldest = marks.min(by: { $0.value < $1.value }) { marks[oldest.key] = nil }
             persist(lines)
             return true
+        }
+    }
+
+    /// Sweeps run here, one at a time, off the request's thread.
+    private let sweeper = DispatchQueue(label: "strata-flush-sweep")
+
+    /// `sweep(namespace)` in the background; `removed` is told the keys it removed. A FLUSH
+    /// answers once its mark is recorded: from then on what it supersedes is refused and left
+    /// out of anti-entropy, and the sweep removes it from this node's tiers within about a
+    /// second per million keys.
+    func sweepLater(_ namespace: [UInt8]?, removed: @escaping @Sendable ([ItemKey]) -> Void) {
+        sweeper.async { [self] in
+            do { removed(try sweep(namespace)) } catch {
+                log.warn("flush_sweep_failed", [("error", "\(error)")])
+            }
         }
     }
 
