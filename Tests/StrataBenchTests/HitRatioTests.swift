@@ -232,4 +232,19 @@ final class HitRatioTraceTests: XCTestCase {
             XCTAssertLessThan(r.items, capacity / 144, "records give the ghost room")
         }
     }
+
+    /// The adaptive variant: a request for a key its small queue evicted grows the small
+    /// queue's target and puts the key in main.
+    func testAdaptiveS3FIFOGrowsItsSmallQueueOnThatGhostsHits() {
+        let s = AdaptiveS3FIFOSimulator(capacity: 100, universe: 1000)
+        XCTAssertEqual(s.target, 10)
+        for i in 0..<150 { XCTAssertFalse(s.access(Int32(i), charge: 1)) }
+        XCTAssertFalse(s.contains(0), "the oldest unhit keys left for the small queue's ghost")
+        XCTAssertEqual(s.queue(of: 149), AdaptiveS3FIFOSimulator.small)
+        XCTAssertFalse(s.access(0, charge: 1))
+        XCTAssertEqual(s.queue(of: 0), AdaptiveS3FIFOSimulator.main)
+        XCTAssertEqual(s.target, 12, "grown by 2 × the charge")
+        XCTAssertTrue(s.access(0, charge: 1))
+        XCTAssertLessThanOrEqual(s.usedBytes, 100)
+    }
 }

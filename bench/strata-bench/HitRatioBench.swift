@@ -111,6 +111,7 @@ struct HitRatioBench {
                     LRUSimulator(capacity: capacity, universe: trace.universe),
                     SIEVESimulator(capacity: capacity, universe: trace.universe),
                     S3FIFOSimulator(capacity: capacity, universe: trace.universe),
+                    AdaptiveS3FIFOSimulator(capacity: capacity, universe: trace.universe),
                     WTinyLFUSimulator(capacity: capacity, universe: trace.universe, expectedItems: capacity / meanCharge),
                 ]
                 for sim in sims {

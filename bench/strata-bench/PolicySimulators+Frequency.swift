@@ -266,3 +266,107 @@ final class WTinyLFUSimulator: PolicySimulator {
     var itemCount: Int { lists.count[0] + lists.count[1] + lists.count[2] }
     var usedBytes: Int { used }
 }
+
+/// S3-FIFO with an adaptive small queue (an experiment, not what the tier does): as
+/// S3-FIFO, plus a ghost of main's evictions beside the small queue's ghost, and ARC's rule
+/// for the small queue's target share — a request for a key the small queue evicted grows it
+/// (new keys were not given time to prove themselves), one for a key main evicted shrinks it,
+/// each by `mul` × the charge × the other ghost's bytes over this one's (at least the charge).
+/// Both ghosts hold up to `ghostPercent` % of the capacity in charged bytes (90); the target
+/// stays within 1 … 90 % of the capacity, starting at 10 %. bench/RESULTS.md ("The shifting
+/// trace") has what it gives and what porting it to the tier would cost.
+final class AdaptiveS3FIFOSimulator: PolicySimulator {
+    var name = "S3-FIFO adapt."
+    static let small = 0, main = 1, ghostSmall = 2, ghostMain = 3
+    let capacity: Int
+    /// The small queue's target share, in bytes.
+    private(set) var target: Int
+    private var lists: IdLists
+    private var freq: [UInt8]
+    let ghostCap: Int, mul: Int
+
+    init(capacity: Int, universe: Int, ghostPercent: Int = 90, mul: Int = 2) {
+        self.capacity = capacity
+        ghostCap = capacity * ghostPercent / 100
+        self.mul = mul
+        if ghostPercent != 90 || mul != 2 { name = "adapt g\(ghostPercent) m\(mul)" }
+        target = capacity / 10
+        lists = IdLists(universe: universe, lists: 4)
+        freq = Array(repeating: 0, count: universe)
+    }
+
+    func access(_ id: Int32, charge: Int) -> Bool {
+        let l = lists.list(of: id)
+        if l == Self.small || l == Self.main {
+            freq[Int(id)] = min(freq[Int(id)] + 1, 3)
+            return true
+        }
+        guard charge <= capacity else { return false }
+        freq[Int(id)] = 0
+        var into = Self.small
+        if l == Self.ghostSmall {
+            let gs = max(1, lists.bytes[Self.ghostSmall]), gm = lists.bytes[Self.ghostMain]
+            target = min(capacity * 9 / 10, target + mul * max(charge, charge * gm / gs))
+            lists.remove(id)
+            into = Self.main
+        } else if l == Self.ghostMain {
+            let gm = max(1, lists.bytes[Self.ghostMain]), gs = lists.bytes[Self.ghostSmall]
+            target = max(capacity / 100, target - mul * max(charge, charge * gs / gm))
+            lists.remove(id)
+            into = Self.main
+        }
+        while used + charge > capacity { evict() }
+        lists.pushFront(into, id, charge: charge)
+        return false
+    }
+
+    private var used: Int { lists.bytes[Self.small] + lists.bytes[Self.main] }
+
+    private func evict() {
+        if lists.count[Self.small] > 0 && (lists.bytes[Self.small] >= target || lists.count[Self.main] == 0) {
+            evictSmall()
+        } else {
+            evictMain()
+        }
+    }
+
+    private func evictSmall() {
+        while lists.count[Self.small] > 0 {
+            let t = lists.back[Self.small]
+            if freq[Int(t)] >= 1 {
+                freq[Int(t)] = 0
+                lists.moveToFront(Self.main, t)
+                while lists.bytes[Self.main] > capacity - target && lists.count[Self.main] > 1 { evictMain() }
+            } else {
+                toGhost(t, Self.ghostSmall)
+                return
+            }
+        }
+    }
+
+    private func evictMain() {
+        while lists.count[Self.main] > 0 {
+            let t = lists.back[Self.main]
+            if freq[Int(t)] > 0 {
+                freq[Int(t)] -= 1
+                lists.moveToFront(Self.main, t)
+            } else {
+                toGhost(t, Self.ghostMain)
+                return
+            }
+        }
+    }
+
+    private func toGhost(_ id: Int32, _ ghost: Int) {
+        let c = Int(lists.charge[Int(id)])
+        lists.remove(id)
+        lists.pushFront(ghost, id, charge: c)
+        while lists.bytes[ghost] > ghostCap && lists.count[ghost] > 0 { lists.remove(lists.back[ghost]) }
+    }
+
+    func contains(_ id: Int32) -> Bool { lists.list(of: id).map { $0 <= Self.main } ?? false }
+    /// 0 = small, 1 = main, nil = not cached.
+    func queue(of id: Int32) -> Int? { lists.list(of: id).flatMap { $0 <= Self.main ? $0 : nil } }
+    var itemCount: Int { lists.count[Self.small] + lists.count[Self.main] }
+    var usedBytes: Int { used }
+}
