@@ -328,23 +328,27 @@ final class MemoryShard {
     /// The live item, counting the access (the record's 2-bit counter, capped at 3; nothing is
     /// relinked); nil on a miss (expired items are removed).
     func get(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64, countStats: Bool = true) -> ItemState? {
+        guard let p = live(tag: tag, key: key, hash: hash, now: now) else { if countStats { misses += 1 }; return nil }
+        if countStats { hits += 1 }
+        return state(p)
+    }
+
+    /// The live record of the key, its access counted as `get` counts it (expired records are
+    /// removed); nil for a miss, an expired item or a tombstone. Counts no hit or miss.
+    @inline(__always)
+    func live(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64) -> UnsafeMutableRawPointer? {
         let (r, slot) = find(tag: tag, key: key, hash: hash)
-        guard r != 0 else { if countStats { misses += 1 }; return nil }
+        guard r != 0 else { return nil }
         let p = ptr(r)
         if isExpired(p, now: now) {
             expirations += 1
             remove(ref: r, slot: slot)
-            if countStats { misses += 1 }
             return nil
         }
-        if isTombstone(p) {
-            if countStats { misses += 1 }
-            return nil
-        }
-        if countStats { hits += 1 }
+        if isTombstone(p) { return nil }
         let bits = p.load(fromByteOffset: Self.oPolicy, as: UInt8.self)
         touch(p, now: now, policy: bits & Self.policyFreqMask != Self.policyFreqMask ? bits &+ 1 : bits)
-        return state(p)
+        return p
     }
 
     /// What the shard holds for the key, tombstones included, without counting an access.

@@ -38,6 +38,12 @@ final class MemoryTier: @unchecked Sendable {
         return Location(shard: shards[Int(truncatingIfNeeded: h >> 48) & shardMask], hash: UInt32(truncatingIfNeeded: h))
     }
 
+    @inline(__always)
+    func locate(tag: UInt32, key: UnsafeRawBufferPointer) -> Location {
+        let h = XXH64.hash(key, seed: UInt64(tag))
+        return Location(shard: shards[Int(truncatingIfNeeded: h >> 48) & shardMask], hash: UInt32(truncatingIfNeeded: h))
+    }
+
     /// Runs `body` with the shard's lock held and the key's raw bytes.
     @inline(__always)
     func with<T>(_ loc: Location, _ key: [UInt8], _ body: (MemoryShard, UnsafeRawBufferPointer) -> T) -> T {
