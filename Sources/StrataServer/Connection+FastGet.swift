@@ -66,8 +66,29 @@ extension Connection {
         return userGeneration == node.credentials.generation && !node.draining && !node.overloaded
     }
 
+    /// The plain GET at `at` in `all`, if a whole one is there: where its namespace and key
+    /// are and where it ends. Nil for anything else (the general path takes it).
+    @inline(__always)
+    private func plainGet(_ all: UnsafeRawBufferPointer, at: Int, maxBody: Int) -> (ns: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, end: Int)? {
+        guard all.count - at >= Wire.headerSize else { return nil }
+        let h = UnsafeRawBufferPointer(rebasing: all[at..<(at + Wire.headerSize)])
+        let nsLen = Int(h[7])
+        let keyLen = Int(h[8]) << 8 | Int(h[9])
+        let body = Int(h[12]) << 24 | Int(h[13]) << 16 | Int(h[14]) << 8 | Int(h[15])
+        let tiers = h[6]
+        guard h[0] == Wire.requestMagic, h[1] == Wire.version, h[2] == Opcode.get.rawValue,
+              h[3] & ~RequestFlags.quiet.rawValue == 0, tiers <= 3, tiers != 2, h[10] == 0, h[11] == 0,
+              keyLen >= 1, keyLen <= Wire.maxKey, nsLen <= Wire.maxNamespace, body == nsLen + keyLen, body <= maxBody,
+              all.count - at >= Wire.headerSize + body else { return nil }
+        let nsStart = at + Wire.headerSize
+        return (UnsafeRawBufferPointer(rebasing: all[nsStart..<(nsStart + nsLen)]),
+                UnsafeRawBufferPointer(rebasing: all[(nsStart + nsLen)..<(nsStart + body)]), nsStart + body)
+    }
+
     /// The loop over frames in `all` (the input buffer). Stops at the first frame the fast
-    /// path does not answer (`more` false) or after 64 KiB of answers (`more` true).
+    /// path does not answer (`more` false) or after 64 KiB of answers (`more` true). The
+    /// memory records of up to 16 GETs ahead are prefetched together
+    /// (`TieredCache.prefetchMemorySlot`), so their cache misses overlap.
     private func answerFastGets(_ all: UnsafeRawBufferPointer, now: Int64, store: TieredCache,
                                 stale: inout Int, negative: inout Int) -> (answered: Int, bytes: Int, more: Bool) {
         let admin = user.role == .admin
@@ -75,36 +96,41 @@ extension Connection {
         let outputCap = node.config.outputCap
         let budget = node.outputBudget
         var answered = 0, bytes = 0
-        while true {
-            let at = inputStart
-            guard all.count - at >= Wire.headerSize else { return (answered, bytes, false) }
-            let h = UnsafeRawBufferPointer(rebasing: all[at..<(at + Wire.headerSize)])
-            let nsLen = Int(h[7])
-            let keyLen = Int(h[8]) << 8 | Int(h[9])
-            let body = Int(h[12]) << 24 | Int(h[13]) << 16 | Int(h[14]) << 8 | Int(h[15])
-            let tiers = h[6]
-            guard h[0] == Wire.requestMagic, h[1] == Wire.version, h[2] == Opcode.get.rawValue,
-                  h[3] & ~RequestFlags.quiet.rawValue == 0, tiers <= 3, tiers != 2, h[10] == 0, h[11] == 0,
-                  keyLen >= 1, keyLen <= Wire.maxKey, nsLen <= Wire.maxNamespace, body == nsLen + keyLen, body <= maxBody,
-                  all.count - at >= Wire.headerSize + body else { return (answered, bytes, false) }
-            let ns = UnsafeRawBufferPointer(rebasing: all[(at + Wire.headerSize)..<(at + Wire.headerSize + nsLen)])
-            let key = UnsafeRawBufferPointer(rebasing: all[(at + Wire.headerSize + nsLen)..<(at + Wire.headerSize + body)])
-            guard admin || scopeMemo.rights(user, ns).read, !budget.over else { return (answered, bytes, false) }
-            if !inFlightKeys.isEmpty && inFlightKeys[ItemKey(namespace: [UInt8](ns), key: [UInt8](key))] != nil {
-                return (answered, bytes, false)
+        var prefetchedTo = inputStart
+        return withUnsafeTemporaryAllocation(of: MemoryPrefetch.self, capacity: 16) { group in
+            while true {
+                let at = inputStart
+                if at >= prefetchedTo {
+                    var pos = at, n = 0
+                    while n < 16, let f = plainGet(all, at: pos, maxBody: maxBody) {
+                        if let p = store.prefetchMemorySlot(namespace: f.ns, key: f.key, memo: &namespaceMemo) {
+                            group.initializeElement(at: n, to: p)
+                            n += 1
+                        }
+                        pos = f.end
+                    }
+                    for i in 0..<n { store.prefetchMemoryRecord(group[i]) }
+                    prefetchedTo = pos
+                }
+                guard let f = plainGet(all, at: at, maxBody: maxBody),
+                      admin || scopeMemo.rights(user, f.ns).read, !budget.over else { return (answered, bytes, false) }
+                if !inFlightKeys.isEmpty && inFlightKeys[ItemKey(namespace: [UInt8](f.ns), key: [UInt8](f.key))] != nil {
+                    return (answered, bytes, false)
+                }
+                let h = UnsafeRawBufferPointer(rebasing: all[at..<(at + Wire.headerSize)])
+                var size = 0
+                var marks = (stale: false, negative: false)
+                let hit = store.withMemoryHit(namespace: f.ns, key: f.key, now: now, memo: &namespaceMemo) { item in
+                    size = appendGetAnswer(request: h, item)
+                    marks = (item.stale, item.negative)
+                }
+                guard hit else { return (answered, bytes, false) }
+                if marks.negative { negative += 1 } else if marks.stale { stale += 1 }
+                inputStart = f.end
+                answered += 1
+                bytes += size
+                if bytes >= 64 << 10 || output.count > outputCap { return (answered, bytes, true) }
             }
-            var size = 0
-            var marks = (stale: false, negative: false)
-            let hit = store.withMemoryHit(namespace: ns, key: key, now: now, memo: &namespaceMemo) { item in
-                size = appendGetAnswer(request: h, item)
-                marks = (item.stale, item.negative)
-            }
-            guard hit else { return (answered, bytes, false) }
-            if marks.negative { negative += 1 } else if marks.stale { stale += 1 }
-            inputStart = at + Wire.headerSize + body
-            answered += 1
-            bytes += size
-            if bytes >= 64 << 10 || output.count > outputCap { return (answered, bytes, true) }
         }
     }
 

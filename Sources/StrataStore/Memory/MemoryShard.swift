@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CLinux
 import StrataCore
 
 /// One shard of the memory tier: items packed into slab pages, indexed by a compact
@@ -227,6 +228,24 @@ final class MemoryShard {
             }
             i = nextSlot(i)
         }
+    }
+
+    /// Starts loading the index slot where the probe for `hash` begins (the lock held: the
+    /// index may move). Never waits.
+    @inline(__always) func prefetchSlot(_ hash: UInt32) {
+        strata_prefetch(index + Self.home(hash, indexCapacity))
+    }
+
+    /// Starts loading the first record the probe for `hash` meets — its header, key and the
+    /// start of its value (192 bytes) — once the slot itself has had time to arrive (the lock
+    /// held). Waits only if the slot's line has not.
+    @inline(__always) func prefetchRecord(_ hash: UInt32) {
+        let r = index[Self.home(hash, indexCapacity)]
+        guard r != 0 else { return }
+        let p = ptr(r)
+        strata_prefetch(p)
+        strata_prefetch(p + 64)
+        strata_prefetch(p + 128)
     }
 
     func slotOf(_ ref: UInt32) -> Int {
