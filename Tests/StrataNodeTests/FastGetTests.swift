@@ -118,6 +118,36 @@ final class FastGetTests: XCTestCase {
         XCTAssertEqual(try Responses.parseGet(XCTUnwrap(got[23])).value, b("here"))
     }
 
+    func testAFlushFromAnotherConnectionIsSeenByTheNextGet() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let reader = try node.connect()
+        let admin = try node.connect()
+        for (round, all) in [(0, false), (1, true), (2, false)] {
+            for ns in ["n", "m"] {
+                var s = SetRequest(key: b("k"), value: b("round \(round)"), namespace: b(ns)); s.tiers = 1
+                XCTAssertEqual(try admin.set(s).statusCode, .ok)
+            }
+            // The reader's fast GETs remember the namespace's entry...
+            var batch: [UInt8] = []
+            for i in 0..<4 { batch += Request.get(GetRequest(key: b("k"), namespace: b("n"))).frame(id: UInt32(i + 1)).encoded() }
+            try reader.sendRaw(batch)
+            for (_, f) in try read(reader, 4) { XCTAssertEqual(try Responses.parseGet(f).value, b("round \(round)")) }
+            // ...and another connection flushes it (memory only: the records stay until swept).
+            XCTAssertEqual(try admin.call(.flush(namespace: b("n"), all: all, tiers: 1)).statusCode, .ok)
+            // (One GET at a time: a GET of another namespace in the same batch would make the
+            // reader look its namespace up again anyway.)
+            XCTAssertEqual(try reader.call(.get(GetRequest(key: b("k"), namespace: b("n")))).statusCode, .notFound,
+                           "round \(round): the flushed namespace")
+            let other = try reader.call(.get(GetRequest(key: b("k"), namespace: b("m"))))
+            if all {
+                XCTAssertEqual(other.statusCode, .notFound, "round \(round): FLUSH all")
+            } else {
+                XCTAssertEqual(try Responses.parseGet(other).value, b("round \(round)"))
+            }
+        }
+    }
+
     func testAnExpiredItemIsNeverServed() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)
