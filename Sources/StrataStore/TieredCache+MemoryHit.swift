@@ -123,7 +123,7 @@ extension TieredCache {
                                value: UnsafeRawBufferPointer(start: data + k + e, count: v)))
             return true
         }
-        if hit { counters._withUnsafeGuaranteedRef { $0.hits.add(1, ordering: .relaxed) } }
+        if hit { counters._withUnsafeGuaranteedRef { _ = $0.hits.add(1, ordering: .relaxed) } }
         return hit
     }
 }
