@@ -33,6 +33,27 @@ public final class EventLoop: @unchecked Sendable {
     /// The thread running `run` (set when it starts).
     private let runner = Atomic<UInt>(0)
 
+    /// Counts the loop's units of work: each handled event, each task, each end-of-iteration
+    /// body and each tick start a new one (`oncePerEvent`).
+    private var event: UInt64 = 0
+    private var stampEvent: UInt64 = .max
+    private var stampValue: Int64 = 0
+
+    /// A reading taken at most once per unit of work: `read` runs for the first caller while
+    /// the loop handles one event (a connection's batch of requests), one task or one
+    /// end-of-iteration body; later callers in the same unit get that value. So a clock
+    /// is read once per batch of pipelined requests, not once per request (Redis caches its
+    /// time per command batch the same way), and the value is never older than the unit
+    /// being run. Loop thread only.
+    @inline(__always)
+    public func oncePerEvent(_ read: () -> Int64) -> Int64 {
+        if stampEvent != event {
+            stampValue = read()
+            stampEvent = event
+        }
+        return stampValue
+    }
+
     /// Whether the calling thread is this loop's (a completion produced on the loop itself can
     /// then run at once instead of being queued with `execute`).
     public var isCurrentThread: Bool { runner.load(ordering: .relaxed) == UInt(pthread_self()) }
@@ -145,6 +166,7 @@ public final class EventLoop: @unchecked Sendable {
                 }
                 guard let h = handlers[fd] else { continue }
                 let e = ev.events
+                event &+= 1
                 h.handle(readable: e & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue) != 0,
                          writable: e & EPOLLOUT.rawValue != 0,
                          hangup: e & (EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0)
@@ -154,23 +176,24 @@ public final class EventLoop: @unchecked Sendable {
                 tasks.removeAll(keepingCapacity: true)
                 return (t, stopping)
             }
-            for t in pending { t() }
+            for t in pending { event &+= 1; t() }
             if !timers.isEmpty {
                 let now = monotonicSeconds()
                 if timers.contains(where: { $0.due <= now }) {
                     let due = timers.filter { $0.due <= now }
                     timers.removeAll { $0.due <= now }
-                    for t in due { t.body() }
+                    for t in due { event &+= 1; t.body() }
                 }
             }
             while !endOfIteration.isEmpty {
                 let due = endOfIteration
                 endOfIteration.removeAll(keepingCapacity: true)
-                for d in due { d() }
+                for d in due { event &+= 1; d() }
             }
             let now = monotonicSeconds()
             if now - lastTick >= tickInterval {
                 lastTick = now
+                event &+= 1
                 tick()
             }
             if stop { break }

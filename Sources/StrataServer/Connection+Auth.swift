@@ -90,4 +90,11 @@ struct ScopeMemo {
         }
         return (read, write)
     }
+
+    /// `rights(user, ns)` for a namespace still in the input buffer: copies the name only
+    /// when it differs from the last one.
+    mutating func rights(_ user: User, _ ns: UnsafeRawBufferPointer) -> (read: Bool, write: Bool) {
+        if let n = namespace, n.elementsEqual(ns) { return (read, write) }
+        return rights(user, [UInt8](ns))
+    }
 }

@@ -45,6 +45,8 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// The user's rights on the namespace of its last request (most requests of a connection
     /// name the same one): saves hashing the namespace into the user's scope every time.
     var scopeMemo = ScopeMemo()
+    /// The store's entry for the namespace of the last fast GET (Connection+FastGet.swift).
+    var namespaceMemo = NamespaceMemo()
     /// A failed HELLO's answer held back by the brute-force throttle until `due` (monotonic
     /// seconds); the tick sends it (`checkTimers`). Counted in `inFlight` meanwhile.
     var delayedAnswer: (due: Double, frame: Frame)?
@@ -189,8 +191,11 @@ final class Connection: EventHandler, @unchecked Sendable {
         // A client that pipelines many requests on one key waits here (its bytes stay in the
         // input buffer) rather than growing the deferred list without bound.
         while !closed && !closeAfterFlush && !deferredFull && !heldByOutput {
+            // Plain GETs that hit memory are answered in place (Connection+FastGet.swift);
+            // whatever else comes next takes the general path below.
+            answerFastGets()
             let available = input.count - inputStart
-            if available == 0 { break }
+            if available == 0 || closed { break }
             // Built per frame: a HELLO earlier in the same batch may have lifted the pre-auth cap.
             let decoder = FrameDecoder(magic: Wire.requestMagic,
                                        maxBody: authenticated ? node.config.maxFrame : min(node.config.maxFrame, node.config.preAuthFrameLimit))

@@ -55,6 +55,28 @@ struct OutputQueue {
         count += frame.encodedSize
     }
 
+    /// Appends an answer whose parts lie elsewhere (the GET fast path: the header encoded on
+    /// the stack, extended data and value in the memory tier's record): each part is copied
+    /// once, into the tail chunk, or — a value of `shareThreshold` bytes or more — into a
+    /// chunk of its own.
+    mutating func append(head: UnsafeRawBufferPointer, extended: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        let share = value.count >= Self.shareThreshold
+        let ownedBytes = head.count + extended.count + (share ? 0 : value.count)
+        if !tailOwned || chunks[chunks.count - 1].count + ownedBytes > Self.chunkLimit {
+            startOwnedChunk(reserving: ownedBytes)
+        }
+        let last = chunks.count - 1
+        chunks[last].append(contentsOf: head)
+        if extended.count > 0 { chunks[last].append(contentsOf: extended) }
+        if share {
+            chunks.append([UInt8](value))
+            tailOwned = false
+        } else if value.count > 0 {
+            chunks[last].append(contentsOf: value)
+        }
+        count += head.count + extended.count + value.count
+    }
+
     /// Appends what `body` writes at the end of the owned tail chunk (text-protocol answers,
     /// which are built in place: no buffer of their own, no second copy), and returns what
     /// `body` returns. `body` must only append.

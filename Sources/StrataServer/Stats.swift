@@ -13,9 +13,9 @@ final class LatencyHistogram: Sendable {
 
     init() { buckets = (0..<Self.bucketCount).map { _ in Counter() } }
 
-    func record(micros: Double) {
+    func record(micros: Double, count: Int = 1) {
         let b = micros <= 1 ? 0 : min(Self.bucketCount - 1, Int((log2(micros) * 4).rounded(.up)))
-        buckets[b].add(1)
+        buckets[b].add(count)
     }
 
     /// Cumulative counts at Prometheus-style upper bounds (seconds), every 4th bucket (×2 steps).
@@ -127,5 +127,11 @@ final class NodeStats: Sendable {
     func recordOp(_ opcode: UInt8, micros: Double) {
         ops[Int(opcode)].add(1)
         latency[Int(opcode)].record(micros: micros)
+    }
+
+    /// `count` operations that took `micros` each (a batch answered together: its time shared out).
+    func recordOps(_ opcode: UInt8, count: Int, micros: Double) {
+        ops[Int(opcode)].add(count)
+        latency[Int(opcode)].record(micros: micros, count: count)
     }
 }

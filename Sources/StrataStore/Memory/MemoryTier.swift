@@ -6,6 +6,9 @@ import StrataCore
 /// Thread-safe. A hit costs one hash, one lock, one probe and a copy of the value.
 final class MemoryTier: @unchecked Sendable {
     let shards: [MemoryShard]
+    /// `shards` again, unretained (`shards` keeps them alive as long as the tier): the event
+    /// loop's reads reach a shard without a retain and release per request.
+    private let unretained: UnsafeMutablePointer<Unmanaged<MemoryShard>>
     private let shardMask: Int
     /// Largest record (header + key + extended data + value) the tier will hold.
     let maxRecordBytes: Int
@@ -25,6 +28,16 @@ final class MemoryTier: @unchecked Sendable {
         }
         shardMask = n - 1
         maxRecordBytes = costShare
+        unretained = .allocate(capacity: n)
+        for (i, shard) in shards.enumerated() { (unretained + i).initialize(to: .passUnretained(shard)) }
+    }
+
+    deinit { unretained.deallocate() }
+
+    /// Runs `body` with shard number `i` (`shardIndex`), without retaining it.
+    @inline(__always)
+    func withShard<T>(_ i: Int, _ body: (MemoryShard) -> T) -> T {
+        unretained[i]._withUnsafeGuaranteedRef(body)
     }
 
     struct Location {
@@ -36,6 +49,19 @@ final class MemoryTier: @unchecked Sendable {
     func locate(tag: UInt32, key: [UInt8]) -> Location {
         let h = XXH64.hash(key, seed: UInt64(tag))
         return Location(shard: shards[Int(truncatingIfNeeded: h >> 48) & shardMask], hash: UInt32(truncatingIfNeeded: h))
+    }
+
+    @inline(__always)
+    func locate(tag: UInt32, key: UnsafeRawBufferPointer) -> Location {
+        let h = XXH64.hash(key, seed: UInt64(tag))
+        return Location(shard: shards[Int(truncatingIfNeeded: h >> 48) & shardMask], hash: UInt32(truncatingIfNeeded: h))
+    }
+
+    /// The shard of a key hash (`locate`'s choice) by number, for a caller that keeps no reference.
+    @inline(__always)
+    func shardIndex(tag: UInt32, key: UnsafeRawBufferPointer) -> (shard: Int, hash: UInt32) {
+        let h = XXH64.hash(key, seed: UInt64(tag))
+        return (Int(truncatingIfNeeded: h >> 48) & shardMask, UInt32(truncatingIfNeeded: h))
     }
 
     /// Runs `body` with the shard's lock held and the key's raw bytes.

@@ -29,6 +29,10 @@ final class NamespaceRegistry: @unchecked Sendable {
     }
 
     private let lock = Lock()
+    /// Bumped (under the lock) by every change of an entry's tag, generation or presence: a
+    /// caller holding an entry from `lookup` may keep using it while this has not moved
+    /// (`NamespaceMemo`).
+    let changes = Atomic<UInt64>(0)
     private var byName: [[UInt8]: Entry] = [:]
     private var liveTags: Set<UInt32> = []
     private var nextTag: UInt32 = 1
@@ -42,9 +46,13 @@ final class NamespaceRegistry: @unchecked Sendable {
             if let e = byName[name] { return e }
             let e = Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
             byName[name] = e
+            changed()
             return e
         }
     }
+
+    /// Called with the lock held after any change of `byName`.
+    private func changed() { changes.add(1, ordering: .releasing) }
 
     private func takeTag() -> UInt32 {
         let t = nextTag
@@ -62,6 +70,7 @@ final class NamespaceRegistry: @unchecked Sendable {
             e.generation = generation
             byName[name] = e
             diskNames[id] = name
+            changed()
         }
     }
 
@@ -79,6 +88,7 @@ final class NamespaceRegistry: @unchecked Sendable {
             }
             if let g = generation { e.generation = g }
             byName[name] = e
+            changed()
             return e
         }
     }
@@ -91,6 +101,7 @@ final class NamespaceRegistry: @unchecked Sendable {
                 e.tag = takeTag()
                 byName[k] = e
             }
+            changed()
         }
     }
     /// Namespaces known (for tests and stats).
@@ -111,6 +122,7 @@ final class NamespaceRegistry: @unchecked Sendable {
         lock.withLock {
             for (k, var e) in byName { e.diskID = nil; e.generation = 0; byName[k] = e }
             diskNames.removeAll()
+            changed()
         }
     }
 
