@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+#   bench/w2.sh [SECONDS, default 30] [ROUNDS, default 3]   (needs the release build and redis-server)
+# Workload 2 side by side: Strata (release, --threads 1) and Redis (no persistence), 90/10 and
+# GET-only at pipeline 16, 100 B, 100,000 keys, 50 connections; targets alternate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-30}; ROUNDS=${2:-3}
+W=$(mktemp -d /tmp/w2-XXXXXX)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+SP=$(free_port); RP=$(free_port)
+.build/release/strata serve --host 127.0.0.1 --port "$SP" --data "$W/s" --threads 1 --log-level warn > "$W/s.log" 2>&1 &
+SPID=$!
+redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no --dir "$W" > "$W/r.log" 2>&1 &
+RPID=$!
+trap 'kill $SPID $RPID 2>/dev/null; wait $SPID $RPID 2>/dev/null; rm -rf "$W"' EXIT
+sleep 1
+echo "== 90/10 p16 ($SECS s x $ROUNDS)"
+.build/release/strata-bench run --target strata=127.0.0.1:$SP --target redis=127.0.0.1:$RP --server-pid $SPID --server-pid $RPID \
+  --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration "$SECS" --rounds "$ROUNDS" 2>&1
+echo "== GET-only p16 (10 s x $ROUNDS)"
+.build/release/strata-bench run --target strata=127.0.0.1:$SP --target redis=127.0.0.1:$RP --server-pid $SPID --server-pid $RPID \
+  --get-ratio 1 --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration 10 --rounds "$ROUNDS" 2>&1
