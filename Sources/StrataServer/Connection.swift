@@ -411,10 +411,12 @@ final class Connection: EventHandler, @unchecked Sendable {
                 loop.execute { [self] in heldByWorker(Pending(frame: f, request: request, scope: scope, received: started)) }
                 return
             }
+            PrechargedOutput.begin()
             let resp = dispatcher.execute(request, f, visible: visible)
-            // Counted from now: an answer on its way to the loop is output too.
+            // Counted from now: an answer on its way to the loop is output too (it replaces
+            // what its large reads charged).
             let size = resp?.encodedSize ?? 0
-            budget.add(size)
+            budget.add(size - PrechargedOutput.end())
             stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             loop.execute { [self] in completed(resp, scope, inTransit: size) }
         }

@@ -337,6 +337,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             var out: [UInt8] = []
             var quit = false
             var i = 0
+            PrechargedOutput.begin()
             while i < rest.count && !quit {
                 // Past the output bound, commands with values go back to the connection (held
                 // there), so answers being made when it is crossed are at most one batch's.
@@ -351,8 +352,9 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 i += 1
             }
             let left = quit ? [] : Array(rest[i...])
-            // Counted from now: answers on their way to the loop are output too.
-            budget.add(out.count)
+            // Counted from now: answers on their way to the loop are output too (they replace
+            // what their large reads charged).
+            budget.add(out.count - PrechargedOutput.end())
             loop.execute { [self] in completed(out, quit: quit, rest: left, inTransit: out.count) }
         }
         if !accepted {

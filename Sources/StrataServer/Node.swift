@@ -122,6 +122,9 @@ public final class Node: @unchecked Sendable {
         // its bound (each would add a whole value to it).
         let output = outputBudget
         sc.largeReadsMayStart = { !output.over }
+        // Counted as output as soon as it is read; the worker hands the charge back once its
+        // answer is counted (`PrechargedOutput`).
+        sc.largeReadDone = { bytes in if PrechargedOutput.charge(bytes) { output.add(bytes) } }
         // One pooled reader per thread that may read at once (disk workers, image workers, the
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.

@@ -11,7 +11,8 @@ import Synchronization
 /// new client is served (PING, and one answer at a time) while others are held.
 ///
 /// What it guarantees: unsent output grows past `limit` only by answers already being made
-/// when it was crossed plus one answer per connection that had nothing pending; answers of
+/// when it was crossed plus one answer per connection that had nothing pending (a large value
+/// read from disk counts from the moment it is read, `PrechargedOutput`); answers of
 /// 16 KiB or more share the value's buffer (`OutputQueue`), so many connections reading one
 /// value hold one copy. Costs one relaxed atomic add per change of a connection's unsent
 /// bytes and one atomic load per request.

@@ -78,6 +78,8 @@ extension DiskTier {
                 defer { v.reset() }
                 guard try v.step() else { return nil }
                 decoded = decodeRow(s, key: key, withValue: true, valueFrom: v, column: 0)
+                // Before the gate opens for the next read (the deferred release).
+                if decoded != nil { config.largeReadDone?(Int(s.int(3))) }
             } else {
                 decoded = decodeRow(s, key: key, withValue: withValue)
             }

@@ -63,6 +63,10 @@ public struct StoreConfiguration: Sendable {
     /// says no, the read waits (up to 5 s). A node says no while its unsent output is over
     /// `--max-output-bytes`, so values already admitted do not pile onto it.
     public var largeReadsMayStart: (@Sendable () -> Bool)? = nil
+    /// Told the size of a large value just read, before its turn at `maxLargeReadBytes` ends
+    /// (so before the next large read may start). A node counts it as unsent output until the
+    /// answer made from it is counted, so `largeReadsMayStart` sees it with no gap.
+    public var largeReadDone: (@Sendable (Int) -> Void)? = nil
     /// Bytes of the database SQLite may memory-map (reads without a copy through `pread`).
     public var mmapBytes: Int = 1 << 30
     /// A disk read updates the item's access time (the disk tier's LRU order) only when the
