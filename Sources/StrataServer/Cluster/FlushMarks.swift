@@ -180,14 +180,14 @@ final class FlushMarks: @unchecked Sendable {
             let parts = line.split(separator: " ")
             guard parts.count == 2, let v = UInt64(parts[1]) else { continue }
             if parts[0] == "*" { all = max(all, v); continue }
-            guard let ns = parts[0] == "-" ? [] : Self.unhex(parts[0]) else { continue }
+            guard let ns = parts[0] == "-" ? [] : [UInt8](hex: String(parts[0])) else { continue }
             marks[ns] = max(marks[ns] ?? 0, v)
             fileLines += 1
         }
         while marks.count > Self.maxMarks, let oldest = marks.min(by: { $0.value < $1.value }) { marks[oldest.key] = nil }
     }
 
-    private static func line(_ ns: [UInt8], _ v: UInt64) -> String { "\(ns.isEmpty ? "-" : hex(ns)) \(v)" }
+    private static func line(_ ns: [UInt8], _ v: UInt64) -> String { "\(ns.isEmpty ? "-" : ns.hexString) \(v)" }
 
     /// Lines in the file (rewritten once they are more than twice the marks).
     private var fileLines = 0
@@ -221,25 +221,5 @@ final class FlushMarks: @unchecked Sendable {
         fflush(f); fsync(fileno(f)); fclose(f)
         if rename(tmp, path) != 0 { log.warn("flush_marks_not_saved", [("path", path), ("error", String(cString: strerror(errno)))]) }
         fileLines = marks.count + (all != 0 ? 1 : 0)
-    }
-
-    static func hex(_ b: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        for x in b { out.append(digits[Int(x >> 4)]); out.append(digits[Int(x & 15)]) }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    static func unhex(_ s: Substring) -> [UInt8]? {
-        let u = Array(s.utf8)
-        guard u.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        var i = 0
-        while i < u.count {
-            guard let hi = Int(String(UnicodeScalar(u[i])), radix: 16), let lo = Int(String(UnicodeScalar(u[i + 1])), radix: 16) else { return nil }
-            out.append(UInt8(hi << 4 | lo))
-            i += 2
-        }
-        return out
     }
 }
