@@ -7,7 +7,9 @@
 /// single flight that is keyed by an item (leases, per-connection ordering, read-through and
 /// variant flights, client hints) uses this type.
 ///
-/// Cost: two array references (retained, not copied); hashing reads every byte of both.
+/// Cost: two array references (retained, not copied); hashing reads every byte of both, in
+/// bulk (`Hasher.combine(bytes:)`: the derived hash fed the hasher one byte per call, ~12 % of
+/// the log applier's CPU).
 public struct ItemKey: Hashable, Sendable, CustomStringConvertible {
     public let namespace: [UInt8]
     public let key: [UInt8]
@@ -17,6 +19,29 @@ public struct ItemKey: Hashable, Sendable, CustomStringConvertible {
         self.key = key
     }
 
+    /// Both lengths and both byte strings (the lengths keep the split between the two parts).
+    @inlinable public func hash(into hasher: inout Hasher) {
+        hasher.combine(namespace.count)
+        namespace.withUnsafeBytes { hasher.combine(bytes: $0) }
+        hasher.combine(key.count)
+        key.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    @inlinable public static func == (a: ItemKey, b: ItemKey) -> Bool {
+        a.key == b.key && a.namespace == b.namespace
+    }
+
     /// Hex of both parts, for logs: `ns/key` (the empty namespace prints as nothing).
     public var description: String { namespace.hexString + "/" + key.hexString }
+}
+
+/// A byte string as a dictionary key, hashed in bulk (`Array<UInt8>`'s own hash feeds the
+/// hasher one byte per call). Equal exactly when the bytes are equal.
+public struct ByteKey: Hashable, Sendable {
+    public let bytes: [UInt8]
+    @inlinable public init(_ bytes: [UInt8]) { self.bytes = bytes }
+    @inlinable public func hash(into hasher: inout Hasher) {
+        hasher.combine(bytes.count)
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
 }

@@ -39,7 +39,7 @@ extension TieredCache {
             body(SyncEntry(namespace: id.namespace, key: id.key, version: s.version, tombstone: s.tombstone))
         }
         try disk.withReader { db in
-            let st = try db.statement("""
+            let st = try db.prepared("""
                 SELECT n.name, i.key, i.version, i.tombstone, i.expiry, i.gen FROM items i JOIN namespaces n ON i.ns = n.id
                 WHERE (i.expiry = 0 OR i.expiry > ?) AND i.version <= ?
                 """)

@@ -110,6 +110,20 @@ final class ItemKeyTests: XCTestCase {
         XCTAssertEqual(ItemKey(namespace: [9], key: [1, 2]), ItemKey(namespace: [9], key: [1, 2]))
     }
 
+    /// Equal keys built from different arrays hash alike (the bulk hash), and a dictionary
+    /// finds them; `ByteKey` keeps the same rules for plain byte strings.
+    func testEqualKeysHashAlikeAndByteKeysSplitByLength() {
+        let a = ItemKey(namespace: Array("ns".utf8), key: Array(repeating: 7, count: 300))
+        let b = ItemKey(namespace: Array("n".utf8) + Array("s".utf8), key: [UInt8](repeating: 7, count: 300))
+        XCTAssertEqual(a.hashValue, b.hashValue)
+        var map: [ItemKey: Int] = [a: 1]
+        map[b, default: 0] += 1
+        XCTAssertEqual(map.count, 1)
+        XCTAssertEqual(map[a], 2)
+        XCTAssertEqual(ByteKey([1, 2]).hashValue, ByteKey([1] + [2]).hashValue)
+        XCTAssertEqual(Set([ByteKey([]), ByteKey([0]), ByteKey([0, 0]), ByteKey([0])]).count, 3)
+    }
+
     /// A flight for one key must never hand its result to a caller of another key, even when
     /// the two keys' bytes read the same as unpadded hex.
     func testSingleFlightNeverSharesBetweenDifferentKeys() throws {

@@ -62,10 +62,10 @@ extension DiskTier {
             report.integrity = try db.textRows("PRAGMA integrity_check")
             report.namespaces = Int(try db.scalarInt("SELECT count(*) FROM namespaces") ?? 0)
             var generations: [Int64: Int64] = [:]
-            let g = try db.statement("SELECT id, generation FROM namespaces")
+            let g = try db.prepared("SELECT id, generation FROM namespaces")
             while try g.step() { generations[g.int(0)] = g.int(1) }
             g.reset()
-            let s = try db.statement("SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, key, ns FROM items")
+            let s = try db.prepared("SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, key, ns FROM items")
             while try s.step() {
                 report.rows += 1
                 let key = s.bytes(10)

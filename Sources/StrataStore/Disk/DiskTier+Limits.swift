@@ -90,7 +90,7 @@ extension DiskTier {
         if config.diskEviction == .oldest {
             // Row ids grow with every write (an overwrite is a delete and an insert), so the
             // smallest are the oldest writes: exact, through the table's own order.
-            let s = try db.statement("DELETE FROM items WHERE id IN (SELECT id FROM items ORDER BY id LIMIT ?)")
+            let s = try db.prepared("DELETE FROM items WHERE id IN (SELECT id FROM items ORDER BY id LIMIT ?)")
             s.bind(1, n)
             try s.run()
             return db.changes
@@ -111,14 +111,14 @@ extension DiskTier {
         guard n > 0 else { return 0 }
         var candidates: [Int64: Int64] = [:] // id → access
         if rows <= Self.exactEvictionRows {
-            let all = try db.statement("SELECT id, access FROM items")
+            let all = try db.prepared("SELECT id, access FROM items")
             defer { all.reset() }
             while try all.step() { candidates[all.int(0)] = all.int(1) }
         } else {
             let maxID = try db.scalarInt("SELECT max(id) FROM items") ?? 0
             guard maxID > 0 else { return 0 }
             let want = min(max(256, 8 * n), 1 << 20)
-            let run = try db.statement("SELECT id, access FROM items WHERE id >= ? ORDER BY id LIMIT 16")
+            let run = try db.prepared("SELECT id, access FROM items WHERE id >= ? ORDER BY id LIMIT 16")
             var reads = 0
             while candidates.count < want && reads < want / 4 + 64 {
                 run.bind(1, Int64(evictionSampler.next() % UInt64(maxID)) + 1)
@@ -128,7 +128,7 @@ extension DiskTier {
             }
         }
         let doomed = candidates.sorted { $0.value < $1.value || ($0.value == $1.value && $0.key < $1.key) }.prefix(n)
-        let delete = try db.statement("DELETE FROM items WHERE id=?")
+        let delete = try db.prepared("DELETE FROM items WHERE id=?")
         var removed = 0
         for (id, _) in doomed {
             delete.bind(1, id)

@@ -32,7 +32,7 @@ extension DiskTier {
         let now = clock.nowMicros()
         let ageCutoff = config.diskAgeLimit > 0 ? now / 1_000_000 - Int64(config.diskAgeLimit) : Int64.min
         let oldest = maxAge.oldestVersion(now: now)
-        let s = try db.statement("SELECT id, ns, gen, expiry, tombstone, access, version FROM items WHERE id > ? ORDER BY id LIMIT ?")
+        let s = try db.prepared("SELECT id, ns, gen, expiry, tombstone, access, version FROM items WHERE id > ? ORDER BY id LIMIT ?")
         s.bind(1, sweepCursor)
         s.bind(2, config.sweepBatch)
         var doomed: [Int64] = []
@@ -58,7 +58,7 @@ extension DiskTier {
         guard !doomed.isEmpty else { return }
         try db.beginImmediate()
         do {
-            let del = try db.statement("DELETE FROM items WHERE id=?")
+            let del = try db.prepared("DELETE FROM items WHERE id=?")
             var removed = 0
             for id in doomed {
                 del.bind(1, id)
@@ -89,7 +89,7 @@ extension DiskTier {
         guard !batch.isEmpty, let db = writer else { return }
         do {
             try db.beginImmediate()
-            let s = try db.statement("UPDATE items SET access=? WHERE ns=? AND key=? AND access<?")
+            let s = try db.prepared("UPDATE items SET access=? WHERE ns=? AND key=? AND access<?")
             for (k, t) in batch {
                 s.bind(1, t); s.bind(2, k.ns); s.bind(3, k.key); s.bind(4, t)
                 try s.run()

@@ -55,7 +55,7 @@ extension DiskTier {
         let found: FoundRow? = try withReader { db in
             // A large value is not loaded by this statement (length() reads only the row's
             // header): it is read below, once `largeReads` lets it.
-            let s = try db.statement("""
+            let s = try db.prepared("""
                 SELECT gen, CASE WHEN length(value) <= ? THEN value END, codec, size, flags, ext, expiry, version, tombstone,
                   checksum, length(value), access, id FROM items WHERE ns=? AND key=?
                 """)
@@ -73,7 +73,7 @@ extension DiskTier {
                 let cost = stored + Int(s.int(3))
                 largeReads.acquire(cost, mayStart: config.largeReadsMayStart)
                 defer { largeReads.release(cost) }
-                let v = try db.statement("SELECT value FROM items WHERE id=?")
+                let v = try db.prepared("SELECT value FROM items WHERE id=?")
                 v.bind(1, s.int(12))
                 defer { v.reset() }
                 guard try v.step() else { return nil }
@@ -128,7 +128,7 @@ extension DiskTier {
     func namespaceUsage() throws -> [[UInt8]: (items: Int, bytes: Int)] {
         let now = clock.nowMicros()
         return try withReader { db in
-            let s = try db.statement("""
+            let s = try db.prepared("""
                 SELECT n.name, count(*), sum(i.size) FROM items i JOIN namespaces n ON i.ns = n.id
                 WHERE i.gen = n.generation AND i.tombstone & 1 = 0 AND (i.expiry = 0 OR i.expiry > ?) AND i.version >= ?
                 GROUP BY n.name
@@ -148,7 +148,7 @@ extension DiskTier {
         guard let ns = registry.lookup(namespace), let nsID = ns.diskID else { return (0, 0) }
         let now = clock.nowMicros()
         return try withReader { db in
-            let s = try db.statement("""
+            let s = try db.prepared("""
                 SELECT count(*), coalesce(sum(size), 0) FROM items
                 WHERE ns = ? AND gen = ? AND tombstone & 1 = 0 AND (expiry = 0 OR expiry > ?) AND version >= ?
                 """)

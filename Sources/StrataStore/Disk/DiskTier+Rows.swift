@@ -9,10 +9,10 @@ import Synchronization
 // counters row.
 extension DiskTier {
     func createNamespace(_ db: SQLiteConnection, _ name: [UInt8]) throws {
-        let ins = try db.statement("INSERT OR IGNORE INTO namespaces(name, generation) VALUES(?, 0)")
+        let ins = try db.prepared("INSERT OR IGNORE INTO namespaces(name, generation) VALUES(?, 0)")
         ins.bind(1, name)
         try ins.run()
-        let sel = try db.statement("SELECT id, generation FROM namespaces WHERE name=?")
+        let sel = try db.prepared("SELECT id, generation FROM namespaces WHERE name=?")
         sel.bind(1, name)
         defer { sel.reset() }
         if try sel.step() {
@@ -37,13 +37,13 @@ extension DiskTier {
         var p = persisted
         if exact || version > p.version {
             p.version = exact ? version : version &+ Self.versionReserve
-            let s = try db.statement("UPDATE counters SET value=? WHERE name='max_version'")
+            let s = try db.prepared("UPDATE counters SET value=? WHERE name='max_version'")
             s.bind(1, Int64(bitPattern: p.version))
             try s.run()
         }
         let now = monotonicSeconds()
         if rows != p.rows && (exact || now - p.at >= 1) {
-            let s = try db.statement("UPDATE counters SET value=? WHERE name='rows'")
+            let s = try db.prepared("UPDATE counters SET value=? WHERE name='rows'")
             s.bind(1, rows)
             try s.run()
             p.rows = rows
@@ -74,7 +74,7 @@ extension DiskTier {
     func apply(_ job: DiskJob, _ db: SQLiteConnection, _ staged: inout Staged) throws {
         switch job.kind {
         case let .removeIfChecksum(nsID, key, checksum):
-            let s = try db.statement("DELETE FROM items WHERE ns=? AND key=? AND checksum=?")
+            let s = try db.prepared("DELETE FROM items WHERE ns=? AND key=? AND checksum=?")
             s.bind(1, nsID); s.bind(2, key); s.bind(3, checksum)
             try s.run()
             staged.rowDelta -= db.changes
@@ -135,7 +135,7 @@ extension DiskTier {
             replaced = db.changes > 0
         }
         if !mayExist || config.diskEviction == .oldest {
-            let ins = try db.statement("""
+            let ins = try db.prepared("""
                 INSERT OR IGNORE INTO items(gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access, ns, key)
                 VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
                 """)
@@ -143,7 +143,7 @@ extension DiskTier {
             try ins.run()
             if db.changes == 1 { return !replaced }
         }
-        let upsert = try db.statement("""
+        let upsert = try db.prepared("""
             INSERT INTO items(gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access, ns, key)
             VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)
             ON CONFLICT(ns, key) DO UPDATE SET gen=excluded.gen, value=excluded.value, codec=excluded.codec,
@@ -166,7 +166,7 @@ extension DiskTier {
     }
 
     func deleteRow(_ db: SQLiteConnection, nsID: Int64, key: [UInt8]) throws {
-        let s = try db.statement("DELETE FROM items WHERE ns=? AND key=?")
+        let s = try db.prepared("DELETE FROM items WHERE ns=? AND key=?")
         s.bind(1, nsID); s.bind(2, key)
         try s.run()
     }

@@ -188,7 +188,7 @@ extension DiskTier {
                 try db.beginImmediate()
                 switch flush.kind {
                 case .flushNamespace(let name):
-                    let u = try db.statement("UPDATE namespaces SET generation=generation+1 WHERE name=?")
+                    let u = try db.prepared("UPDATE namespaces SET generation=generation+1 WHERE name=?")
                     u.bind(1, name)
                     try u.run()
                 default:
@@ -257,7 +257,7 @@ extension DiskTier {
     }
 
     func setLogApplied(_ db: SQLiteConnection, _ end: UInt64) throws {
-        let s = try db.statement("UPDATE counters SET value=? WHERE name='log_applied'")
+        let s = try db.prepared("UPDATE counters SET value=? WHERE name='log_applied'")
         s.bind(1, Int64(bitPattern: end))
         try s.run()
     }

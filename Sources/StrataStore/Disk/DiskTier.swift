@@ -276,7 +276,7 @@ final class DiskTier: @unchecked Sendable {
         }
         if let cap = config.sqliteMaxPageCount { try db.execute("PRAGMA max_page_count=\(cap)") }
         // Namespaces and counters: a handful of rows, so open stays fast whatever the item count.
-        let ns = try db.statement("SELECT id, name, generation FROM namespaces")
+        let ns = try db.prepared("SELECT id, name, generation FROM namespaces")
         while try ns.step() {
             registry.setDisk(name: ns.bytes(1), id: ns.int(0), generation: ns.int(2))
         }

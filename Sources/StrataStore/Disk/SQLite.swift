@@ -22,6 +22,7 @@ public final class SQLiteConnection {
     public let path: String
     let handle: OpaquePointer
     private var cache: [String: SQLiteStatement] = [:]
+    private var literalCache: [UInt: SQLiteStatement] = [:]
 
     /// Opens (creating unless `readOnly` or `mustExist`) the database at `path`.
     public init(path: String, readOnly: Bool = false, mustExist: Bool = false) throws {
@@ -42,6 +43,7 @@ public final class SQLiteConnection {
 
     deinit {
         cache.removeAll()
+        literalCache.removeAll()
         sqlite3_close_v2(handle)
     }
 
@@ -62,10 +64,23 @@ public final class SQLiteConnection {
 
     /// Transaction control through cached statements (`execute` would parse the SQL on every
     /// call, and the writer runs these once per commit).
-    public func beginImmediate() throws { try statement("BEGIN IMMEDIATE").run() }
-    public func commit() throws { try statement("COMMIT").run() }
+    public func beginImmediate() throws { try prepared("BEGIN IMMEDIATE").run() }
+    public func commit() throws { try prepared("COMMIT").run() }
     /// Rolls back the open transaction, if any (SQLite may already have rolled it back).
-    public func rollback() { try? statement("ROLLBACK").run() }
+    public func rollback() { try? prepared("ROLLBACK").run() }
+
+    /// A cached prepared statement for the literal `sql`, reset: found by the literal's
+    /// address, not by hashing its text (the upsert's ~400 characters were hashed per row).
+    public func prepared(_ sql: StaticString) throws -> SQLiteStatement {
+        let id = UInt(bitPattern: sql.utf8Start)
+        if let s = literalCache[id] {
+            s.reset()
+            return s
+        }
+        let s = try statement(sql.description)
+        literalCache[id] = s
+        return s
+    }
 
     /// A cached prepared statement for `sql`, reset and with bindings cleared.
     public func statement(_ sql: String) throws -> SQLiteStatement {

@@ -11,8 +11,11 @@ public enum ValueEncoding: UInt8, Sendable, CustomStringConvertible {
 /// otherwise; bytes that are already compressed (PNG, WebP, JPEG, GIF, zstd frames, known by
 /// their magic bytes) are stored raw without trying. Pure apart from the pooled zstd contexts.
 public struct ValueCodec: Sendable {
-    /// Values shorter than this are stored raw: the frame overhead would eat the saving.
-    public static let minimumCompressibleSize = 64
+    /// Values shorter than this are stored raw: the frame overhead eats the saving. zstd level 1
+    /// shrank ~120 B JSON documents by 8 % on average (bench/RESULTS.md, "Memory-tier
+    /// compression"), short of the 10 % `encode` asks for, and a failed attempt cost ~1 µs of
+    /// the event loop's CPU per 100 B durable set (was 64 until 2026-12-01).
+    public static let minimumCompressibleSize = 128
     let zstd: Zstd
 
     public init(level: Int32 = 1) { zstd = Zstd(level: level) }

@@ -33,19 +33,19 @@ final class NamespaceRegistry: @unchecked Sendable {
     /// caller holding an entry from `lookup` may keep using it while this has not moved
     /// (`NamespaceMemo`).
     let changes = Atomic<UInt64>(0)
-    private var byName: [[UInt8]: Entry] = [:]
+    private var byName: [ByteKey: Entry] = [:]  // bulk-hashed names
     private var liveTags: Set<UInt32> = []
     private var nextTag: UInt32 = 1
     private var diskNames: [Int64: [UInt8]] = [:]
 
-    func lookup(_ name: [UInt8]) -> Entry? { lock.withLock { byName[name] } }
+    func lookup(_ name: [UInt8]) -> Entry? { lock.withLock { byName[ByteKey(name)] } }
 
     /// The entry for `name`, created (memory-only, generation 0) when missing.
     func entry(_ name: [UInt8]) -> Entry {
         lock.withLock {
-            if let e = byName[name] { return e }
+            if let e = byName[ByteKey(name)] { return e }
             let e = Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
-            byName[name] = e
+            byName[ByteKey(name)] = e
             changed()
             return e
         }
@@ -65,10 +65,10 @@ final class NamespaceRegistry: @unchecked Sendable {
     /// Records what the database holds for a namespace (at open, or once created on disk).
     func setDisk(name: [UInt8], id: Int64, generation: Int64) {
         lock.withLock {
-            var e = byName[name] ?? Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
+            var e = byName[ByteKey(name)] ?? Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
             e.diskID = id
             e.generation = generation
-            byName[name] = e
+            byName[ByteKey(name)] = e
             diskNames[id] = name
             changed()
         }
@@ -81,13 +81,13 @@ final class NamespaceRegistry: @unchecked Sendable {
     @discardableResult
     func bump(_ name: [UInt8], generation: Int64?, newTag: Bool = true) -> Entry? {
         lock.withLock {
-            guard var e = byName[name] else { return nil }
+            guard var e = byName[ByteKey(name)] else { return nil }
             if newTag {
                 liveTags.remove(e.tag)
                 e.tag = takeTag()
             }
             if let g = generation { e.generation = g }
-            byName[name] = e
+            byName[ByteKey(name)] = e
             changed()
             return e
         }
@@ -107,14 +107,14 @@ final class NamespaceRegistry: @unchecked Sendable {
     /// Namespaces known (for tests and stats).
     var count: Int { lock.withLock { byName.count } }
 
-    func allNames() -> [[UInt8]] { lock.withLock { Array(byName.keys) } }
+    func allNames() -> [[UInt8]] { lock.withLock { byName.keys.map(\.bytes) } }
 
     func isLiveTag(_ tag: UInt32) -> Bool { lock.withLock { liveTags.contains(tag) } }
     func liveTagSet() -> Set<UInt32> { lock.withLock { liveTags } }
 
     /// The current generation of a disk namespace id (nil when unknown).
     func generation(ofDiskID id: Int64) -> Int64? {
-        lock.withLock { diskNames[id].flatMap { byName[$0]?.generation } }
+        lock.withLock { diskNames[id].flatMap { byName[ByteKey($0)]?.generation } }
     }
 
     /// Forgets disk ids (after the database was replaced); memory tags stay valid.
@@ -126,5 +126,5 @@ final class NamespaceRegistry: @unchecked Sendable {
         }
     }
 
-    func snapshot() -> [([UInt8], Entry)] { lock.withLock { byName.map { ($0.key, $0.value) } } }
+    func snapshot() -> [([UInt8], Entry)] { lock.withLock { byName.map { ($0.key.bytes, $0.value) } } }
 }
