@@ -30,6 +30,8 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     var input: [UInt8] = []
     var inputStart = 0
     var output = OutputQueue()
+    /// The listener's namespace's registry entry, for gets answered from memory in place.
+    var memo = NamespaceMemo()
     var accounted = 0
     var wantWrite = false
     var flushScheduled = false
@@ -269,7 +271,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             case .command(let c, _):
                 if node.draining {
                     emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
-                } else if case .get(let keys, let cas) = c, !listener.memoryOnly, emit({ listener.memoryGet(keys, cas: cas, into: &$0) }) {
+                } else if case .get(let keys, let cas) = c, emit({ listener.memoryGet(keys, cas: cas, memo: &memo, into: &$0) }) {
                     // answered from memory
                 } else if listener.runsOnLoop(c) {
                     if !emit({ listener.execute(c, into: &$0) }) { closeAfterFlush = true }

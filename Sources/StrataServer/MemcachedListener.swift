@@ -82,20 +82,34 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    /// A get/gets answered from the memory tier alone (nil when any key is not there): on
-    /// the loop, a disk read is not needed for it.
-    func memoryGet(_ keys: [[UInt8]], cas: Bool, into out: inout [UInt8]) -> Bool {
-        var items: [CacheItem] = []
-        items.reserveCapacity(keys.count)
-        for k in keys {
-            guard let item = try? store.get(k, namespace: namespace, tiers: .memory), !item.negative else { return false }
-            items.append(item)
+    /// A get/gets answered from the memory tier alone, on the loop: each value copied once,
+    /// from the memory record into `out` (`TieredCache.withMemoryHit`), no `CacheItem`. False
+    /// (and nothing appended) when any key is not a live item in memory: the caller then runs
+    /// the command the full way (which counts the misses; the store's hit counters count the
+    /// keys found before the miss twice, as before). `memo` is the connection's.
+    func memoryGet(_ keys: [[UInt8]], cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Bool {
+        let start = out.count
+        let now = store.clock.nowMicros()
+        let allHit = namespace.withUnsafeBytes { ns -> Bool in
+            for k in keys {
+                var live = false
+                let found = k.withUnsafeBytes { kb in
+                    store.withMemoryHit(namespace: ns, key: kb, now: now, memo: &memo) { v in
+                        guard !v.negative else { return }
+                        live = true
+                        MemcachedResponse.value(key: kb, flags: v.flags, data: v.value, cas: cas ? v.version : nil, into: &out)
+                    }
+                }
+                if !found || !live { return false }
+            }
+            return true
+        }
+        guard allHit else {
+            out.removeSubrange(start...)
+            return false
         }
         commands[cas ? 1 : 0].add()
         getHits.add(keys.count)
-        for (k, item) in zip(keys, items) {
-            MemcachedResponse.value(key: k, flags: item.flags, data: item.value, cas: cas ? item.version : nil, into: &out)
-        }
         out.append(contentsOf: MemcachedResponse.end)
         return true
     }

@@ -11,6 +11,11 @@ public enum MemcachedResponse {
 
     /// `VALUE <key> <flags> <bytes>[ <cas unique>]\r\n<data>\r\n` (`END` is the caller's).
     public static func value(key: [UInt8], flags: UInt32, data: [UInt8], cas: UInt64?, into out: inout [UInt8]) {
+        key.withUnsafeBytes { k in data.withUnsafeBytes { d in value(key: k, flags: flags, data: d, cas: cas, into: &out) } }
+    }
+
+    /// The same, from bytes in place (the memory tier's record, while its lock is held).
+    public static func value(key: UnsafeRawBufferPointer, flags: UInt32, data: UnsafeRawBufferPointer, cas: UInt64?, into out: inout [UInt8]) {
         out.reserveCapacity(out.count + key.count + data.count + 64)
         out.append(contentsOf: "VALUE ".utf8)
         out.append(contentsOf: key)

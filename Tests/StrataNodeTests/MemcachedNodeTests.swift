@@ -135,6 +135,36 @@ final class MemcachedNodeTests: XCTestCase {
         XCTAssertEqual(try c2.get(b("k"), namespace: b("mc"))?.value, b("v"))
     }
 
+    /// Gets answered from the memory tier in place (both listener kinds): hits in the order
+    /// asked, misses and expired keys left out, nothing after flush_all, counters exact.
+    func testGetsFromMemoryAnswerHitsInOrderAndCountEveryMiss() throws {
+        for extra in [["--memcached-memory-only"], []] {
+            let dir = TempDir()
+            let (node, port) = try startNode(dir, extra)
+            defer { node.terminate() }
+            let mc = try TextSocket(port: port)
+            mc.send("set a 1 0 2\r\naa\r\nset b 2 0 3\r\nbbb\r\nset gone 0 -1 1\r\nx\r\n")
+            XCTAssertEqual([mc.line(), mc.line(), mc.line()], ["STORED", "STORED", "STORED"], "\(extra)")
+            mc.send("get b nope a gone\r\n")
+            XCTAssertEqual(mc.read(until: "END\r\n"), "VALUE b 2 3\r\nbbb\r\nVALUE a 1 2\r\naa\r\nEND\r\n", "\(extra)")
+            mc.send("get a\r\nget a b\r\n")
+            XCTAssertEqual(mc.read(until: "END\r\nVALUE a 1 2\r\naa\r\nVALUE b 2 3\r\nbbb\r\nEND\r\n"),
+                           "VALUE a 1 2\r\naa\r\nEND\r\nVALUE a 1 2\r\naa\r\nVALUE b 2 3\r\nbbb\r\nEND\r\n", "\(extra)")
+            let version = try XCTUnwrap(try node.connect().get(b("a"))).version
+            mc.send("gets a\r\n")
+            XCTAssertEqual(mc.read(until: "END\r\n"), "VALUE a 1 2 \(version)\r\naa\r\nEND\r\n", "\(extra)")
+            mc.send("stats\r\n")
+            let stats = mc.read(until: "END\r\n")
+            // Hits: b, a (first get); a; a, b; a (gets). Misses: nope, gone.
+            XCTAssertTrue(stats.contains("STAT get_hits 6\r\n"), "\(extra): \(stats)")
+            XCTAssertTrue(stats.contains("STAT get_misses 2\r\n"), "\(extra): \(stats)")
+            mc.send("flush_all\r\n")
+            XCTAssertEqual(mc.line(), "OK")
+            mc.send("get a b\r\n")
+            XCTAssertEqual(mc.read(until: "END\r\n"), "END\r\n", "\(extra)")
+        }
+    }
+
     func testLeasesAreSharedAcrossProtocols() throws {
         let dir = TempDir()
         let (node, port) = try startNode(dir)
