@@ -97,21 +97,28 @@ extension Connection {
         let budget = node.outputBudget
         var answered = 0, bytes = 0
         var prefetchedTo = inputStart
-        return withUnsafeTemporaryAllocation(of: MemoryPrefetch.self, capacity: 16) { group in
+        // The prefetched group: each entry with the input offset of its frame, so the hit
+        // reuses the hash the prefetch took (`next` is the first entry not yet used).
+        var n = 0, next = 0
+        return withUnsafeTemporaryAllocation(of: (at: Int, p: MemoryPrefetch).self, capacity: 16) { group in
             while true {
                 let at = inputStart
                 if at >= prefetchedTo {
-                    var pos = at, n = 0
+                    var pos = at
+                    n = 0
+                    next = 0
                     while n < 16, let f = plainGet(all, at: pos, maxBody: maxBody) {
                         if let p = store.prefetchMemorySlot(namespace: f.ns, key: f.key, memo: &namespaceMemo) {
-                            group.initializeElement(at: n, to: p)
+                            group.initializeElement(at: n, to: (pos, p))
                             n += 1
                         }
                         pos = f.end
                     }
-                    for i in 0..<n { store.prefetchMemoryRecord(group[i]) }
+                    for i in 0..<n { store.prefetchMemoryRecord(group[i].p) }
                     prefetchedTo = pos
                 }
+                while next < n && group[next].at < at { next += 1 }
+                let prefetched = next < n && group[next].at == at ? group[next].p : nil
                 guard let f = plainGet(all, at: at, maxBody: maxBody),
                       admin || scopeMemo.rights(user, f.ns).read, !budget.over else { return (answered, bytes, false) }
                 if !inFlightKeys.isEmpty && inFlightKeys[ItemKey(namespace: [UInt8](f.ns), key: [UInt8](f.key))] != nil {
@@ -120,7 +127,7 @@ extension Connection {
                 let h = UnsafeRawBufferPointer(rebasing: all[at..<(at + Wire.headerSize)])
                 var size = 0
                 var marks = (stale: false, negative: false)
-                let hit = store.withMemoryHit(namespace: f.ns, key: f.key, now: now, memo: &namespaceMemo) { item in
+                let hit = store.withMemoryHit(namespace: f.ns, key: f.key, now: now, memo: &namespaceMemo, prefetched: prefetched) { item in
                     size = appendGetAnswer(request: h, item)
                     marks = (item.stale, item.negative)
                 }

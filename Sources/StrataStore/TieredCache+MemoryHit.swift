@@ -32,10 +32,12 @@ public struct NamespaceMemo {
     public init() {}
 }
 
-/// Where a key's memory record will be looked for (`TieredCache.prefetchMemorySlot`).
+/// Where a key's memory record will be looked for (`TieredCache.prefetchMemorySlot`), and
+/// the memory tag its hash was taken under (`withMemoryHit` reuses the hash while the tag holds).
 public struct MemoryPrefetch {
     let shard: Int
     let hash: UInt32
+    let tag: UInt32
 }
 
 extension TieredCache {
@@ -54,7 +56,7 @@ extension TieredCache {
             shard.prefetchSlot(hash)
             shard.lock.unlock()
         }
-        return MemoryPrefetch(shard: i, hash: hash)
+        return MemoryPrefetch(shard: i, hash: hash, tag: memo.tag)
     }
 
     /// The second step of prefetching: starts loading the record the slot points to.
@@ -94,14 +96,18 @@ extension TieredCache {
     ///
     /// `now` is the store clock's reading (µs) the caller took for this batch of requests
     /// (`clock.nowMicros()`); an item whose expiry or `maxAge` is at or before it is a miss.
-    /// Costs: one hash of the key, one lock, one probe; no allocation once `memo` names the
-    /// namespace.
+    /// `prefetched`: what `prefetchMemorySlot` returned for this same key, if the caller has
+    /// it; its hash is reused while the namespace's tag is the one it was taken under (a
+    /// prefetch for another key would only make a miss: the probe compares the key).
+    /// Costs: one hash of the key (none with `prefetched`), one lock, one probe; no allocation
+    /// once `memo` names the namespace.
     public func withMemoryHit(namespace: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, now: Int64,
-                              memo: inout NamespaceMemo, _ body: (MemoryHitView) -> Void) -> Bool {
+                              memo: inout NamespaceMemo, prefetched: MemoryPrefetch? = nil,
+                              _ body: (MemoryHitView) -> Void) -> Bool {
         guard !key.isEmpty, key.count <= ItemLimits.maxKeyBytes, !closed.load(ordering: .relaxed),
               namespaceKnown(namespace, &memo), let counters = memo.counters else { return false }
         let tag = memo.tag
-        let (i, hash) = memory.shardIndex(tag: tag, key: key)
+        let (i, hash) = prefetched.flatMap { $0.tag == tag ? ($0.shard, $0.hash) : nil } ?? memory.shardIndex(tag: tag, key: key)
         let maxAgeMicros = maxAge.micros
         let hit = memory.withShard(i) { shard -> Bool in
             shard.lock.lock()
