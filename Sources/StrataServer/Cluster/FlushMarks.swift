@@ -197,13 +197,14 @@ final class FlushMarks: @unchecked Sendable {
     /// O(1) per mark. Caller holds the lock.
     private func persist(_ lines: [String]) {
         if fileLines + lines.count > 2 * (marks.count + 1) + 64 { return rewrite() }
-        guard let f = fopen(path, "a") else {
-            log.warn("flush_marks_not_saved", [("path", path), ("error", String(cString: strerror(errno)))])
-            return
+        do {
+            try SmallFiles.append(path, lines.map { $0 + "\n" }.joined())
+            fileLines += lines.count
+        } catch {
+            // A short append may have left part of a line: the next rewrite replaces the file.
+            log.warn("flush_marks_not_saved", [("path", path), ("error", "\(error)")])
+            fileLines = Int.max / 4
         }
-        fputs(lines.map { $0 + "\n" }.joined(), f)
-        fflush(f); fsync(fileno(f)); fclose(f)
-        fileLines += lines.count
     }
 
     private func rewrite() {
@@ -212,14 +213,11 @@ final class FlushMarks: @unchecked Sendable {
         if !live(all, now: now) { all = 0 }
         var text = all != 0 ? "* \(all)\n" : ""
         for (ns, v) in marks { text += Self.line(ns, v) + "\n" }
-        let tmp = path + ".tmp"
-        guard let f = fopen(tmp, "w") else {
-            log.warn("flush_marks_not_saved", [("path", tmp), ("error", String(cString: strerror(errno)))])
-            return
+        do {
+            try SmallFiles.replace(path, with: text)
+            fileLines = marks.count + (all != 0 ? 1 : 0)
+        } catch {
+            log.warn("flush_marks_not_saved", [("path", path), ("error", "\(error)")])
         }
-        fputs(text, f)
-        fflush(f); fsync(fileno(f)); fclose(f)
-        if rename(tmp, path) != 0 { log.warn("flush_marks_not_saved", [("path", path), ("error", String(cString: strerror(errno)))]) }
-        fileLines = marks.count + (all != 0 ? 1 : 0)
     }
 }

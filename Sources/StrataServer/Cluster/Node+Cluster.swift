@@ -54,11 +54,11 @@ extension Node {
             let h = String(rng.next() as UInt64, radix: 16)
             return String(repeating: "0", count: 16 - h.count) + h
         }.joined()
-        let tmp = path + ".tmp"
-        guard let f = fopen(tmp, "w") else { throw NodeError(exitCode: 3, "cannot write \(tmp): \(String(cString: strerror(errno)))") }
-        fputs(id + "\n", f)
-        fflush(f); fsync(fileno(f)); fclose(f)
-        guard rename(tmp, path) == 0 else { throw NodeError(exitCode: 3, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        do {
+            try SmallFiles.replace(path, with: id + "\n")
+        } catch {
+            throw NodeError(exitCode: 3, "cannot write \(error)")
+        }
         return id
     }
 
@@ -89,14 +89,11 @@ extension Node {
                ("added", now.filter { !old.contains($0) }.joined(separator: ",")),
                ("removed", old.filter { !now.contains($0) }.joined(separator: ","))])
         if now.isEmpty { unlink(path); return }
-        let tmp = path + ".tmp"
-        guard let f = fopen(tmp, "w") else {
-            log.warn("cluster_members_not_saved", [("path", tmp), ("error", String(cString: strerror(errno)))])
-            return
+        do {
+            try SmallFiles.replace(path, with: now.joined(separator: "\n") + "\n")
+        } catch {
+            log.warn("cluster_members_not_saved", [("path", path), ("error", "\(error)")])
         }
-        fputs(now.joined(separator: "\n") + "\n", f)
-        fflush(f); fsync(fileno(f)); fclose(f)
-        if rename(tmp, path) != 0 { log.warn("cluster_members_not_saved", [("path", path), ("error", String(cString: strerror(errno)))]) }
     }
 
     /// Starts anti-entropy with the peers (after the listeners are up).
