@@ -191,19 +191,21 @@ final class FlushMarks: @unchecked Sendable {
 
     /// Lines in the file (rewritten once they are more than twice the marks).
     private var fileLines = 0
+    /// An append failed (it may have left part of a line): the next mark rewrites the file.
+    private var rewriteDue = false
 
     /// Appends `lines` to the file and fsyncs it; rewrites the file with the live marks only
     /// (temporary file, fsync, rename) once it holds more than twice their number. Amortized
     /// O(1) per mark. Caller holds the lock.
     private func persist(_ lines: [String]) {
-        if fileLines + lines.count > 2 * (marks.count + 1) + 64 { return rewrite() }
+        if rewriteDue || fileLines + lines.count > 2 * (marks.count + 1) + 64 { return rewrite() }
         do {
             try SmallFiles.append(path, lines.map { $0 + "\n" }.joined())
             fileLines += lines.count
         } catch {
-            // A short append may have left part of a line: the next rewrite replaces the file.
+            // A short append may have left part of a line: the next mark rewrites the file.
             log.warn("flush_marks_not_saved", [("path", path), ("error", "\(error)")])
-            fileLines = Int.max / 4
+            rewriteDue = true
         }
     }
 
@@ -216,6 +218,7 @@ final class FlushMarks: @unchecked Sendable {
         do {
             try SmallFiles.replace(path, with: text)
             fileLines = marks.count + (all != 0 ? 1 : 0)
+            rewriteDue = false
         } catch {
             log.warn("flush_marks_not_saved", [("path", path), ("error", "\(error)")])
         }

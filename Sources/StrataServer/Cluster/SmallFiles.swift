@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import StrataCore
 
 /// The node's small state files in its data directory (`node-id`, `cluster-members`,
 /// `flush-marks`): whole-file replacement and appends, each on the device before it returns.
@@ -26,7 +27,7 @@ enum SmallFiles {
             unlink(tmp)
             throw Failure(path: path, errno: e)
         }
-        syncDirectory(of: path)
+        syncDirectory(path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ".")
     }
 
     /// Appends `text` to `path` (created if missing) and fsyncs it.
@@ -46,11 +47,5 @@ enum SmallFiles {
             if mode == "w" { unlink(path) }
             throw Failure(path: path, errno: failed)
         }
-    }
-
-    private static func syncDirectory(of path: String) {
-        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        let d = open(dir.isEmpty ? "/" : dir, O_RDONLY | O_DIRECTORY)
-        if d >= 0 { _ = fsync(d); close(d) }
     }
 }

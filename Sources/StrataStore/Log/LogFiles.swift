@@ -184,10 +184,7 @@ final class LogFiles: @unchecked Sendable {
     }
 
     /// A new or removed file's name is durable only once its directory is synced.
-    private func syncDirectory() {
-        let d = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if d >= 0 { _ = fsync(d); Glibc.close(d) }
-    }
+    private func syncDirectory() { StrataCore.syncDirectory(directory) }
 
     /// Whether the last segment in `segments` ends at `end` and may take more records.
     private var tailAppendable = false
