@@ -12,7 +12,7 @@
 set -euo pipefail
 OLD="$1"; NEW="$2"; shift 2
 BENCH="$(cd "$(dirname "$0")/.." && pwd)/.build/release/strata-bench"
-command -v redis-server >/dev/null || { echo "redis-server is missing (bench/anchors.sh installs it)" >&2; exit 2; }
+cd "$(dirname "$0")/.." && source bench/need.sh && need redis-server && need_release && cd - >/dev/null
 W=$(mktemp -d /tmp/strata-ab-XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 PO=$(free_port); PN=$(free_port); PR=$(free_port)

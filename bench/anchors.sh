@@ -12,12 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-5}"
 ROUNDS="${2:-3}"
-SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
-
-need=""
-command -v memcached >/dev/null || need="$need memcached"
-command -v redis-server >/dev/null || need="$need redis-server"
-if [ -n "$need" ]; then $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need; fi
+source bench/need.sh
+need memcached redis-server
 make -s release >/dev/null
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }

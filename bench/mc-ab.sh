@@ -3,9 +3,12 @@
 # memcached 1.6 (-t 1) and two Strata builds speaking memcached's text protocol
 # (--memcached-port, --threads 1; add --memcached-memory-only for the memory-only listener),
 # 90/10, 100 B, 100,000 keys, 50 connections, in one strata-bench process (targets alternate
-# every round). Needs memcached (bench/anchors.sh installs it) and the release strata-bench.
+# every round). Installs memcached and builds the release binaries if missing (bench/need.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/need.sh
+need memcached
+need_release
 OLD="$1"; NEW="$2"; PL=${3:-1}; SECS=${4:-4}; R=${5:-3}; shift $(( $# >= 5 ? 5 : $# ))
 W=$(mktemp -d /tmp/mc-ab-XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }

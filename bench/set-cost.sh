@@ -6,10 +6,12 @@
 # log_applied_records, which counts the 100,000 preloaded keys too). The writer, checkpoint
 # and applier threads work only for disk writes, so their figure is their cost per durable
 # set; the loop's serves every request (its total is printed). With several binaries, the runs
-# alternate between them (A B A B …), so a noisy machine moves them alike. Needs the release
-# build of strata-bench; binaries default to .build/release/strata.
+# alternate between them (A B A B …), so a noisy machine moves them alike. Builds the release
+# binaries if missing (bench/need.sh); binaries default to .build/release/strata.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/need.sh
+need_release
 SECS=${1:-20}; ROUNDS=${2:-3}; shift $(( $# >= 2 ? 2 : $# )) || true
 BINS=("$@"); [ ${#BINS[@]} -gt 0 ] || BINS=(.build/release/strata)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }

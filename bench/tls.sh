@@ -8,12 +8,14 @@
 #
 #   bench/tls.sh [SECONDS per target, default 5] [ROUNDS, default 1]
 #
-# Needs redis-server built with TLS (Debian's is) and openssl; bench/RESULTS.md has figures.
+# Installs redis-server (Debian's is built with TLS) and openssl if missing (bench/need.sh);
+# bench/RESULTS.md has figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-5}"
 ROUNDS="${2:-1}"
-command -v redis-server >/dev/null || { echo "redis-server is not installed (apt-get install redis-server)" >&2; exit 2; }
+source bench/need.sh
+need redis-server openssl
 [ -n "${SKIP_BUILD:-}" ] || make -s release >/dev/null   # SKIP_BUILD=1: use the release build as it is
 W=$(mktemp -d /tmp/strata-tlsbench-XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-#   bench/w2.sh [SECONDS, default 30] [ROUNDS, default 3]   (needs the release build and redis-server)
+#   bench/w2.sh [SECONDS, default 30] [ROUNDS, default 3]   (installs redis-server and builds the release binaries if missing: bench/need.sh)
 # Workload 2 side by side: Strata (release, --threads 1) and Redis (no persistence), 90/10 and
 # GET-only at pipeline 16, 100 B, 100,000 keys, 50 connections; targets alternate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/need.sh
+need redis-server
+need_release
 SECS=${1:-30}; ROUNDS=${2:-3}
 W=$(mktemp -d /tmp/w2-XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }

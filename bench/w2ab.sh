@@ -3,10 +3,13 @@
 # Workload 2 with two builds and Redis in one strata-bench process (targets alternate every
 # round, so a noisy machine moves them alike): 90/10 and GET-only, 100 B, 100,000 keys,
 # 50 connections, pipeline 16; each Strata node fresh with --threads 1, Redis without
-# persistence. Prints each node's log backlog after the 90/10 run. Needs the release build of
-# strata-bench and redis-server (bench/anchors.sh installs it).
+# persistence. Prints each node's log backlog after the 90/10 run. Installs redis-server and
+# builds the release binaries if missing (bench/need.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/need.sh
+need redis-server
+need_release
 OLD="$1"; NEW="$2"; SECS=${3:-30}; R=${4:-3}
 W=$(mktemp -d /tmp/w2ab-XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
