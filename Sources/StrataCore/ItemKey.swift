@@ -19,16 +19,10 @@ public struct ItemKey: Hashable, Sendable, CustomStringConvertible {
         self.key = key
     }
 
-    /// Both lengths and both byte strings (the lengths keep the split between the two parts).
+    /// Both parts as `ByteKey`s: each length, then its bytes (the lengths keep the split).
     @inlinable public func hash(into hasher: inout Hasher) {
-        hasher.combine(namespace.count)
-        namespace.withUnsafeBytes { hasher.combine(bytes: $0) }
-        hasher.combine(key.count)
-        key.withUnsafeBytes { hasher.combine(bytes: $0) }
-    }
-
-    @inlinable public static func == (a: ItemKey, b: ItemKey) -> Bool {
-        a.key == b.key && a.namespace == b.namespace
+        hasher.combine(ByteKey(namespace))
+        hasher.combine(ByteKey(key))
     }
 
     /// Hex of both parts, for logs: `ns/key` (the empty namespace prints as nothing).
