@@ -28,6 +28,7 @@ public final class EventLoop: @unchecked Sendable {
     private var tasks: [() -> Void] = []
     private var stopping = false
     private var endOfIteration: [() -> Void] = []
+    private var runningEndOfIteration: [() -> Void] = []
     private var timers: [(due: Double, body: () -> Void)] = []
     public let index: Int
     /// The thread running `run` (set when it starts).
@@ -185,10 +186,12 @@ public final class EventLoop: @unchecked Sendable {
                     for t in due { event &+= 1; t.body() }
                 }
             }
+            // Two arrays swapped, so the bodies queued in each iteration reuse storage (a copy
+            // and `removeAll(keepingCapacity:)` allocated a new array every iteration).
             while !endOfIteration.isEmpty {
-                let due = endOfIteration
-                endOfIteration.removeAll(keepingCapacity: true)
-                for d in due { event &+= 1; d() }
+                swap(&endOfIteration, &runningEndOfIteration)
+                for d in runningEndOfIteration { event &+= 1; d() }
+                runningEndOfIteration.removeAll(keepingCapacity: true)
             }
             let now = monotonicSeconds()
             if now - lastTick >= tickInterval {

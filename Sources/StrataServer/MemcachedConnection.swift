@@ -160,6 +160,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 closeAfterFlush = true
                 break
             }
+            if answerGetInPlace() { continue }
             var batch: [MemcachedParse] = []
             var stop = false
             while batch.count < Self.maxBatch && input.count > inputStart && !stop {
@@ -196,6 +197,29 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             if batch.count < Self.maxBatch && swallow == 0 && !busy { break }
         }
         compactInput()
+    }
+
+    /// A single-key `get`/`gets` at the front of the input, answered from the memory tier
+    /// straight from the input buffer (`MemcachedParser.singleGet`): no parsed command, key
+    /// array or batch. False — nothing consumed or answered — for anything else, a key not
+    /// live in memory, a draining node or an output bound that holds values back; the general
+    /// path then runs the command as before.
+    private func answerGetInPlace() -> Bool {
+        guard !node.draining, !node.outputBudget.over else { return false }
+        let before = output.count
+        var consumed = 0
+        let hit = input.withUnsafeBytes { raw -> Bool in
+            let buf = UnsafeRawBufferPointer(rebasing: raw[inputStart...])
+            guard let g = MemcachedParser.singleGet(buf) else { return false }
+            consumed = g.consumed
+            let key = UnsafeRawBufferPointer(rebasing: buf[g.key])
+            return output.appendOwned { listener.memoryGet(key: key, cas: g.cas, memo: &memo, into: &$0) }
+        }
+        guard hit else { return false }
+        inputStart += consumed
+        commandStarted = nil
+        if output.count > before { queued(output.count - before) }
+        return true
     }
 
     /// Before authentication only `set <any> <flags> <exptime> <len>` with the data

@@ -90,28 +90,42 @@ final class MemcachedListener: Sendable {
     func memoryGet(_ keys: [[UInt8]], cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Bool {
         let start = out.count
         let now = store.clock.nowMicros()
-        let allHit = namespace.withUnsafeBytes { ns -> Bool in
-            for k in keys {
-                var live = false
-                let found = k.withUnsafeBytes { kb in
-                    store.withMemoryHit(namespace: ns, key: kb, now: now, memo: &memo) { v in
-                        guard !v.negative else { return }
-                        live = true
-                        MemcachedResponse.value(key: kb, flags: v.flags, data: v.value, cas: cas ? v.version : nil, into: &out)
-                    }
-                }
-                if !found || !live { return false }
+        for k in keys {
+            let hit = k.withUnsafeBytes { appendMemoryHit(key: $0, cas: cas, now: now, memo: &memo, into: &out) }
+            if !hit {
+                out.removeSubrange(start...)
+                return false
             }
-            return true
-        }
-        guard allHit else {
-            out.removeSubrange(start...)
-            return false
         }
         commands[cas ? 1 : 0].add()
         getHits.add(keys.count)
         out.append(contentsOf: MemcachedResponse.end)
         return true
+    }
+
+    /// `memoryGet` for one key read in place from the connection's input (the single-key
+    /// `get`/`gets` line `MemcachedParser.singleGet` found): no key array, no parsed command.
+    func memoryGet(key: UnsafeRawBufferPointer, cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Bool {
+        guard appendMemoryHit(key: key, cas: cas, now: store.clock.nowMicros(), memo: &memo, into: &out) else { return false }
+        commands[cas ? 1 : 0].add()
+        getHits.add(1)
+        out.append(contentsOf: MemcachedResponse.end)
+        return true
+    }
+
+    /// Appends the `VALUE` line and data of `key` when it is a live item in memory; otherwise
+    /// appends nothing and returns false.
+    private func appendMemoryHit(key kb: UnsafeRawBufferPointer, cas: Bool, now: Int64, memo: inout NamespaceMemo,
+                                 into out: inout [UInt8]) -> Bool {
+        var live = false
+        let found = namespace.withUnsafeBytes { ns in
+            store.withMemoryHit(namespace: ns, key: kb, now: now, memo: &memo) { v in
+                guard !v.negative else { return }
+                live = true
+                MemcachedResponse.value(key: kb, flags: v.flags, data: v.value, cas: cas ? v.version : nil, into: &out)
+            }
+        }
+        return found && live
     }
 
     /// The store's expiry for a memcached exptime (`MemcachedExpiry`; 0 = the node's default,

@@ -238,6 +238,30 @@ public struct MemcachedParser: Sendable {
         }
     }
 
+    /// The commonest command, `get <key>\r\n` or `gets <key>\r\n` with one valid key (CRLF or
+    /// a bare LF), recognised at the front of `buf` without allocating: the key's range in
+    /// `buf`, whether it is `gets`, and the bytes the line takes. Nil for anything else — more
+    /// keys, extra spaces, a bad key, an incomplete line — which `parse` then decides. Where it
+    /// answers, `parse` gives `.command(.get(keys: [buf[key]], cas: cas), consumed: consumed)`.
+    /// Cost: one pass over the line.
+    public static func singleGet(_ buf: UnsafeRawBufferPointer) -> (key: Range<Int>, cas: Bool, consumed: Int)? {
+        guard buf.count >= 6, buf[0] == 0x67, buf[1] == 0x65, buf[2] == 0x74 else { return nil } // "get"
+        let cas = buf[3] == 0x73 // "gets"
+        let start = cas ? 5 : 4
+        guard buf[start - 1] == 0x20 else { return nil }
+        var i = start
+        let end = min(buf.count, start + maxKey + 1)
+        while i < end {
+            let c = buf[i]
+            if c < 0x21 || c == 0x7F { break }
+            i += 1
+        }
+        guard i > start, i - start <= maxKey, i < buf.count else { return nil }
+        if buf[i] == 10 { return (start..<i, cas, i + 1) }
+        guard buf[i] == 13, i + 1 < buf.count, buf[i + 1] == 10 else { return nil }
+        return (start..<i, cas, i + 2)
+    }
+
     // MARK: Bytes
 
     /// A storage command's data block after its line: its range once all of it (and its

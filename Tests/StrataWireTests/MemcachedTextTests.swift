@@ -23,6 +23,43 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(Set(commands.map(\.nameIndex)), Set(MemcachedCommand.names.indices))
     }
 
+    /// The listener answers `singleGet`'s lines without `parse`: wherever it answers, it must
+    /// say what `parse` says, and it must answer the plain one-key forms.
+    func testSingleGetAgreesWithTheParser() {
+        func single(_ b: [UInt8]) -> (key: [UInt8], cas: Bool, consumed: Int)? {
+            b.withUnsafeBytes { buf in MemcachedParser.singleGet(buf).map { (Array(buf[$0.key]), $0.cas, $0.consumed) } }
+        }
+        func check(_ b: [UInt8], line: UInt = #line) {
+            guard let g = single(b) else { return }
+            XCTAssertEqual(parse(b), .command(.get(keys: [g.key], cas: g.cas), consumed: g.consumed), line: line)
+        }
+        // The plain forms are recognised.
+        XCTAssertEqual(single(k("get a\r\n"))?.key, k("a"))
+        XCTAssertEqual(single(k("gets key:1\r\nget b\r\n"))?.consumed, 12)
+        XCTAssertEqual(single(k("gets key:1\r\n"))?.cas, true)
+        XCTAssertEqual(single(k("get a\n"))?.consumed, 6)
+        XCTAssertEqual(single(k("get " + String(repeating: "k", count: 250) + "\r\n"))?.key.count, 250)
+        XCTAssertEqual(single([0x67, 0x65, 0x74, 0x20, 0xC3, 0xA9, 13, 10])?.key, [0xC3, 0xA9])
+        // Everything else is left to the parser.
+        for s in ["get a b\r\n", "get a \r\n", "get  a\r\n", "get a", "get a\r", "get\r\n", "get \r\n", "gets\r\n",
+                  "getsa b\r\n", "gat 1 a\r\n", "GET a\r\n", "get\ta\r\n", "get a\r\r\n", "get a\tb\r\n",
+                  "get " + String(repeating: "k", count: 251) + "\r\n", "set a 0 0 1\r\nx\r\n"] {
+            XCTAssertNil(single(k(s)), s)
+        }
+        XCTAssertNil(single([0x67, 0x65, 0x74, 0x20, 0x61, 0x7F, 13, 10]))
+        XCTAssertNil(single([0x67, 0x65, 0x74, 0x20, 0x61, 0x00, 13, 10]))
+        // And it agrees with `parse` on every line it answers, over random lines made of the
+        // bytes that matter (seeded, so a failure repeats).
+        let alphabet: [UInt8] = [0x67, 0x65, 0x74, 0x73, 0x20, 0x61, 13, 10, 0x09, 0x7F, 0x00, 0xC3, 0x7E, 0x21]
+        var rng = SplitMixTestRNG(seed: 21)
+        for _ in 0..<20_000 {
+            var b: [UInt8] = Array("get".utf8) + (rng.next() % 2 == 0 ? [0x20] : [0x73, 0x20])
+            for _ in 0..<Int(rng.next() % 12) { b.append(alphabet[Int(rng.next() % UInt64(alphabet.count))]) }
+            check(b)
+            check(Array(b.prefix(Int(rng.next() % UInt64(b.count + 1)))))
+        }
+    }
+
     func testRetrievalCommandsTakeEveryKey() {
         XCTAssertEqual(parse("get a bb ccc\r\n"), .command(.get(keys: [k("a"), k("bb"), k("ccc")], cas: false), consumed: 14))
         XCTAssertEqual(parse("gets a\r\n"), .command(.get(keys: [k("a")], cas: true), consumed: 8))
@@ -173,5 +210,18 @@ extension MemcachedParse {
         case .command: return "command"
         case .error: return "error"
         }
+    }
+}
+
+/// A small seeded generator for the tests (SplitMix64).
+struct SplitMixTestRNG {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
