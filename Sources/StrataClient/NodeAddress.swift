@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import StrataCore
 
 /// A node of a cluster: where to connect and its name on the ring (default `host:port`).
@@ -19,15 +22,45 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
     public var description: String { name }
 
     /// Parses a member list — `HOST:PORT,HOST:PORT,…`, where an entry `dns:NAME:PORT` stands
-    /// for every address NAME resolves to (a Kubernetes headless service) — as the CLI's
-    /// `--nodes` and the node's `--cluster` take it. Throws a message naming the bad entry.
+    /// for every address NAME resolves to (a Kubernetes headless service) and an entry
+    /// `file:PATH` for the entries in that file (separated by commas or lines; blank lines and
+    /// `#` comments skipped; no `file:` inside) — as the CLI's `--nodes` and the node's
+    /// `--cluster` take it. Throws a message naming the bad entry (`.connection` when a name
+    /// does not resolve or a file cannot be read, `.protocolViolation` for bad syntax).
     public static func parseList(_ list: String, option: String) throws -> [NodeAddress] {
+        try parseList(list, option: option, inFile: nil)
+    }
+
+    /// Whether `list` has entries (`dns:`, `file:`) whose members can change while the same
+    /// list is in force: a node re-reads such a list (`--cluster-refresh`).
+    public static func listCanChange(_ list: String) -> Bool {
+        list.split(separator: ",").contains { p in
+            let item = p.trimmedOfBlanks()
+            return item.hasPrefix("dns:") || item.hasPrefix("file:")
+        }
+    }
+
+    private static func parseList(_ list: String, option: String, inFile: String?) throws -> [NodeAddress] {
         var nodes: [NodeAddress] = []
-        for part in list.split(separator: ",") {
+        let from = inFile.map { " (in \($0))" } ?? ""
+        for part in list.split(whereSeparator: { $0 == "," || $0.isNewline }) {
             let item = part.trimmedOfBlanks()
+            if inFile != nil && (item.isEmpty || item.hasPrefix("#")) { continue }
+            if item.hasPrefix("file:") {
+                let path = String(item.dropFirst(5))
+                guard inFile == nil else {
+                    throw ClientError(.protocolViolation, "\(option) entry '\(item)'\(from): a member file cannot name another file")
+                }
+                guard !path.isEmpty else { throw ClientError(.protocolViolation, "\(option) entry '\(item)' must be file:PATH") }
+                guard let text = readSmallFile(path) else {
+                    throw ClientError(.connection, "\(option) entry '\(item)': cannot read \(path)")
+                }
+                nodes += try parseList(text, option: option, inFile: path)
+                continue
+            }
             if item.hasPrefix("dns:") {
                 guard let a = NodeAddress.parse(String(item.dropFirst(4))) else {
-                    throw ClientError(.protocolViolation, "\(option) entry '\(item)' must be dns:NAME:PORT")
+                    throw ClientError(.protocolViolation, "\(option) entry '\(item)'\(from) must be dns:NAME:PORT")
                 }
                 do { nodes += try NodeAddress.resolve(a.host, port: a.port) } catch {
                     throw ClientError(.connection, "\(error)")
@@ -35,19 +68,34 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
                 continue
             }
             guard let a = NodeAddress.parse(item) else {
-                throw ClientError(.protocolViolation, "\(option) must be HOST:PORT,HOST:PORT,… or dns:NAME:PORT; '\(part)' is not")
+                throw ClientError(.protocolViolation, "\(option) must be HOST:PORT,HOST:PORT,…, dns:NAME:PORT or file:PATH; '\(part)'\(from) is not")
             }
             nodes.append(a)
         }
         return nodes
+    }
+
+    /// The text of a member file (at most 1 MiB), nil when it cannot be read.
+    private static func readSmallFile(_ path: String) -> String? {
+        guard let f = fopen(path, "r") else { return nil }
+        defer { fclose(f) }
+        var text: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while text.count <= 1 << 20 {
+            let n = fread(&buf, 1, buf.count, f)
+            if n <= 0 { break }
+            text += buf[0..<n]
+        }
+        guard ferror(f) == 0, text.count <= 1 << 20 else { return nil }
+        return String(decoding: text, as: UTF8.self)
     }
 }
 
 private extension Substring {
     func trimmedOfBlanks() -> String {
         var s = self[...]
-        while let c = s.first, c == " " || c == "\t" { s = s.dropFirst() }
-        while let c = s.last, c == " " || c == "\t" { s = s.dropLast() }
+        while let c = s.first, c == " " || c == "\t" || c == "\r" { s = s.dropFirst() }
+        while let c = s.last, c == " " || c == "\t" || c == "\r" { s = s.dropLast() }
         return String(s)
     }
 }

@@ -38,6 +38,10 @@ public final class Node: @unchecked Sendable {
     let cluster: ClusterView?
     var antiEntropy: AntiEntropy?
     var handoff: Handoff?
+    /// Re-reads a `dns:`/`file:` `--cluster` list (`--cluster-refresh`); nil otherwise.
+    var membershipRefresh: MembershipRefresh?
+    /// A re-read list did not name this node (logged once until it does again).
+    let membershipIgnored = Atomic<Bool>(false)
     /// This data directory's identity (`DIR/node-id`).
     let nodeID: String
     let workers: WorkerPool
@@ -284,6 +288,7 @@ public final class Node: @unchecked Sendable {
     public func shutdown() {
         guard !drainFlag.exchange(true, ordering: .relaxed) else { return }
         log.info("draining", [("in_flight", String(workers.outstanding))])
+        membershipRefresh?.stop()
         antiEntropy?.stop()
         handoff?.stop()
         // Stop accepting: each loop drops the listening socket.

@@ -140,6 +140,11 @@ public struct NodeConfiguration: Sendable {
 
     /// The cluster's members (`--cluster`, resolved), this node among them; empty = no cluster.
     public var cluster: [NodeAddress] = []
+    /// `--cluster` as given, when it has `dns:` or `file:` entries (their members can change
+    /// while the node runs): re-read every `clusterRefresh` seconds. Nil for a fixed list.
+    public var clusterSource: String? = nil
+    /// Seconds between re-reads of `clusterSource` (`--cluster-refresh`); 0 = never.
+    public var clusterRefresh: Double = 30
     /// This node's ring name in `cluster` (`--advertise`); nil = the member on this host and port.
     public var advertise: String? = nil
     /// Copies of each key in the cluster (`--replicas`, as the clients use).

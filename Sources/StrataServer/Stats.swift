@@ -114,6 +114,7 @@ final class NodeStats: Sendable {
     let syncBucketsDiffering = Counter()
     let syncMicros = Counter()
     let peersLost = Counter()
+    let membershipChanges = Counter()
     let unverifiedAnswers = Counter()
     /// Hinted handoff (`Handoff`): hints made (one per write and other replica), writes
     /// checked with peers, copied to peers that lacked them, dropped past the bound, and

@@ -27,8 +27,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
                     [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
                     [--memcached-tls-port PORT] [--metrics-tls]
-                    [--cluster H:P,H:P,…|dns:NAME:PORT] [--advertise NAME] [--replicas 2]
-                    [--sync-interval 2] [--cluster-tls-ca FILE]
+                    [--cluster H:P,H:P,…|dns:NAME:PORT|file:PATH] [--advertise NAME] [--replicas 2]
+                    [--sync-interval 2] [--cluster-tls-ca FILE] [--cluster-refresh 30]
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
@@ -58,8 +58,11 @@ background (anti-entropy, every --sync-interval seconds) and flags answers it ha
 yet (UNVERIFIED). --advertise picks this node's entry when it is not the one on --host and
 --port (or --tls-port). Nodes authenticate to each other with --auth-token-file's token;
 with --cluster-tls-ca the --cluster ports are TLS ports, and peers are reached over TLS,
-verified against that CA (this node presents its --tls-cert and --tls-key). See
-docs/OPERATING.md, "Clusters".
+verified against that CA (this node presents its --tls-cert and --tls-key). An entry
+dns:NAME:PORT stands for every address NAME resolves to, file:PATH for the entries in that file
+(commas or lines, # comments); such a list is read again every --cluster-refresh seconds (0 =
+never) and a change of members is applied while running, as a restart with the new list would
+(audited; every peer unsynced until a round with it finishes). See docs/OPERATING.md, "Clusters".
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, flush, exit 0.
 """
 
@@ -73,7 +76,8 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
-                               "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca"]
+                               "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca",
+                               "cluster-refresh"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -282,6 +286,11 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
             throw e.kind == .connection ? NodeError(exitCode: 3, e.message) : UsageError(message: e.message)
         }
         guard !c.cluster.isEmpty else { throw UsageError(message: "--cluster needs at least one HOST:PORT") }
+        if NodeAddress.listCanChange(list) { c.clusterSource = list }
+    }
+    if let v = try seconds("cluster-refresh") {
+        guard v == 0 || (v >= 0.1 && v <= 86400) else { throw UsageError(message: "--cluster-refresh must be 0 (never) or 0.1…86400 seconds, got \(v)") }
+        c.clusterRefresh = v
     }
     if let v = s["advertise"], !v.isEmpty { c.advertise = v }
     if let v = s["cluster-tls-ca"], !v.isEmpty { c.clusterTLSCA = v }

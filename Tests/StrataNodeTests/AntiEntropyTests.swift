@@ -345,4 +345,66 @@ final class AntiEntropyTests: XCTestCase {
         print("join: the new node holds \(moved) of \(model.count) keys")
         XCTAssertTrue(moved > model.count / 4 && moved < 3 * model.count / 4, "R = 2 of 4 nodes: about half the keys, got \(moved)")
     }
+
+    /// A `file:` member list changed while the nodes run (`--cluster-refresh`): the running node
+    /// applies it without a restart — the new member is filled by anti-entropy, later writes
+    /// reach it by handoff, the change is audited and counted — and a list that drops the node
+    /// itself, or cannot be read, keeps the members it has.
+    func testAFileMemberListChangedWhileRunningIsApplied() throws {
+        let cluster = try SyncCluster(count: 2, members: [])
+        let lists = TempDir()
+        let file = lists.path + "/members"
+        func members(_ m: [Int]) throws {
+            // Replaced whole (a rename), as a ConfigMap update is.
+            try ("# strata\n" + m.map(cluster.name).joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        }
+        func start(_ i: Int) throws {
+            cluster.nodes[i] = try NodeProcess(dataDir: cluster.dirs[i].path, port: cluster.ports[i],
+                                               extra: ["--cluster", "file:" + file, "--cluster-refresh", "0.2", "--replicas", "2",
+                                                       "--sync-interval", "0.5"])
+        }
+        func stat(_ i: Int, _ name: String) -> Int? { (try? nodeStats(try cluster.connect(i)))?[name] as? Int }
+        func lines(_ i: Int, _ what: String) -> [String] {
+            (cluster.nodes[i]?.stderr ?? "").split(separator: "\n").map(String.init).filter { $0.contains(what) }
+        }
+        try members([0])
+        try start(0)
+        let c0 = try cluster.connect(0)
+        for i in 0..<300 { XCTAssertEqual(try c0.set(SetRequest(key: b("f\(i)"), value: b("v\(i)"))).statusCode, .ok) }
+        XCTAssertEqual(stat(0, "cluster_members"), 1)
+
+        // Node 1 joins: the file now names both; node 1 starts with it, node 0 reads it again.
+        try members([0, 1])
+        try start(1)
+        XCTAssertTrue(eventually { stat(0, "cluster_members") == 2 }, cluster.nodes[0]!.stderr)
+        XCTAssertEqual(stat(0, "cluster_membership_changes"), 1)
+        XCTAssertTrue(eventually { lines(0, "action=membership_change").contains { $0.contains("peer=refresh") && $0.contains("added=\(cluster.name(1))") } },
+                      cluster.nodes[0]!.stderr)
+        // R = 2 of 2: node 1 holds every key, copied by anti-entropy (no client read them).
+        let c1 = try cluster.connect(1)
+        XCTAssertTrue(eventually(30, interval: 0.2) {
+            (0..<300).allSatisfy { i in (try? c1.get(b("f\(i)"), tiers: 2))??.value == b("v\(i)") }
+        }, "node 1 was not filled")
+        XCTAssertTrue(eventually(20) { cluster.verified(0) && cluster.verified(1) })
+        // A write to node 0 alone reaches node 1 (handoff to the new peer, or a round).
+        XCTAssertEqual(try c0.set(SetRequest(key: b("after"), value: b("joined"))).statusCode, .ok)
+        XCTAssertTrue(eventually { (try? c1.get(b("after"), tiers: 2))??.value == b("joined") })
+
+        // A list without node 0 itself is not applied; an unreadable one keeps the members.
+        try members([1])
+        XCTAssertTrue(eventually { !lines(0, "cluster_refresh_ignored").isEmpty }, cluster.nodes[0]!.stderr)
+        XCTAssertEqual(stat(0, "cluster_members"), 2)
+        unlink(file)
+        XCTAssertTrue(eventually { !lines(0, "cluster_refresh_failed").isEmpty }, cluster.nodes[0]!.stderr)
+        Thread.sleep(forTimeInterval: 0.6)
+        XCTAssertEqual(lines(0, "cluster_refresh_failed").count, 1, "logged once per distinct error")
+        XCTAssertEqual(stat(0, "cluster_members"), 2)
+
+        // Node 1 leaves the list: node 0 goes back to one member, verified at once.
+        try members([0])
+        XCTAssertTrue(eventually { stat(0, "cluster_members") == 1 }, cluster.nodes[0]!.stderr)
+        XCTAssertEqual(stat(0, "cluster_membership_changes"), 2)
+        XCTAssertEqual(stat(0, "cluster_verified"), 1)
+        XCTAssertTrue(lines(0, "action=membership_change").contains { $0.contains("removed=\(cluster.name(1))") })
+    }
 }

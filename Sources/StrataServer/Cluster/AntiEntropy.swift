@@ -78,10 +78,13 @@ final class AntiEntropy: @unchecked Sendable {
                 let t0 = monotonicSeconds()
                 var failed: [String] = []
                 var differed = false
-                for peer in view.peers where !stopFlag.load(ordering: .relaxed) {
+                // The member list of this pass (it may change meanwhile: `ClusterView.replace`).
+                let peers = view.peers
+                outOfContact.formIntersection(peers.map(\.name))
+                for peer in peers where !stopFlag.load(ordering: .relaxed) {
                     if !round(peer) { failed.append(peer.name) } else if lastRoundCopied { differed = true }
                 }
-                if !stopFlag.load(ordering: .relaxed) { lost(failed) }
+                if !stopFlag.load(ordering: .relaxed) { lost(failed, of: peers.count) }
                 quietPasses = failed.isEmpty && !differed ? quietPasses + 1 : 0
                 var wait = Self.wait(interval: interval, spent: monotonicSeconds() - t0, quietPasses: quietPasses,
                                      unsynced: !view.unsyncedPeers.isEmpty)
@@ -129,8 +132,8 @@ final class AntiEntropy: @unchecked Sendable {
     }
 
     /// The peers this pass failed to finish a round with (see the type's "Contact").
-    private func lost(_ failed: [String]) {
-        let isolated = failed.count * 2 > view.peers.count
+    private func lost(_ failed: [String], of peers: Int) {
+        let isolated = failed.count * 2 > peers
         for p in failed {
             if outOfContact.insert(p).inserted {
                 stats.peersLost.add()

@@ -8,48 +8,89 @@ import Synchronization
 ///
 /// Verification: every event after which the node may lack writes that a peer holds — its
 /// start (a restart, a wiped directory, a new node), a pause it noticed, contact with a peer
-/// regained after a gap — bumps that peer's epoch and drops it from `synced`. An anti-entropy
-/// round with a peer that started in the current epoch and finished puts it back. A key is
-/// verified when every other node of its replica set is synced; an unverified GET answer
-/// carries the UNVERIFIED flag (PROTOCOL.md §7.19), so clients compare it with the replicas.
+/// regained after a gap, a change of the member list while running (`replace`) — bumps that
+/// peer's epoch and drops it from `synced`. An anti-entropy round with a peer that started in
+/// the current epoch and finished puts it back. A key is verified when every other node of its
+/// replica set is synced; an unverified GET answer carries the UNVERIFIED flag (PROTOCOL.md
+/// §7.19), so clients compare it with the replicas.
+///
+/// Membership: the ring and the peers are one immutable snapshot, swapped whole by `replace`
+/// (a `dns:` or `file:` list re-read, `Node.refreshMembership`); readers take the snapshot
+/// under the lock and use it outside.
 ///
 /// Cost: `isVerified` is one atomic load while everything is verified; otherwise a ring
 /// lookup (a binary search over 512 points per node, and a small allocation) and a lock.
+/// `replicaSet` takes the lock once to read the snapshot.
 final class ClusterView: @unchecked Sendable {
     let selfName: String
-    let ring: HashRing
     let replicas: Int
-    /// Every member but this node, in ring-name order.
-    let peers: [NodeAddress]
     private let lock = Lock()
+    private var membership: Membership
     private var epochs: [String: UInt64] = [:]
     private var synced: Set<String> = []
     private let everythingVerified = Atomic<Bool>(false)
-    /// Per ring point, the replica set of the keys it owns as a bit mask over `ring.members`
-    /// (owner and the next `replicas − 1`); nil past 64 members. Lets anti-entropy's passes
-    /// decide "both nodes hold this key" without a ring walk or an allocation per row.
-    private let pointMasks: [UInt64]?
-    private let memberBits: [String: UInt64]
+
+    /// One member list: the ring, the peers, and per ring point the replica set of the keys it
+    /// owns as a bit mask over `ring.members` (owner and the next `replicas − 1`; nil past 64
+    /// members), which lets anti-entropy's passes decide "both nodes hold this key" without a
+    /// ring walk or an allocation per row.
+    private struct Membership {
+        let ring: HashRing
+        /// Every member but this node, in ring-name order.
+        let peers: [NodeAddress]
+        let pointMasks: [UInt64]?
+        let memberBits: [String: UInt64]
+
+        init(members: [NodeAddress], selfName: String, replicas: Int) {
+            let ring = HashRing(members: members.map { HashRing.Member(name: $0.name) })
+            self.ring = ring
+            var seen = Set<String>()
+            peers = members.filter { $0.name != selfName && seen.insert($0.name).inserted }.sorted { $0.name < $1.name }
+            if ring.members.count <= 64 {
+                pointMasks = (0..<ring.pointCount).map { i in
+                    ring.memberIndices(fromPoint: i, count: replicas).reduce(UInt64(0)) { $0 | (1 << UInt64($1)) }
+                }
+                memberBits = Dictionary(uniqueKeysWithValues: ring.members.enumerated().map { ($0.element.name, UInt64(1) << UInt64($0.offset)) })
+            } else {
+                pointMasks = nil
+                memberBits = [:]
+            }
+        }
+    }
 
     init(members: [NodeAddress], selfName: String, replicas: Int) {
         self.selfName = selfName
         self.replicas = max(1, replicas)
-        let ring = HashRing(members: members.map { HashRing.Member(name: $0.name) })
-        self.ring = ring
-        var seen = Set<String>()
-        peers = members.filter { $0.name != selfName && seen.insert($0.name).inserted }.sorted { $0.name < $1.name }
-        if ring.members.count <= 64 {
-            let r = self.replicas
-            pointMasks = (0..<ring.pointCount).map { i in
-                ring.memberIndices(fromPoint: i, count: r).reduce(UInt64(0)) { $0 | (1 << UInt64($1)) }
-            }
-            memberBits = Dictionary(uniqueKeysWithValues: ring.members.enumerated().map { ($0.element.name, UInt64(1) << UInt64($0.offset)) })
-        } else {
-            pointMasks = nil
-            memberBits = [:]
+        membership = Membership(members: members, selfName: selfName, replicas: self.replicas)
+        for p in membership.peers { epochs[p.name] = 1 }
+        everythingVerified.store(membership.peers.isEmpty, ordering: .relaxed)
+    }
+
+    /// The ring of the current member list.
+    var ring: HashRing { lock.withLock { membership.ring } }
+    /// Every member but this node, in ring-name order (the current list).
+    var peers: [NodeAddress] { lock.withLock { membership.peers } }
+
+    /// What `replace` changed: ring names added and removed.
+    struct Change: Equatable { var added: [String]; var removed: [String] }
+
+    /// Makes `members` the member list (this node must be one of them): a new ring and peers,
+    /// and every peer unsynced — the node may now hold keys it never had, and a peer that
+    /// returns may hold writes it missed — until a round with each finishes. Nil (nothing
+    /// changed) when the list names the same members.
+    func replace(members: [NodeAddress]) -> Change? {
+        let next = Membership(members: members, selfName: selfName, replicas: replicas)
+        return lock.withLock {
+            let before = Set(membership.ring.members.map(\.name)), after = Set(next.ring.members.map(\.name))
+            guard before != after else { return nil }
+            membership = next
+            var nextEpochs: [String: UInt64] = [:]
+            for p in next.peers { nextEpochs[p.name] = (epochs[p.name] ?? 0) + 1 }
+            epochs = nextEpochs
+            synced.removeAll()
+            everythingVerified.store(next.peers.isEmpty, ordering: .relaxed)
+            return Change(added: after.subtracting(before).sorted(), removed: before.subtracting(after).sorted())
         }
-        for p in peers { epochs[p.name] = 1 }
-        everythingVerified.store(peers.isEmpty, ordering: .relaxed)
     }
 
     /// The names of the key's replica set (owner first).
@@ -68,20 +109,21 @@ final class ClusterView: @unchecked Sendable {
     var verified: Bool { everythingVerified.load(ordering: .relaxed) }
 
     /// Peers not synced in their current epoch.
-    var unsyncedPeers: [String] { lock.withLock { peers.map(\.name).filter { !synced.contains($0) } } }
+    var unsyncedPeers: [String] { lock.withLock { membership.peers.map(\.name).filter { !synced.contains($0) } } }
 
     /// The node may have missed writes any peer holds (a start, a pause).
     func unverifyAll() {
         lock.withLock {
-            for p in peers { epochs[p.name, default: 0] += 1 }
+            for p in membership.peers { epochs[p.name, default: 0] += 1 }
             synced.removeAll()
-            everythingVerified.store(peers.isEmpty, ordering: .relaxed)
+            everythingVerified.store(membership.peers.isEmpty, ordering: .relaxed)
         }
     }
 
     /// The node may have missed writes `peer` holds (contact regained after a gap).
     func unverify(peer: String) {
         lock.withLock {
+            guard epochs[peer] != nil else { return } // no longer a member
             epochs[peer, default: 0] += 1
             synced.remove(peer)
             everythingVerified.store(false, ordering: .relaxed)
@@ -98,7 +140,7 @@ final class ClusterView: @unchecked Sendable {
         lock.withLock {
             guard epochs[peer] == epoch else { return false }
             synced.insert(peer)
-            if synced.count == peers.count { everythingVerified.store(true, ordering: .relaxed) }
+            if synced.count == membership.peers.count { everythingVerified.store(true, ordering: .relaxed) }
             return true
         }
     }
@@ -136,10 +178,16 @@ final class ClusterView: @unchecked Sendable {
     /// `shared(_:_:with:)` for many keys and one peer (a pass over the rows): the test made
     /// once, each call one ring position, a binary search and a mask test.
     func sharedTest(with peer: String) -> ([UInt8], [UInt8]) -> Bool {
-        guard let masks = pointMasks, let mine = memberBits[selfName], let theirs = memberBits[peer] else {
-            return { self.shared($0, $1, with: peer) }
+        let m = lock.withLock { membership }
+        guard let masks = m.pointMasks, let mine = m.memberBits[selfName], let theirs = m.memberBits[peer] else {
+            let ring = m.ring, replicas = self.replicas, me = selfName
+            return { ns, key in
+                if key.isEmpty { return true }
+                let set = ring.nodes(for: key, namespace: ns, count: replicas).map(\.name)
+                return set.contains(me) && set.contains(peer)
+            }
         }
-        let both = mine | theirs, ring = self.ring
+        let both = mine | theirs, ring = m.ring
         return { ns, key in key.isEmpty || masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }
     }
 }

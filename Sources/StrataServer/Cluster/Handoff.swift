@@ -27,6 +27,10 @@ import StrataWire
 /// paused or cut off catches up from this node when it returns, and this node catches up
 /// everything with every peer after its own restart.
 ///
+/// Membership: `update()` follows a change of the view's peers while running — a new peer gets
+/// a queue and a thread; a removed peer's hints are dropped (anti-entropy is the backstop, as
+/// for any dropped hint) and its thread ends after its current batch.
+///
 /// Cost per accepted write: a ring lookup and an append under a lock; per batch, one round
 /// trip per peer.
 final class Handoff: @unchecked Sendable {
@@ -51,6 +55,9 @@ final class Handoff: @unchecked Sendable {
     private var queues: [String: [Hint]] = [:]
     private var stopped = false
     private var running = 0
+    /// Peers with a delivering thread (under `cond`): a thread leaves the set when it sees its
+    /// peer's queue gone, in the same critical section, so `update` never starts a second one.
+    private var delivering: Set<String> = []
 
     init(view: ClusterView, stats: NodeStats, log: Logger, maxHints: Int = 100_000,
          connect: @escaping @Sendable (NodeAddress) throws -> NodeConnection,
@@ -90,9 +97,27 @@ final class Handoff: @unchecked Sendable {
         if dropped > 0 { stats.handoffDropped.add(dropped); self.dropped() }
     }
 
-    func start() {
-        for peer in view.peers {
-            cond.withLock { running += 1 }
+    func start() { update() }
+
+    /// Follows the view's current peers: queues and threads for new ones, removed ones' hints
+    /// dropped and their threads ended.
+    func update() {
+        let peers = view.peers
+        var starting: [NodeAddress] = []
+        cond.withLock {
+            guard !stopped else { return }
+            let names = Set(peers.map(\.name))
+            for name in Array(queues.keys) where !names.contains(name) { queues[name] = nil }
+            for p in peers {
+                if queues[p.name] == nil { queues[p.name] = [] }
+                if delivering.insert(p.name).inserted {
+                    running += 1
+                    starting.append(p)
+                }
+            }
+        }
+        cond.broadcast()
+        for peer in starting {
             _ = startThread(name: "strata-handoff") { [self] in
                 deliver(to: peer)
                 cond.withLock { running -= 1 }
@@ -109,12 +134,15 @@ final class Handoff: @unchecked Sendable {
         cond.unlock()
     }
 
-    /// The hints for `peer`, waiting for some (or for the stop).
+    /// The hints for `peer`, waiting for some; nil at the stop or once the peer is no member.
     private func take(_ peer: String) -> [Hint]? {
         cond.lock()
         defer { cond.unlock() }
-        while !stopped && queues[peer]!.isEmpty { cond.wait() }
-        if stopped { return nil }
+        while !stopped && queues[peer]?.isEmpty == true { cond.wait() }
+        if stopped || queues[peer] == nil {
+            delivering.remove(peer)
+            return nil
+        }
         let n = min(queues[peer]!.count, SyncCheck.maxEntries)
         let batch = Array(queues[peer]!.prefix(n))
         queues[peer]!.removeFirst(n)
@@ -125,7 +153,8 @@ final class Handoff: @unchecked Sendable {
     private func giveBack(_ hints: [Hint], _ peer: String) {
         var dropped = 0
         cond.withLock {
-            var q = hints + queues[peer]!
+            guard let queued = queues[peer] else { return } // the peer left the cluster
+            var q = hints + queued
             if q.count > maxHints {
                 dropped = q.count - maxHints
                 q.removeFirst(dropped)

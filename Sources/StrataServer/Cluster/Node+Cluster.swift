@@ -66,7 +66,7 @@ extension Node {
     /// list) this node starts with, compared with the one it last started with in this data
     /// directory (`DIR/cluster-members`, rewritten when it differs). Logged as
     /// `action=membership_change user=- peer=config from=… to=… added=… removed=…`.
-    func recordMembership() {
+    func recordMembership(source: String = "config") {
         let path = config.dataDirectory + "/cluster-members"
         let now = (cluster?.ring.members.map(\.name) ?? []).sorted()
         var before: [String]? = nil
@@ -83,7 +83,7 @@ extension Node {
         }
         guard before != now, !(before == nil && now.isEmpty) else { return }
         let old = before ?? []
-        audit("membership_change", user: "-", peer: "config",
+        audit("membership_change", user: "-", peer: source,
               [("self", cluster?.selfName ?? "-"), ("from", old.isEmpty ? "-" : old.joined(separator: ",")),
                ("to", now.isEmpty ? "-" : now.joined(separator: ",")),
                ("added", now.filter { !old.contains($0) }.joined(separator: ",")),
@@ -117,6 +117,41 @@ extension Node {
         ae.start()
         log.info("cluster", [("self", c.selfName), ("members", String(c.ring.members.count)), ("replicas", String(c.replicas)),
                              ("node_id", nodeID)])
+        if let source = config.clusterSource, config.clusterRefresh > 0 {
+            let r = MembershipRefresh(interval: config.clusterRefresh, log: log,
+                                      read: { try NodeAddress.parseList(source, option: "--cluster") },
+                                      apply: { [weak self] in self?.applyMembership($0) })
+            membershipRefresh = r
+            r.start()
+        }
+    }
+
+    /// Makes `members` (a `dns:` or `file:` `--cluster` list read again) the cluster while
+    /// running, as a restart with that list would: a new ring (`ClusterView.replace`), every
+    /// peer unsynced until a round with it finishes (so this node's answers for keys it newly
+    /// holds are flagged UNVERIFIED and anti-entropy copies them in), handoff threads for new
+    /// peers, a removed peer's hints dropped, the change audited (`action=membership_change`,
+    /// `peer=refresh`) and `DIR/cluster-members` rewritten. A list with the same members changes
+    /// nothing; a list that no longer names this node (it is being removed, or the name did
+    /// not resolve to it this time) is not applied: the node keeps its members and logs
+    /// `cluster_refresh_ignored` (the operator stops a removed node).
+    func applyMembership(_ members: [NodeAddress]) {
+        guard let c = cluster else { return }
+        guard members.contains(where: { $0.name == c.selfName }) else {
+            if !membershipIgnored.exchange(true, ordering: .relaxed) {
+                log.warn("cluster_refresh_ignored", [("self", c.selfName), ("members", members.map(\.name).joined(separator: ",")),
+                                                     ("reason", "the list does not name this node; it keeps its members")])
+            }
+            return
+        }
+        membershipIgnored.store(false, ordering: .relaxed)
+        guard let change = c.replace(members: members) else { return }
+        stats.membershipChanges.add()
+        handoff?.update()
+        recordMembership(source: "refresh")
+        log.info("cluster_members_changed", [("members", String(c.ring.members.count)), ("added", change.added.joined(separator: ",")),
+                                             ("removed", change.removed.joined(separator: ","))])
+        antiEntropy?.wake()
     }
 
     /// The cluster's rows of `Node.numbers()` (STATS, PROTOCOL.md §7.13, and /metrics); none
@@ -127,6 +162,7 @@ extension Node {
             NodeNumber("cluster_members", .gauge, "Members of the node's --cluster.", c.ring.members.count),
             NodeNumber("cluster_replicas", .gauge, "Copies of each key (--replicas).", c.replicas),
             NodeNumber("cluster_verified", .gauge, "1 when the node has caught up with every peer, else 0.", c.verified ? 1 : 0),
+            NodeNumber("cluster_membership_changes", .counter, "Member lists applied while running (a dns: or file: --cluster read again).", stats.membershipChanges.load()),
             NodeNumber("cluster_unsynced_peers", .gauge, "Peers the node has not caught up with since it may have missed writes.", c.unsyncedPeers.count),
             NodeNumber("sync_rounds", .counter, "Anti-entropy rounds finished.", stats.syncRounds.load()),
             NodeNumber("sync_failures", .counter, "Anti-entropy rounds that failed after reaching the peer.", stats.syncFailures.load()),

@@ -1,0 +1,125 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+@testable import StrataServer
+
+/// Member lists that change while a node runs (`--cluster` with `dns:`/`file:` entries,
+/// `--cluster-refresh`): the list syntax, `ClusterView.replace`, `Handoff.update` and
+/// `MembershipRefresh`, without sockets or sleeping.
+final class MembershipUnitTests: XCTestCase {
+    private func a(_ i: Int) -> NodeAddress { NodeAddress(host: "10.0.0.\(i)", port: 7400) }
+
+    func testAFileListHoldsEntriesByLineOrCommaWithComments() throws {
+        let dir = TempDir()
+        let path = dir.path + "/members"
+        try "# the cache\r\n10.0.0.1:7400\n\n  10.0.0.2:7400 , 10.0.0.3:7400\n# end\n".write(toFile: path, atomically: true, encoding: .utf8)
+        XCTAssertEqual(try NodeAddress.parseList("file:\(path)", option: "--cluster").map(\.name),
+                       ["10.0.0.1:7400", "10.0.0.2:7400", "10.0.0.3:7400"])
+        XCTAssertEqual(try NodeAddress.parseList("10.0.0.9:7400,file:\(path)", option: "--nodes").count, 4)
+        XCTAssertTrue(NodeAddress.listCanChange("10.0.0.9:7400, file:\(path)"))
+        XCTAssertTrue(NodeAddress.listCanChange("dns:strata.local:7400"))
+        XCTAssertFalse(NodeAddress.listCanChange("10.0.0.9:7400,10.0.0.8:7400"))
+
+        func failure(_ list: String) -> ClientError? {
+            do { _ = try NodeAddress.parseList(list, option: "--cluster"); return nil } catch { return error as? ClientError }
+        }
+        let missing = try XCTUnwrap(failure("file:\(dir.path)/nope"))
+        XCTAssertEqual(missing.kind, .connection)
+        XCTAssertTrue(missing.message.contains("cannot read \(dir.path)/nope"), missing.message)
+        XCTAssertEqual(failure("file:")?.kind, .protocolViolation)
+        try "file:\(path)\n".write(toFile: dir.path + "/nested", atomically: true, encoding: .utf8)
+        XCTAssertTrue(try XCTUnwrap(failure("file:\(dir.path)/nested")).message.contains("cannot name another file"))
+        try "10.0.0.1:7400\nnot-an-entry\n".write(toFile: dir.path + "/bad", atomically: true, encoding: .utf8)
+        let bad = try XCTUnwrap(failure("file:\(dir.path)/bad"))
+        XCTAssertEqual(bad.kind, .protocolViolation)
+        XCTAssertTrue(bad.message.contains("'not-an-entry' (in \(dir.path)/bad)"), bad.message)
+    }
+
+    func testReplacingTheMembersMakesANewRingAndUnsyncsEveryPeer() {
+        let view = ClusterView(members: [a(1), a(2)], selfName: a(1).name, replicas: 2)
+        XCTAssertTrue(view.markSynced(a(2).name, epoch: view.epoch(of: a(2).name)))
+        XCTAssertTrue(view.verified)
+        XCTAssertNil(view.replace(members: [a(2), a(1), a(1)]), "the same members (any order, duplicates) change nothing")
+        XCTAssertTrue(view.verified)
+
+        let oldEpoch = view.epoch(of: a(2).name)
+        let change = view.replace(members: [a(1), a(2), a(3)])
+        XCTAssertEqual(change, ClusterView.Change(added: [a(3).name], removed: []))
+        XCTAssertEqual(view.ring.members.map(\.name).sorted(), [a(1), a(2), a(3)].map(\.name))
+        XCTAssertEqual(view.peers.map(\.name), [a(2).name, a(3).name])
+        XCTAssertFalse(view.verified)
+        XCTAssertEqual(Set(view.unsyncedPeers), [a(2).name, a(3).name])
+        XCTAssertFalse(view.markSynced(a(2).name, epoch: oldEpoch), "a round begun before the change does not count")
+        // Keys now owned with the new member are unverified until both peers are synced.
+        let ring3 = HashRing(members: [a(1), a(2), a(3)].map { .init(name: $0.name) })
+        let key = (0..<1000).map { Array("k\($0)".utf8) }.first { k in
+            ring3.nodes(for: k, count: 2).map(\.name).contains(a(1).name) && ring3.nodes(for: k, count: 2).map(\.name).contains(a(3).name)
+        }!
+        XCTAssertEqual(view.replicaSet(namespace: [], key: key).sorted(), [a(1).name, a(3).name])
+        XCTAssertTrue(view.sharedTest(with: a(3).name)([], key))
+        XCTAssertFalse(view.isVerified(namespace: [], key: key))
+        XCTAssertTrue(view.markSynced(a(3).name, epoch: view.epoch(of: a(3).name)))
+        XCTAssertTrue(view.isVerified(namespace: [], key: key))
+        XCTAssertFalse(view.verified, "a(2) still unsynced")
+        XCTAssertTrue(view.markSynced(a(2).name, epoch: view.epoch(of: a(2).name)))
+        XCTAssertTrue(view.verified)
+
+        // A removed peer: no epoch, nothing to sync, and a late round with it does not count.
+        let e3 = view.epoch(of: a(3).name)
+        XCTAssertEqual(view.replace(members: [a(1), a(2)]), ClusterView.Change(added: [], removed: [a(3).name]))
+        XCTAssertFalse(view.markSynced(a(3).name, epoch: e3))
+        view.unverify(peer: a(3).name)
+        XCTAssertEqual(view.unsyncedPeers, [a(2).name])
+        XCTAssertTrue(view.markSynced(a(2).name, epoch: view.epoch(of: a(2).name)))
+        XCTAssertTrue(view.verified, "only the current peers count")
+    }
+
+    func testHandoffFollowsTheMembers() {
+        let view = ClusterView(members: [a(1), a(2)], selfName: a(1).name, replicas: 2)
+        struct Down: Error {}
+        let h = Handoff(view: view, stats: NodeStats(), log: Logger(level: .error),
+                        connect: { _ in throw Down() }, copy: { _, _, _ in 0 }, localVersion: { _ in 1 })
+        h.start()
+        defer { h.stop() }
+        func hint(_ i: Int) { h.accepted(namespace: [], key: Array("k\(i)".utf8), version: 1) }
+        for i in 0..<50 { hint(i) }
+        // Two members, two replicas: every key's other node is a(2), which is down.
+        XCTAssertTrue(eventually { h.pending == 50 }, "\(h.pending)")
+        _ = view.replace(members: [a(1), a(2), a(3)])
+        h.update()
+        for i in 50..<150 { hint(i) }
+        // Keys whose replica set holds this node get one hint for its other node.
+        let ring = view.ring
+        let expected = 50 + (50..<150).filter { ring.nodes(for: Array("k\($0)".utf8), count: 2).map(\.name).contains(a(1).name) }.count
+        XCTAssertTrue(eventually { h.pending == expected }, "\(h.pending) vs \(expected)")
+        // a(2) leaves: its hints are dropped, a(3)'s stay.
+        let forA3 = (50..<150).filter { Set(ring.nodes(for: Array("k\($0)".utf8), count: 2).map(\.name)) == [a(1).name, a(3).name] }.count
+        _ = view.replace(members: [a(1), a(3)])
+        h.update()
+        XCTAssertTrue(eventually { h.pending == forA3 }, "\(h.pending) vs \(forA3)")
+        // And it may come back.
+        _ = view.replace(members: [a(1), a(2), a(3)])
+        h.update()
+        for i in 0..<20 { hint(i) }
+        XCTAssertTrue(eventually { h.pending > forA3 })
+    }
+
+    func testARefreshAppliesWhatItReadsAndKeepsTheMembersWhenAReadFails() {
+        final class Box: @unchecked Sendable {
+            var next: Result<[NodeAddress], ClientError> = .success([])
+            var applied: [[String]] = []
+        }
+        let box = Box()
+        let r = MembershipRefresh(interval: 3600, log: Logger(level: .error),
+                                  read: { try box.next.get() }, apply: { box.applied.append($0.map(\.name)) })
+        box.next = .success([a(1), a(2)])
+        r.refreshOnce()
+        box.next = .failure(ClientError(.connection, "cannot resolve strata.local"))
+        r.refreshOnce()
+        r.refreshOnce()
+        box.next = .success([a(1)])
+        r.refreshOnce()
+        XCTAssertEqual(box.applied, [[a(1).name, a(2).name], [a(1).name]])
+    }
+}
