@@ -34,6 +34,10 @@ struct NetBench {
         var duration = 5.0
         var maxOps = Int.max
         var preload = true
+        /// Sets per second of the preload (`--preload-rate`; 0 = as fast as the server takes
+        /// them). memcached's extstore drops items its flusher has not written yet when a
+        /// preload outruns it; a bounded rate lets it keep every item (workload 6).
+        var preloadRate = 0.0
         var strataTiers: UInt8 = 0
         var strataWriteBehind = false
         /// The namespace of every Strata GET and SET (`--namespace`; default the empty one).
@@ -70,7 +74,7 @@ struct NetBench {
     static let usage = """
     usage: strata-bench run --target KIND=HOST:PORT [--target …] [--get-ratio 0.9] [--keys 100000]
              [--zipf 0.99] [--value-size 100 | --value-size 100-1000] [--connections 50] [--pipeline 1]
-             [--duration 5] [--ops N] [--no-preload] [--tiers memory|disk|all] [--write-behind]
+             [--duration 5] [--ops N] [--no-preload] [--preload-rate SETS_PER_S] [--tiers memory|disk|all] [--write-behind]
              [--replicas 2] [--server-pid PID …] [--memory-report] [--rounds 1] [--json] [--svg FILE]
              [--token-file FILE] [--namespace NS]
       KIND is strata, memcached (text protocol), redis (RESP), or cluster=H:P,H:P,… (a Strata
@@ -84,6 +88,8 @@ struct NetBench {
       the median; ratios are to the first.
       --token-file FILE: the Strata target given just before authenticates with the token in FILE
       (HELLO on every connection). --namespace NS: Strata GETs and SETs use namespace NS.
+      --preload-rate N: write the preload at N sets per second (default: as fast as the server
+      takes them; memcached's extstore drops items when a preload outruns its flusher).
     """
 
     init(arguments: [String]) throws {
@@ -157,6 +163,7 @@ struct NetBench {
             case "--duration": w.duration = try number(try value(), a)
             case "--ops": w.maxOps = max(1, Int(try number(try value(), a)))
             case "--no-preload": w.preload = false
+            case "--preload-rate": w.preloadRate = max(0, try number(try value(), a))
             case "--tiers":
                 let v = try value()
                 guard let t = Tiers(name: v) else { throw UsageError(message: "--tiers must be memory, disk or all") }
@@ -275,9 +282,15 @@ struct NetBench {
         let conn = try connect(t, codec)
         var rng = SplitMix(seed: 42)
         var i = 0
+        let started = monotonicSeconds()
         while i < keys.count {
+            if workload.preloadRate > 0 {
+                let due = started + Double(i) / workload.preloadRate
+                let now = monotonicSeconds()
+                if due > now { usleep(UInt32((due - now) * 1e6)) }
+            }
             var out: [UInt8] = []
-            let n = min(100, keys.count - i)
+            let n = min(workload.preloadRate > 0 ? 10 : 100, keys.count - i)
             for j in 0..<n { codec.appendSet(keys.key(i + j), valueBytes(&rng), into: &out) }
             try conn.send(out)
             for _ in 0..<n {

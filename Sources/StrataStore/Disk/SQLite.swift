@@ -16,6 +16,10 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
 
 private let transientDestructor = unsafeBitCast(-1 as Int, to: sqlite3_destructor_type.self)
 
+/// SQLite's process-wide settings, made once before the first connection opens (they take
+/// effect only before SQLite initializes): no memory statistics (`CSQLite/shim.h`).
+private let sqliteConfigured: Void = { _ = strata_sqlite3_disable_memstatus() }()
+
 /// One SQLite connection. Not thread-safe: each thread (writer, each reader) owns its own,
 /// opened with `SQLITE_OPEN_NOMUTEX`. Statements are prepared once and cached by SQL text.
 public final class SQLiteConnection {
@@ -27,6 +31,7 @@ public final class SQLiteConnection {
     /// Opens (creating unless `readOnly` or `mustExist`) the database at `path`.
     public init(path: String, readOnly: Bool = false, mustExist: Bool = false) throws {
         self.path = path
+        sqliteConfigured
         var db: OpaquePointer?
         let create = readOnly || mustExist ? 0 : SQLITE_OPEN_CREATE
         let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | create)) | SQLITE_OPEN_NOMUTEX
