@@ -281,7 +281,8 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     /// Runs a batch: on the loop while each command may, the rest on one disk worker; from
     /// the first command the output bound does not let start, the rest waits (`hold`).
-    private func run(_ batch: [MemcachedParse]) {
+    private func run(_ commands: [MemcachedParse]) {
+        var batch = commands
         var i = 0
         while i < batch.count && !closed {
             guard mayStart(batch[i]) else {
@@ -292,11 +293,18 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             case .error(let line, _, _, let fatal):
                 emit { listener.error(line, into: &$0) }
                 if fatal { closeAfterFlush = true }
-            case .command(let c, _):
+            case .command(var c, let used):
+                if !node.draining, case .get(let keys, let cas) = c {
+                    let answered = emit { listener.memoryGet(keys, cas: cas, memo: &memo, into: &$0) }
+                    if answered == keys.count { i += 1; continue } // answered from memory
+                    if answered > 0 {
+                        // The leading keys are answered; the rest goes the full way after them.
+                        c = .get(keys: Array(keys[answered...]), cas: cas)
+                        batch[i] = .command(c, consumed: used)
+                    }
+                }
                 if node.draining {
                     emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
-                } else if case .get(let keys, let cas) = c, emit({ listener.memoryGet(keys, cas: cas, memo: &memo, into: &$0) }) {
-                    // answered from memory
                 } else if listener.runsOnLoop(c) {
                     if !emit({ listener.execute(c, into: &$0) }) { closeAfterFlush = true }
                 } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {

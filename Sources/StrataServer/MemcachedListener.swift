@@ -82,25 +82,25 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    /// A get/gets answered from the memory tier alone, on the loop: each value copied once,
-    /// from the memory record into `out` (`TieredCache.withMemoryHit`), no `CacheItem`. False
-    /// (and nothing appended) when any key is not a live item in memory: the caller then runs
-    /// the command the full way (which counts the misses; the store's hit counters count the
-    /// keys found before the miss twice, as before). `memo` is the connection's.
-    func memoryGet(_ keys: [[UInt8]], cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Bool {
-        let start = out.count
+    /// A get/gets answered from the memory tier, on the loop: each value copied once, from
+    /// the memory record into `out` (`TieredCache.withMemoryHit`), no `CacheItem`. Answers the
+    /// leading keys that are live items in memory and returns how many it answered: all of
+    /// them (`keys.count`, `END` appended and the command counted), or fewer — then the caller
+    /// runs `get` for the rest the full way (which counts the command, the misses and the
+    /// rest's hits), after the `VALUE` lines already appended, so every key is counted once.
+    /// `memo` is the connection's.
+    func memoryGet(_ keys: [[UInt8]], cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Int {
         let now = store.clock.nowMicros()
+        var answered = 0
         for k in keys {
-            let hit = k.withUnsafeBytes { appendMemoryHit(key: $0, cas: cas, now: now, memo: &memo, into: &out) }
-            if !hit {
-                out.removeSubrange(start...)
-                return false
-            }
+            guard k.withUnsafeBytes({ appendMemoryHit(key: $0, cas: cas, now: now, memo: &memo, into: &out) }) else { break }
+            answered += 1
         }
+        getHits.add(answered)
+        guard answered == keys.count else { return answered }
         commands[cas ? 1 : 0].add()
-        getHits.add(keys.count)
         out.append(contentsOf: MemcachedResponse.end)
-        return true
+        return answered
     }
 
     /// `memoryGet` for one key read in place from the connection's input (the single-key

@@ -173,6 +173,33 @@ final class MemcachedNodeTests: XCTestCase {
         }
     }
 
+    /// A multi-key get whose later key misses memory: the leading hits are answered from
+    /// memory and the rest the full way, each key counted once in the store's counters.
+    func testAPartlyMissingMultiGetCountsEveryKeyOnce() throws {
+        for extra in [["--memcached-memory-only"], []] {
+            let dir = TempDir()
+            let (node, port) = try startNode(dir, extra)
+            defer { node.terminate() }
+            let mc = try TextSocket(port: port)
+            mc.send("set a 1 0 2\r\naa\r\nset b 2 0 3\r\nbbb\r\n")
+            XCTAssertEqual([mc.line(), mc.line()], ["STORED", "STORED"], "\(extra)")
+            let c = try node.connect()
+            let version = try XCTUnwrap(try c.get(b("a"))).version
+            let before = try nodeStats(c)
+            mc.send("get a b nope\r\ngets nope a\r\n")
+            let want = "VALUE a 1 2\r\naa\r\nVALUE b 2 3\r\nbbb\r\nEND\r\nVALUE a 1 2 \(version)\r\naa\r\nEND\r\n"
+            XCTAssertEqual(mc.read(until: want), want, "\(extra)")
+            let after = try nodeStats(c)
+            func grew(_ k: String) -> Int { (after[k] as? Int ?? 0) - (before[k] as? Int ?? 0) }
+            XCTAssertEqual(grew("memory_hits"), 3, "\(extra): a, b, then a (the binary get of a came before)")
+            XCTAssertEqual(grew("memory_misses"), 2, "\(extra): nope twice")
+            mc.send("stats\r\n")
+            let stats = mc.read(until: "END\r\n")
+            XCTAssertTrue(stats.contains("STAT get_hits 3\r\n") && stats.contains("STAT get_misses 2\r\n")
+                          && stats.contains("STAT cmd_get 5\r\n"), "\(extra): \(stats)")
+        }
+    }
+
     func testLeasesAreSharedAcrossProtocols() throws {
         let dir = TempDir()
         let (node, port) = try startNode(dir)
