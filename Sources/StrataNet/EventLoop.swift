@@ -26,6 +26,7 @@ public final class EventLoop: @unchecked Sendable {
     private var handlers: [Int32: EventHandler] = [:]
     private let taskLock = Lock()
     private var tasks: [() -> Void] = []
+    private var runningTasks: [() -> Void] = []
     private var stopping = false
     private var endOfIteration: [() -> Void] = []
     private var runningEndOfIteration: [() -> Void] = []
@@ -54,6 +55,12 @@ public final class EventLoop: @unchecked Sendable {
         }
         return stampValue
     }
+
+    /// The monotonic clock (`monotonicSeconds`) as read when the loop's current iteration
+    /// began (epoll_wait returned): at most one iteration old. For timestamps with a
+    /// granularity of seconds — a connection's last activity and last write progress, which
+    /// the idle and stall timeouts compare — without a clock read per request. Loop thread only.
+    public private(set) var now: Double = monotonicSeconds()
 
     /// Whether the calling thread is this loop's (a completion produced on the loop itself can
     /// then run at once instead of being queued with `execute`).
@@ -157,6 +164,7 @@ public final class EventLoop: @unchecked Sendable {
             }
             let n = epoll_wait(epfd, events, Int32(maxEvents), Int32((wait * 1000).rounded(.up)))
             if n < 0 && errno != EINTR { break }
+            now = monotonicSeconds()
             for i in 0..<max(0, Int(n)) {
                 let ev = events[i]
                 let fd = ev.data.fd
@@ -172,12 +180,13 @@ public final class EventLoop: @unchecked Sendable {
                          writable: e & EPOLLOUT.rawValue != 0,
                          hangup: e & (EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0)
             }
-            let (pending, stop): ([() -> Void], Bool) = taskLock.withLock {
-                let t = tasks
-                tasks.removeAll(keepingCapacity: true)
-                return (t, stopping)
+            // The queue swapped with an empty one under the lock (no copy, no allocation).
+            let stop: Bool = taskLock.withLock {
+                swap(&tasks, &runningTasks)
+                return stopping
             }
-            for t in pending { event &+= 1; t() }
+            for t in runningTasks { event &+= 1; t() }
+            runningTasks.removeAll(keepingCapacity: true)
             if !timers.isEmpty {
                 let now = monotonicSeconds()
                 if timers.contains(where: { $0.due <= now }) {

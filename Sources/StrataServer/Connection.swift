@@ -111,7 +111,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             if n == 0 { sawEOF = true; break }
             input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
             node.stats.bytesIn.add(n, ordering: .relaxed)
-            lastActive = monotonicSeconds()
+            lastActive = loop.now
             if readWasShort(n, of: scratch.count) { break }
         }
         processFrames()

@@ -122,7 +122,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             input.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
             node.stats.bytesIn.add(n, ordering: .relaxed)
             listener.bytesRead.add(n)
-            lastActive = monotonicSeconds()
+            lastActive = loop.now
             if readWasShort(n, of: scratch.count) { break }
         }
         process()

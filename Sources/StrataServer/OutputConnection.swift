@@ -55,7 +55,7 @@ extension OutputConnection {
     @discardableResult
     func queued(_ n: Int) -> Bool {
         guard !closed else { return false }
-        if output.count == n { lastWriteProgress = monotonicSeconds() } // output was empty
+        if output.count == n { lastWriteProgress = loop.now } // output was empty
         node.outputBudget.add(n)
         if output.count > node.config.outputCap {
             node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
@@ -88,7 +88,7 @@ extension OutputConnection {
             }
             guard case .done(let n) = r, n > 0 else { break }
             node.outputBudget.add(-n)
-            lastWriteProgress = monotonicSeconds()
+            lastWriteProgress = loop.now
             sent += n
         }
         if sent > 0 { node.stats.bytesOut.add(sent, ordering: .relaxed) }
