@@ -111,4 +111,52 @@ final class FullDiskTests: XCTestCase {
         reportFigure("full disk, restart (16 MiB tmpfs)", "\(f.acked.count) × 64 KiB acknowledged, then DISK_FULL; restarted, all \(f.acked.count) served, 8 deletes OK, then writes OK")
         XCTAssertEqual(again.terminate(), 0)
     }
+
+    /// Takes every byte left on the filesystem holding `path` (another process filling the
+    /// disk, past the room the node keeps for itself).
+    private func takeEverything(_ path: String) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { return XCTFail("cannot create \(path)") }
+        defer { close(fd) }
+        let chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while chunk.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) > 0 {}
+        // The last partial chunk's bytes were taken; smaller writes take what is left.
+        while write(fd, "x", 1) == 1 {}
+    }
+
+    /// A node restarted on a disk another process filled to the last byte: the start fails
+    /// with exit code 3 and a message naming the full disk, and the small state files it would
+    /// rewrite (`node-id`, `cluster-members`) stay whole; once there is room, the next start
+    /// works, keeps the identity and records the new member list.
+    func testAStartOnAFullDiskExitsAndKeepsTheStateFilesWhole() throws {
+        let (data, cleanup) = try smallDisk()
+        defer { cleanup() }
+        let p = try MemcachedClientTests.freePort(), q = try MemcachedClientTests.freePort()
+        var node = try NodeProcess(dataDir: data, port: p, extra: ["--cluster", "127.0.0.1:\(p)"])
+        XCTAssertEqual(try node.connect().set(SetRequest(key: b("k"), value: b("v"))).statusCode, .ok)
+        node.terminate()
+        let id = try String(contentsOfFile: data + "/node-id", encoding: .utf8)
+        let members = try String(contentsOfFile: data + "/cluster-members", encoding: .utf8)
+        XCTAssertEqual(members, "127.0.0.1:\(p)\n")
+
+        let filler = (data as NSString).deletingLastPathComponent + "/filler"
+        takeEverything(filler)
+        let exe = try XCTUnwrap(builtExecutable("strata"))
+        let both = "127.0.0.1:\(p),127.0.0.1:\(q)"
+        // Bounded: `timeout` ends a node that started after all (exit 124 fails the test).
+        let r = try runProcess("/usr/bin/timeout", ["30", exe, "serve", "--port", String(p), "--data", data,
+                                                     "--cluster", both, "--log-level", "warn"])
+        XCTAssertEqual(r.status, 3, r.output)
+        XCTAssertTrue(r.output.contains("disk full"), r.output)
+        XCTAssertEqual(try String(contentsOfFile: data + "/node-id", encoding: .utf8), id)
+        XCTAssertEqual(try String(contentsOfFile: data + "/cluster-members", encoding: .utf8), members)
+
+        unlink(filler)
+        node = try NodeProcess(dataDir: data, port: p, extra: ["--cluster", both])
+        defer { node.terminate() }
+        XCTAssertEqual(try node.connect().get(b("k"))?.value, b("v"), "the acknowledged write survived")
+        XCTAssertEqual(try String(contentsOfFile: data + "/node-id", encoding: .utf8), id, "the same identity")
+        let recorded = [p, q].map { "127.0.0.1:\($0)" }.sorted().joined(separator: "\n") + "\n"
+        XCTAssertTrue(eventually { (try? String(contentsOfFile: data + "/cluster-members", encoding: .utf8)) == recorded })
+    }
 }

@@ -4,6 +4,17 @@ import StrataCore
 @testable import StrataStore
 
 final class IntegrityTests: XCTestCase {
+    /// A full disk shows up as SQLITE_FULL, or as an I/O error whose OS error is ENOSPC
+    /// (growing the -shm or WAL file): both are "full", other I/O errors are not.
+    func testAnIOErrorFromAFullDiskCountsAsFull() {
+        let ioerrShmSize: Int32 = 10 | (19 << 8) // SQLITE_IOERR_SHMSIZE
+        XCTAssertTrue(SQLiteError(code: 13, message: "database or disk is full").isFull)
+        XCTAssertTrue(SQLiteError(code: ioerrShmSize, message: "disk I/O error", systemErrno: ENOSPC).isFull)
+        XCTAssertTrue(SQLiteError(code: 10 | (3 << 8), message: "disk I/O error", systemErrno: EDQUOT).isFull)
+        XCTAssertFalse(SQLiteError(code: ioerrShmSize, message: "disk I/O error", systemErrno: EIO).isFull)
+        XCTAssertFalse(SQLiteError(code: 11, message: "malformed", systemErrno: ENOSPC).isFull)
+    }
+
     func testCorruptedValueIsDetectedByChecksumReadAsMissAndRemoved() throws {
         let f = try StoreFixture()
         _ = try f.store.set(bytes("good"), bytes("fine value"), options: SetOptions(tiers: .disk))

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import CSQLite
 
 // The one file that knows SQLite's C API. Everything else in Strata talks to these types.
@@ -6,11 +9,19 @@ import CSQLite
 public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public let code: Int32
     public let message: String
+    /// The OS error behind an I/O error (`sqlite3_system_errno`), 0 when unknown.
+    public let systemErrno: Int32
+    public init(code: Int32, message: String, systemErrno: Int32 = 0) {
+        self.code = code; self.message = message; self.systemErrno = systemErrno
+    }
     public var description: String { "sqlite error \(code): \(message)" }
     /// SQLITE_CORRUPT or SQLITE_NOTADB: the file is damaged or is not a database.
     public var isCorruption: Bool { (code & 0xFF) == SQLITE_CORRUPT || (code & 0xFF) == SQLITE_NOTADB }
-    /// SQLITE_FULL: the disk (or a configured limit) is full.
-    public var isFull: Bool { (code & 0xFF) == SQLITE_FULL }
+    /// The disk (or a configured limit) is full: SQLITE_FULL, or an I/O error whose OS error is
+    /// ENOSPC or EDQUOT (growing the `-shm` or WAL file on a full disk reports SQLITE_IOERR).
+    public var isFull: Bool {
+        (code & 0xFF) == SQLITE_FULL || ((code & 0xFF) == SQLITE_IOERR && (systemErrno == ENOSPC || systemErrno == EDQUOT))
+    }
     public var isBusy: Bool { (code & 0xFF) == SQLITE_BUSY || (code & 0xFF) == SQLITE_LOCKED }
 }
 
@@ -38,8 +49,9 @@ public final class SQLiteConnection {
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let msg = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            let osError = db.map { sqlite3_system_errno($0) } ?? 0
             if let db { sqlite3_close_v2(db) }
-            throw SQLiteError(code: rc, message: "\(msg) (\(path))")
+            throw SQLiteError(code: rc, message: "\(msg) (\(path))", systemErrno: osError)
         }
         handle = db
         sqlite3_extended_result_codes(db, 1)
@@ -53,7 +65,7 @@ public final class SQLiteConnection {
     }
 
     func error(_ rc: Int32) -> SQLiteError {
-        SQLiteError(code: rc, message: String(cString: sqlite3_errmsg(handle)))
+        SQLiteError(code: rc, message: String(cString: sqlite3_errmsg(handle)), systemErrno: sqlite3_system_errno(handle))
     }
 
     /// Runs one or more statements that return no rows we need.
@@ -63,7 +75,7 @@ public final class SQLiteConnection {
         if rc != SQLITE_OK {
             let msg = err.map { String(cString: $0) } ?? "error"
             sqlite3_free(err)
-            throw SQLiteError(code: rc, message: msg)
+            throw SQLiteError(code: rc, message: msg, systemErrno: sqlite3_system_errno(handle))
         }
     }
 
