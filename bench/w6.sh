@@ -6,7 +6,8 @@
 # strata-bench process, targets alternating every round. The preload is written at 5,000 sets/s
 # (--preload-rate), which extstore's flusher keeps up with; unthrottled, memcached drops 25–60 %
 # of the items and answers cheap misses. Installs memcached and builds the release binaries if
-# missing (bench/need.sh); binaries default to .build/release/strata.
+# missing (bench/need.sh); binaries default to .build/release/strata. STRATA_FLAGS adds
+# flags to every `strata serve` (e.g. STRATA_FLAGS="--disk-workers 4").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/need.sh
@@ -27,7 +28,7 @@ trap 'kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null; rm -rf "$W"'
 PORTS=("$MC")
 for B in "${BINS[@]}"; do
   P=$(free_port)
-  "$B" serve --port "$P" --data "$W/d$P" --threads 1 --log-level warn > "$W/strata-$P.log" 2>&1 &
+  "$B" serve --port "$P" --data "$W/d$P" --threads 1 --log-level warn ${STRATA_FLAGS:-} > "$W/strata-$P.log" 2>&1 &
   PIDS+=($!); PORTS+=("$P")
   TARGETS+=(--target "strata=127.0.0.1:$P" --server-pid "$!")
 done
