@@ -10,14 +10,19 @@
 /// evicted. S is evicted from while it holds ≥ 10 % of the capacity, else M.
 /// What Strata's memory tier does per shard (MemoryShard+Policy.swift); with one shard and
 /// records of exactly the charge the two agree hit for hit (HitRatioTests).
-final class S3FIFOSimulator: PolicySimulator {
-    let name = "S3-FIFO"
+///
+/// Subclasses (`AdaptiveS3FIFOSimulator`) change the small queue's share (`smallCapacity`),
+/// what a miss does (`access`) and where evicted keys go (`retire`), on the same queues.
+class S3FIFOSimulator: PolicySimulator {
+    var name: String { "S3-FIFO" }
     static let small = 0, main = 1
     let capacity: Int
-    let smallCapacity: Int
+    /// The small queue's share of the bytes: evicted from while it holds at least this much.
+    var smallCapacity: Int
     let ghostCapacity: Int
-    private(set) var lists: IdLists
-    private(set) var freq: [UInt8]
+    /// The small and main queues (lists 0 and 1; a subclass may keep more lists after them).
+    var lists: IdLists
+    var freq: [UInt8]
     // The ghost FIFO: entries appended to arrays, the oldest live one at `ghostFirst`.
     private var ghostIds: [Int32] = []
     private var ghostCharges: [Int] = []
@@ -25,11 +30,11 @@ final class S3FIFOSimulator: PolicySimulator {
     private var ghostBytes = 0
     private var ghostPos: [Int]   // index in ghostIds + 1; 0 = none
 
-    init(capacity: Int, universe: Int) {
+    init(capacity: Int, universe: Int, ghostCapacity: Int? = nil, lists: Int = 2) {
         self.capacity = capacity
         smallCapacity = capacity / 10
-        ghostCapacity = capacity * 9 / 10
-        lists = IdLists(universe: universe, lists: 2)
+        self.ghostCapacity = ghostCapacity ?? capacity * 9 / 10
+        self.lists = IdLists(universe: universe, lists: lists)
         freq = Array(repeating: 0, count: universe)
         ghostPos = Array(repeating: 0, count: universe)
     }
@@ -51,9 +56,10 @@ final class S3FIFOSimulator: PolicySimulator {
         return false
     }
 
-    private var used: Int { lists.bytes[Self.small] + lists.bytes[Self.main] }
+    var used: Int { lists.bytes[Self.small] + lists.bytes[Self.main] }
 
-    private func evict() {
+    /// Evicts one item: from the small queue while it holds its share, else from main.
+    func evict() {
         if lists.count[Self.small] > 0 && (lists.bytes[Self.small] >= smallCapacity || lists.count[Self.main] == 0) {
             evictSmall()
         } else {
@@ -69,9 +75,7 @@ final class S3FIFOSimulator: PolicySimulator {
                 lists.moveToFront(Self.main, t)
                 while lists.bytes[Self.main] > capacity - smallCapacity && lists.count[Self.main] > 1 { evictMain() }
             } else {
-                let c = Int(lists.charge[Int(t)])
-                lists.remove(t)
-                addGhost(t, charge: c)
+                retire(t, from: Self.small)
                 return
             }
         }
@@ -84,10 +88,18 @@ final class S3FIFOSimulator: PolicySimulator {
                 freq[Int(t)] -= 1
                 lists.moveToFront(Self.main, t)
             } else {
-                lists.remove(t)
+                retire(t, from: Self.main)
                 return
             }
         }
+    }
+
+    /// Takes an evicted key out of `queue`: S3-FIFO remembers the small queue's in its ghost
+    /// FIFO and forgets main's.
+    func retire(_ id: Int32, from queue: Int) {
+        let c = Int(lists.charge[Int(id)])
+        lists.remove(id)
+        if queue == Self.small { addGhost(id, charge: c) }
     }
 
     func inGhost(_ id: Int32) -> Bool {
@@ -113,9 +125,9 @@ final class S3FIFOSimulator: PolicySimulator {
         ghostPos[Int(id)] = 0
     }
 
-    func contains(_ id: Int32) -> Bool { lists.list(of: id) != nil }
+    func contains(_ id: Int32) -> Bool { queue(of: id) != nil }
     /// 0 = small, 1 = main, nil = not cached.
-    func queue(of id: Int32) -> Int? { lists.list(of: id) }
+    func queue(of id: Int32) -> Int? { lists.list(of: id).flatMap { $0 <= Self.main ? $0 : nil } }
     var itemCount: Int { lists.count[Self.small] + lists.count[Self.main] }
     var usedBytes: Int { used }
 }
@@ -275,27 +287,21 @@ final class WTinyLFUSimulator: PolicySimulator {
 /// Both ghosts hold up to `ghostPercent` % of the capacity in charged bytes (90); the target
 /// stays within 1 … 90 % of the capacity, starting at 10 %. bench/RESULTS.md ("The shifting
 /// trace") has what it gives and what porting it to the tier would cost.
-final class AdaptiveS3FIFOSimulator: PolicySimulator {
-    var name = "S3-FIFO adapt."
-    static let small = 0, main = 1, ghostSmall = 2, ghostMain = 3
-    let capacity: Int
-    /// The small queue's target share, in bytes.
-    private(set) var target: Int
-    private var lists: IdLists
-    private var freq: [UInt8]
-    let ghostCap: Int, mul: Int
+final class AdaptiveS3FIFOSimulator: S3FIFOSimulator {
+    override var name: String { label }
+    private let label: String
+    static let ghostSmall = 2, ghostMain = 3
+    let mul: Int
+    /// The small queue's target share, in bytes (`smallCapacity`, which this moves).
+    var target: Int { smallCapacity }
 
     init(capacity: Int, universe: Int, ghostPercent: Int = 90, mul: Int = 2) {
-        self.capacity = capacity
-        ghostCap = capacity * ghostPercent / 100
         self.mul = mul
-        if ghostPercent != 90 || mul != 2 { name = "adapt g\(ghostPercent) m\(mul)" }
-        target = capacity / 10
-        lists = IdLists(universe: universe, lists: 4)
-        freq = Array(repeating: 0, count: universe)
+        label = ghostPercent != 90 || mul != 2 ? "adapt g\(ghostPercent) m\(mul)" : "S3-FIFO adapt."
+        super.init(capacity: capacity, universe: universe, ghostCapacity: capacity * ghostPercent / 100, lists: 4)
     }
 
-    func access(_ id: Int32, charge: Int) -> Bool {
+    override func access(_ id: Int32, charge: Int) -> Bool {
         let l = lists.list(of: id)
         if l == Self.small || l == Self.main {
             freq[Int(id)] = min(freq[Int(id)] + 1, 3)
@@ -306,12 +312,12 @@ final class AdaptiveS3FIFOSimulator: PolicySimulator {
         var into = Self.small
         if l == Self.ghostSmall {
             let gs = max(1, lists.bytes[Self.ghostSmall]), gm = lists.bytes[Self.ghostMain]
-            target = min(capacity * 9 / 10, target + mul * max(charge, charge * gm / gs))
+            smallCapacity = min(capacity * 9 / 10, smallCapacity + mul * max(charge, charge * gm / gs))
             lists.remove(id)
             into = Self.main
         } else if l == Self.ghostMain {
             let gm = max(1, lists.bytes[Self.ghostMain]), gs = lists.bytes[Self.ghostSmall]
-            target = max(capacity / 100, target - mul * max(charge, charge * gs / gm))
+            smallCapacity = max(capacity / 100, smallCapacity - mul * max(charge, charge * gs / gm))
             lists.remove(id)
             into = Self.main
         }
@@ -320,53 +326,12 @@ final class AdaptiveS3FIFOSimulator: PolicySimulator {
         return false
     }
 
-    private var used: Int { lists.bytes[Self.small] + lists.bytes[Self.main] }
-
-    private func evict() {
-        if lists.count[Self.small] > 0 && (lists.bytes[Self.small] >= target || lists.count[Self.main] == 0) {
-            evictSmall()
-        } else {
-            evictMain()
-        }
-    }
-
-    private func evictSmall() {
-        while lists.count[Self.small] > 0 {
-            let t = lists.back[Self.small]
-            if freq[Int(t)] >= 1 {
-                freq[Int(t)] = 0
-                lists.moveToFront(Self.main, t)
-                while lists.bytes[Self.main] > capacity - target && lists.count[Self.main] > 1 { evictMain() }
-            } else {
-                toGhost(t, Self.ghostSmall)
-                return
-            }
-        }
-    }
-
-    private func evictMain() {
-        while lists.count[Self.main] > 0 {
-            let t = lists.back[Self.main]
-            if freq[Int(t)] > 0 {
-                freq[Int(t)] -= 1
-                lists.moveToFront(Self.main, t)
-            } else {
-                toGhost(t, Self.ghostMain)
-                return
-            }
-        }
-    }
-
-    private func toGhost(_ id: Int32, _ ghost: Int) {
+    /// Evicted keys go to the ghost list of the queue they left (ARC-style), bounded in bytes.
+    override func retire(_ id: Int32, from queue: Int) {
+        let ghost = queue == Self.small ? Self.ghostSmall : Self.ghostMain
         let c = Int(lists.charge[Int(id)])
         lists.remove(id)
         lists.pushFront(ghost, id, charge: c)
-        while lists.bytes[ghost] > ghostCap && lists.count[ghost] > 0 { lists.remove(lists.back[ghost]) }
+        while lists.bytes[ghost] > ghostCapacity && lists.count[ghost] > 0 { lists.remove(lists.back[ghost]) }
     }
-
-    func contains(_ id: Int32) -> Bool { lists.list(of: id).map { $0 <= Self.main } ?? false }
-    /// 0 = small, 1 = main, nil = not cached.
-    func queue(of id: Int32) -> Int? { lists.list(of: id).flatMap { $0 <= Self.main ? $0 : nil } }
-    var itemCount: Int { lists.count[Self.small] + lists.count[Self.main] }
-    var usedBytes: Int { used }
 }
