@@ -39,7 +39,9 @@ final class NodeProcess: @unchecked Sendable {
             guard let self, !d.isEmpty else { return }
             self.errLock.lock(); self.errText += String(decoding: d, as: UTF8.self); self.errLock.unlock()
         }
+        NodeRegistry.reapOrphans
         try process.run()
+        NodeRegistry.record(process.processIdentifier)
         // First stdout line: "strata X listening on HOST:PORT, data in DIR".
         // Waits on the pipe (poll, bounded by the deadline), never in a blocking read.
         var line = ""
@@ -107,6 +109,7 @@ final class NodeProcess: @unchecked Sendable {
     /// SIGTERM and wait; returns the exit status.
     @discardableResult
     func terminate(timeout: Double = 30) -> Int32 {
+        defer { NodeRegistry.forget(process.processIdentifier) }
         guard process.isRunning else { return process.terminationStatus }
         kill(process.processIdentifier, SIGTERM)
         _ = eventually(timeout) { !process.isRunning }
@@ -116,6 +119,41 @@ final class NodeProcess: @unchecked Sendable {
     }
 
     deinit { terminate() }
+}
+
+/// The nodes a test process started and has not stopped, one empty file each
+/// (`/tmp/strata-test-nodes/<test pid>-<node pid>`), so that a test run that crashed — its
+/// deinits never ran — does not leave nodes listening: the first node the next test process
+/// starts kills the recorded nodes of test processes that are gone (after checking the PID is
+/// still a `strata serve`, not a reused one).
+enum NodeRegistry {
+    static let directory = "/tmp/strata-test-nodes"
+
+    static func entry(_ node: Int32) -> String { "\(directory)/\(getpid())-\(node)" }
+
+    static func record(_ node: Int32) {
+        mkdir(directory, 0o777)
+        let fd = open(entry(node), O_WRONLY | O_CREAT, 0o644)
+        if fd >= 0 { close(fd) }
+    }
+
+    static func forget(_ node: Int32) { unlink(entry(node)) }
+
+    /// Runs once per test process, before its first node starts.
+    static let reapOrphans: Void = {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        for name in names {
+            let parts = name.split(separator: "-")
+            guard parts.count == 2, let owner = Int32(parts[0]), let node = Int32(parts[1]) else { continue }
+            guard owner != getpid(), kill(owner, 0) != 0 && errno == ESRCH else { continue } // its test run is alive
+            let cmdline = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(node)/cmdline"))) ?? Data()
+            let args = cmdline.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            if args.contains(where: { $0.hasSuffix("/strata") || $0 == "strata" }) && args.contains("serve") {
+                kill(node, SIGKILL)
+            }
+            unlink("\(directory)/\(name)")
+        }
+    }()
 }
 
 /// Runs the CLI once; returns exit code, stdout and stderr.
