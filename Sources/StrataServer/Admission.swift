@@ -232,7 +232,15 @@ extension Node {
 /// through its `SpareDescriptor` with TOO_MANY_CONNECTIONS (as at `--max-connections`), then
 /// stops watching the socket for `Node.acceptPause` (100 ms) so the loop cannot spin on a
 /// listen queue it cannot take from; any other accept error pauses the same way.
+///
+/// The loops' acceptors take each connection under one lock (`Acceptor.lock`): a spare
+/// closed for a refusal frees the process's last descriptor slot, and another loop's
+/// accept in that moment would take the slot for a connection of its own — the spare could
+/// then not be reopened, and the node could refuse no one until a descriptor came back.
 final class Acceptor: EventHandler {
+    /// Held around every accept and refusal of every loop (accepts are rare next to requests).
+    private static let lock = Lock()
+
     unowned let node: Node
     unowned let loop: EventLoop
     let listener: Int32
@@ -247,10 +255,9 @@ final class Acceptor: EventHandler {
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
         let kind = self.kind
         while !paused {
-            switch Sys.acceptOne(listener) {
-            case .connection(let c): node.accepted(c, on: loop, kind: kind)
-            case .none: return
-            case .outOfDescriptors(let e):
+            let (result, refused) = Self.lock.withLock { () -> (AcceptResult, Int) in
+                let result = Sys.acceptOne(listener)
+                guard case .outOfDescriptors = result else { return (result, 0) }
                 var refused = 0
                 refusing: while refused < 4096 {
                     let outcome = spare.refuseOne(from: listener) {
@@ -261,6 +268,12 @@ final class Acceptor: EventHandler {
                     case .noneWaiting, .noSpare: break refusing
                     }
                 }
+                return (result, refused)
+            }
+            switch result {
+            case .connection(let c): node.accepted(c, on: loop, kind: kind)
+            case .none: return
+            case .outOfDescriptors(let e):
                 node.acceptFailed(e, refused: refused)
                 pause()
             case .failed(let e):
