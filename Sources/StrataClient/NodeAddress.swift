@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import StrataCore
 
 /// A node of a cluster: where to connect and its name on the ring (default `host:port`).
@@ -34,7 +31,7 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
     /// Whether `list` has entries (`dns:`, `file:`) whose members can change while the same
     /// list is in force: a node re-reads such a list (`--cluster-refresh`).
     public static func listCanChange(_ list: String) -> Bool {
-        list.split(separator: ",").contains { p in
+        list.split(whereSeparator: { $0 == "," || $0.isNewline }).contains { p in
             let item = p.trimmedOfBlanks()
             return item.hasPrefix("dns:") || item.hasPrefix("file:")
         }
@@ -52,7 +49,7 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
                     throw ClientError(.protocolViolation, "\(option) entry '\(item)'\(from): a member file cannot name another file")
                 }
                 guard !path.isEmpty else { throw ClientError(.protocolViolation, "\(option) entry '\(item)' must be file:PATH") }
-                guard let text = readSmallFile(path) else {
+                guard let text = readSmallFile(path).map({ String(decoding: $0, as: UTF8.self) }) else {
                     throw ClientError(.connection, "\(option) entry '\(item)': cannot read \(path)")
                 }
                 nodes += try parseList(text, option: option, inFile: path)
@@ -73,21 +70,6 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
             nodes.append(a)
         }
         return nodes
-    }
-
-    /// The text of a member file (at most 1 MiB), nil when it cannot be read.
-    private static func readSmallFile(_ path: String) -> String? {
-        guard let f = fopen(path, "r") else { return nil }
-        defer { fclose(f) }
-        var text: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 4096)
-        while text.count <= 1 << 20 {
-            let n = fread(&buf, 1, buf.count, f)
-            if n <= 0 { break }
-            text += buf[0..<n]
-        }
-        guard ferror(f) == 0, text.count <= 1 << 20 else { return nil }
-        return String(decoding: text, as: UTF8.self)
     }
 }
 

@@ -33,3 +33,14 @@ public func startThread(name: String, _ body: @escaping @Sendable () -> Void) ->
 
 /// Cores this process may run on (at least 1), read once.
 public let processorCount: Int = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+
+/// Sleeps up to `seconds` in steps of 50 ms, returning early once `wake()` holds (checked
+/// before each step): how background threads wait out an interval and still stop, or act,
+/// within 50 ms.
+public func sleep(upTo seconds: Double, unless wake: () -> Bool) {
+    var left = seconds
+    while left > 0 && !wake() {
+        usleep(UInt32(min(left, 0.05) * 1e6))
+        left -= 0.05
+    }
+}

@@ -86,15 +86,13 @@ final class AntiEntropy: @unchecked Sendable {
                 }
                 if !stopFlag.load(ordering: .relaxed) { lost(failed, of: peers.count) }
                 quietPasses = failed.isEmpty && !differed ? quietPasses + 1 : 0
-                var wait = Self.wait(interval: interval, spent: monotonicSeconds() - t0, quietPasses: quietPasses,
+                let wait = Self.wait(interval: interval, spent: monotonicSeconds() - t0, quietPasses: quietPasses,
                                      unsynced: !view.unsyncedPeers.isEmpty)
                 let wasVerified = view.verified
-                while wait > 0 && !stopFlag.load(ordering: .relaxed) {
-                    // Something may have cost this node writes (a pause it noticed), or a hint
-                    // was dropped: the next pass now.
-                    if urgent.exchange(false, ordering: .relaxed) || (wasVerified && !view.verified) { break }
-                    usleep(UInt32(min(wait, 0.05) * 1e6))
-                    wait -= 0.05
+                // Something may have cost this node writes (a pause it noticed), or a hint was
+                // dropped: the next pass now.
+                sleep(upTo: wait) {
+                    stopFlag.load(ordering: .relaxed) || urgent.exchange(false, ordering: .relaxed) || (wasVerified && !view.verified)
                 }
             }
             finished.fulfil(())

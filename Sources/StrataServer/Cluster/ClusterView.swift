@@ -170,9 +170,13 @@ final class ClusterView: @unchecked Sendable {
 
     /// Whether the pair (this node, `peer`) both hold `key` by the ring: the anti-entropy domain.
     func shared(_ namespace: [UInt8], _ key: [UInt8], with peer: String) -> Bool {
+        Self.shared(namespace, key, ring: ring, replicas: replicas, me: selfName, peer: peer)
+    }
+
+    private static func shared(_ namespace: [UInt8], _ key: [UInt8], ring: HashRing, replicas: Int, me: String, peer: String) -> Bool {
         if key.isEmpty { return true } // a flush mark (FlushMarks) is every node's
-        let set = replicaSet(namespace: namespace, key: key)
-        return set.contains(selfName) && set.contains(peer)
+        let set = ring.nodes(for: key, namespace: namespace, count: replicas).map(\.name)
+        return set.contains(me) && set.contains(peer)
     }
 
     /// `shared(_:_:with:)` for many keys and one peer (a pass over the rows): the test made
@@ -181,11 +185,7 @@ final class ClusterView: @unchecked Sendable {
         let m = lock.withLock { membership }
         guard let masks = m.pointMasks, let mine = m.memberBits[selfName], let theirs = m.memberBits[peer] else {
             let ring = m.ring, replicas = self.replicas, me = selfName
-            return { ns, key in
-                if key.isEmpty { return true }
-                let set = ring.nodes(for: key, namespace: ns, count: replicas).map(\.name)
-                return set.contains(me) && set.contains(peer)
-            }
+            return { Self.shared($0, $1, ring: ring, replicas: replicas, me: me, peer: peer) }
         }
         let both = mine | theirs, ring = m.ring
         return { ns, key in key.isEmpty || masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }

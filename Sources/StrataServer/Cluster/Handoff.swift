@@ -166,15 +166,6 @@ final class Handoff: @unchecked Sendable {
 
     private var isStopped: Bool { cond.withLock { stopped } }
 
-    /// Sleeps up to `seconds`, waking early on the stop.
-    private func pause(_ seconds: Double) {
-        var left = seconds
-        while left > 0 && !isStopped {
-            usleep(UInt32(min(left, 0.05) * 1e6))
-            left -= 0.05
-        }
-    }
-
     private func deliver(to peer: NodeAddress) {
         var conn: NodeConnection? = nil
         var backoff = 0.2
@@ -193,7 +184,7 @@ final class Handoff: @unchecked Sendable {
                 stats.handoffFailures.add()
                 if !failing { log.warn("handoff_failed", [("peer", peer.name), ("error", "\(error)"), ("pending", String(pending))]) }
                 failing = true
-                pause(backoff)
+                sleep(upTo: backoff) { isStopped }
                 backoff = min(backoff * 2, 5)
             }
         }

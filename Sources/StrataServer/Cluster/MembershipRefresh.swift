@@ -31,11 +31,7 @@ final class MembershipRefresh: @unchecked Sendable {
     func start() {
         _ = startThread(name: "strata-members") { [self] in
             while !stopFlag.load(ordering: .relaxed) {
-                var left = interval
-                while left > 0 && !stopFlag.load(ordering: .relaxed) {
-                    usleep(UInt32(min(left, 0.05) * 1e6))
-                    left -= 0.05
-                }
+                sleep(upTo: interval) { stopFlag.load(ordering: .relaxed) }
                 if stopFlag.load(ordering: .relaxed) { break }
                 refreshOnce()
             }

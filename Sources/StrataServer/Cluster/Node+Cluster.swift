@@ -69,18 +69,7 @@ extension Node {
     func recordMembership(source: String = "config") {
         let path = config.dataDirectory + "/cluster-members"
         let now = (cluster?.ring.members.map(\.name) ?? []).sorted()
-        var before: [String]? = nil
-        if let f = fopen(path, "r") {
-            var text: [UInt8] = []
-            var buf = [UInt8](repeating: 0, count: 4096)
-            while true {
-                let n = fread(&buf, 1, buf.count, f)
-                if n <= 0 { break }
-                text += buf[0..<n]
-            }
-            fclose(f)
-            before = String(decoding: text, as: UTF8.self).split(separator: "\n").map(String.init).sorted()
-        }
+        let before = readSmallFile(path).map { String(decoding: $0, as: UTF8.self).split(separator: "\n").map(String.init).sorted() }
         guard before != now, !(before == nil && now.isEmpty) else { return }
         let old = before ?? []
         audit("membership_change", user: "-", peer: source,
