@@ -109,7 +109,13 @@ public final class NodeConnection {
         let id = nextID
         nextID &+= 1
         if nextID == 0 { nextID = 1 }
-        try sendRaw(request.frame(id: id).encoded())
+        do { try sendRaw(request.frame(id: id).encoded()) } catch {
+            // The node may have refused the request from its header (a frame over its size
+            // limit) and closed while the rest was on its way: its answer, already here,
+            // says more than the broken send.
+            if let f = try? readFrame(), f.requestID == id || f.statusCode != .ok { return f }
+            throw error
+        }
         while true {
             let f = try readFrame()
             if f.requestID == id { return f }

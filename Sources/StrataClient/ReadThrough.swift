@@ -93,10 +93,10 @@ extension ClusterClient {
     private func readThrough(_ key: [UInt8], _ ns: [UInt8], _ ttl: WireExpiry, _ options: LoadOptions,
                              _ loader: () throws -> [UInt8]) throws -> LoadedValue {
         let clock = configuration.clock
-        let deadline = clock.nowMicros() + Int64(options.maxWait * 1e6)
+        let deadline = clock.nowMicros() + Int64(min(max(options.maxWait, 0), 1e9) * 1e6)
         var delay = 0.002
         var waited = false
-        let refreshMillis = UInt32(clamping: Int64(max(0, options.refreshAhead) * 1000))
+        let refreshMillis = UInt32(min(max(0, options.refreshAhead), 4e6) * 1000)
         while true {
             let (node, f) = try leaseGet(key, ns, refreshMillis)
             let lease = Responses.leaseState(f)
@@ -167,7 +167,7 @@ extension ClusterClient {
             if let negative = options.negativeTTL, negative > 0 {
                 var s = SetRequest(key: key, value: Array(message.utf8.prefix(4096)), namespace: ns)
                 s.negative = true
-                s.expiry = negative >= 1 ? .seconds(Int64(negative.rounded())) : .at(unixMicros: configuration.clock.nowMicros() + Int64(negative * 1e6))
+                s.expiry = negative >= 1 ? .seconds(Int64(negative.rounded())) : .at(unixMicros: configuration.clock.nowMicros() + Int64(min(max(negative, 0), 1) * 1e6))
                 s.version = hlc.next()
                 if let t = token { s.mode = .lease; s.casVersion = t }
                 _ = try? replicate(s)

@@ -25,3 +25,31 @@ public func readSmallFile(_ path: String, limit: Int = 1 << 20) -> [UInt8]? {
     guard ferror(f) == 0, text.count <= limit else { return nil }
     return text
 }
+
+/// A file's size in bytes, nil when it does not exist or cannot be examined.
+public func fileSize(_ path: String) -> Int? {
+    var st = stat()
+    return stat(path, &st) == 0 ? Int(st.st_size) : nil
+}
+
+/// Copies `from` to `to` (created or truncated, mode 0600) in 1 MiB steps; false on any error.
+public func copyFile(_ from: String, to: String) -> Bool {
+    let src = open(from, O_RDONLY | O_CLOEXEC)
+    guard src >= 0 else { return false }
+    defer { close(src) }
+    let dst = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard dst >= 0 else { return false }
+    defer { close(dst) }
+    var buf = [UInt8](repeating: 0, count: 1 << 20)
+    while true {
+        let n = buf.withUnsafeMutableBytes { read(src, $0.baseAddress, $0.count) }
+        if n == 0 { return true }
+        if n < 0 { if errno == EINTR { continue }; return false }
+        var off = 0
+        while off < n {
+            let w = buf.withUnsafeBytes { write(dst, $0.baseAddress! + off, n - off) }
+            if w < 0 { if errno == EINTR { continue }; return false }
+            off += w
+        }
+    }
+}

@@ -96,7 +96,7 @@ public enum Socket {
                 throw SystemError(errno: e, call: "connect \(address)")
             }
             var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            let n = poll(&p, 1, Int32(timeout * 1000))
+            let n = poll(&p, 1, Int32(min(max(timeout, 0), 2_000_000) * 1000)) // ≤ ~23 days: Int32 milliseconds
             if n <= 0 {
                 Glibc.close(fd)
                 throw SystemError(errno: n == 0 ? ETIMEDOUT : errno, call: "connect \(address)")

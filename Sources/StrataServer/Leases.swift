@@ -40,7 +40,7 @@ public final class LeaseTable: @unchecked Sendable {
     /// `tokens` draws a lease token (a 0 is drawn again); tests inject a fixed sequence.
     public init(timeout: Double, capacity: Int = 100_000, clock: any Clock = SystemClock(),
                 tokens: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }) {
-        timeoutMicros = max(1, Int64(timeout * 1_000_000))
+        timeoutMicros = max(1, Int64(min(max(timeout, 0), 1e9) * 1_000_000))
         self.capacity = max(1, capacity)
         self.clock = clock
         self.tokens = tokens

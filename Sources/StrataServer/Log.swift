@@ -33,6 +33,21 @@ public struct Logger: Sendable {
         line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
     }
 
+    /// A line the store made (`level=… event=… key=value…`, StoreConfiguration.log), written
+    /// as the node's own lines are: stamped, and kept or dropped by its level (a line without
+    /// one counts as warn and gets `level=warn event=store detail=…`).
+    public func storeLine(_ line: String) {
+        let parts = line.split(separator: " ", maxSplits: 1)
+        guard let first = parts.first, first.hasPrefix("level="), let l = LogLevel(name: String(first.dropFirst(6))),
+              parts.count == 2, parts[1].hasPrefix("event=") else {
+            log(.warn, "store", [("detail", line)])
+            return
+        }
+        guard l >= level else { return }
+        var out = "ts=\(isoNow()) " + line + "\n"
+        out.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    }
+
     public func info(_ e: String, _ f: [(String, String)] = []) { log(.info, e, f) }
     public func warn(_ e: String, _ f: [(String, String)] = []) { log(.warn, e, f) }
     public func error(_ e: String, _ f: [(String, String)] = []) { log(.error, e, f) }

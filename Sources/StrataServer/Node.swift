@@ -134,7 +134,7 @@ public final class Node: @unchecked Sendable {
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.
         sc.diskReaders = config.diskWorkers + processorCount * 2
         let logger = log
-        sc.log = { line in logger.log(.warn, "store", [("detail", line)]) }
+        sc.log = { line in logger.storeLine(line) }
         do {
             store = try TieredCache(configuration: sc)
         } catch let e as StoreError {

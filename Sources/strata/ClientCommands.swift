@@ -29,6 +29,9 @@ func tlsOption(_ o: ParsedOptions) throws -> TLSClientConfiguration? {
     guard let ca = o.string("--tls-ca") else { throw UsageError(message: "--tls needs --tls-ca FILE (the CA that signed the node's certificate)") }
     let cert = o.string("--tls-cert"), key = o.string("--tls-key")
     if (cert == nil) != (key == nil) { throw UsageError(message: "--tls-cert and --tls-key go together") }
+    for (opt, path) in [("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)] {
+        if let p = path, access(p, R_OK) != 0 { throw UsageError(message: "\(opt) \(p): \(String(cString: strerror(errno)))") }
+    }
     return TLSClientConfiguration(caFile: ca, certificateFile: cert, keyFile: key, serverName: o.string("--tls-server-name"))
 }
 
@@ -53,7 +56,7 @@ func nsArg(_ o: ParsedOptions) throws -> [UInt8] {
 
 func ttlArg(_ o: ParsedOptions) throws -> WireExpiry? {
     guard let v = o.string("--ttl") else { return nil }
-    guard let n = Int64(v), n >= 0, n <= Int64(Int32.max) else { throw UsageError(message: "--ttl must be 0…2^31 seconds, got '\(v)'") }
+    guard let n = Int64(v), n >= 0, n <= Int64(Int32.max) else { throw UsageError(message: "--ttl must be 0…2147483647 seconds, got '\(v)'") }
     return n == 0 ? .never : .seconds(n)
 }
 
@@ -199,7 +202,7 @@ let clientCommands: [String: ClientCommand] = [
         if code == 0 { printOut("exists") }
         return code
     },
-    "touch": ClientCommand(usage: "strata touch KEY --ttl S [--ns NS]", valued: keyOpts.union(["--ttl"]), switches: [], positionals: 1) { o, c in
+    "touch": ClientCommand(usage: "strata touch KEY --ttl S [--ns NS] [--tiers …]", valued: keyOpts.union(["--ttl"]), switches: [], positionals: 1) { o, c in
         let key = try keyArg(o, "strata touch KEY --ttl S")
         guard let e = try ttlArg(o) else { throw UsageError(message: "--ttl is required") }
         return try finish(c.call(.touch(namespace: try nsArg(o), key: key, tiers: try tiersOption(o), expiry: e)),
@@ -207,7 +210,7 @@ let clientCommands: [String: ClientCommand] = [
     },
     "incr": counterCommand(decrement: false),
     "decr": counterCommand(decrement: true),
-    "meta": ClientCommand(usage: "strata meta KEY [--ns NS] [--allow-unverified]", valued: keyOpts, switches: ["--allow-unverified"], positionals: 1) { o, c in
+    "meta": ClientCommand(usage: "strata meta KEY [--ns NS] [--tiers …] [--allow-unverified]", valued: keyOpts, switches: ["--allow-unverified"], positionals: 1) { o, c in
         let key = try keyArg(o, "strata meta KEY")
         let f = try c.call(.meta(namespace: try nsArg(o), key: key, tiers: try tiersOption(o)))
         try refuseUnverified(f, c, o)
@@ -223,6 +226,12 @@ let clientCommands: [String: ClientCommand] = [
         printOut("version       \(m.version)")
         printOut("flags         \(m.flags)")
         printOut("extended      \(m.extendedSize) bytes")
+        if m.imageFormat != 0 {
+            var facts = ["\(imageFormatNames[Int(m.imageFormat)] ?? "format \(m.imageFormat)") \(m.imageWidth)x\(m.imageHeight)"]
+            if m.imageFlags & 1 != 0 { facts.append("alpha") }
+            if m.imageFlags & 2 != 0 { facts.append("animated, \(m.imageFrames) frames") }
+            printOut("image         \(facts.joined(separator: ", "))")
+        }
         return 0
     },
     "keys": ClientCommand(usage: "strata keys [--ns NS] [--limit N]", valued: ["--ns", "--limit"], switches: [], positionals: 0) { o, c in
@@ -245,11 +254,10 @@ let clientCommands: [String: ClientCommand] = [
         let f = try c.call(.imageInfo(namespace: try nsArg(o), key: key))
         if f.statusCode == .notFound { printErr("not found: \(o.positionals[0])"); return 1 }
         try NodeConnection.check(f, allow: [.ok])
-        let names = [1: "png", 2: "apng", 3: "webp (lossy)", 4: "webp (lossless)", 5: "webp (animated)", 6: "gif", 7: "jpeg"]
         let e = f.extras
         guard e.count == 12 else { throw ClientError(.protocolViolation, "bad image_info answer") }
         let w = e[1...4].reduce(0) { $0 << 8 | Int($1) }, h = e[5...8].reduce(0) { $0 << 8 | Int($1) }
-        printOut("format  \(names[Int(e[0])] ?? "?")")
+        printOut("format  \(imageFormatNames[Int(e[0])] ?? "?")")
         printOut("size    \(w)×\(h)")
         printOut("alpha   \(e[9] & 1 != 0 ? "yes" : "no")")
         printOut("frames  \(Int(e[10]) << 8 | Int(e[11]))\(e[9] & 2 != 0 ? " (animated)" : "")")
@@ -301,9 +309,12 @@ let clientCommands: [String: ClientCommand] = [
     },
 ]
 
+/// PROTOCOL.md §7.10's image format codes, as `meta` and `image-info` print them.
+let imageFormatNames = [1: "png", 2: "apng", 3: "webp (lossy)", 4: "webp (lossless)", 5: "webp (animated)", 6: "gif", 7: "jpeg"]
+
 func counterCommand(decrement: Bool) -> ClientCommand {
     let name = decrement ? "decr" : "incr"
-    return ClientCommand(usage: "strata \(name) KEY [BY] [--ns NS] [--initial N]", valued: keyOpts.union(["--initial"]), switches: [], positionals: 2) { o, c in
+    return ClientCommand(usage: "strata \(name) KEY [BY] [--ns NS] [--initial N] [--tiers …]", valued: keyOpts.union(["--initial"]), switches: [], positionals: 2) { o, c in
         let key = try keyArg(o, "strata \(name) KEY [BY]")
         var by: UInt64 = 1
         if o.positionals.count > 1 {

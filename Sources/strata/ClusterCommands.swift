@@ -206,6 +206,9 @@ func ringCommand(_ args: [String]) throws -> Int32 {
     }
     var c = try clusterConfiguration(o)
     if let r = try o.int("--replicas", min: 1) { c.replicas = r }
+    if c.replicas > c.nodes.count {
+        printErr("note: --replicas \(c.replicas) with \(c.nodes.count) node\(c.nodes.count == 1 ? "" : "s"): a key has \(c.nodes.count) cop\(c.nodes.count == 1 ? "y" : "ies") (one per node)")
+    }
     let ring = HashRing(members: c.nodes.map { .init(name: $0.name) }, pointsPerWeight: c.pointsPerWeight)
     if o.switches.contains("--balance") {
         let n = try o.int("--keys", min: 1) ?? 100_000

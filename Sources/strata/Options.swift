@@ -53,9 +53,32 @@ struct ParsedOptions {
         return n
     }
 
+    /// A number of seconds: finite, 0 … `maxSeconds`.
     func double(_ name: String) throws -> Double? {
         guard let v = values[name] else { return nil }
-        guard let n = Double(v), n >= 0 else { throw UsageError(message: "\(name) must be a non-negative number, got '\(v)'") }
-        return n
+        return try parseSeconds(v, name: name)
+    }
+}
+
+/// The largest number of seconds any option takes (2^31 − 1, about 68 years): every duration
+/// the node and the client turn into microseconds, milliseconds or timeouts stays in range.
+let maxSeconds = Double(Int32.max)
+
+/// `v` as a number of seconds (0 … `maxSeconds`, finite), or a usage error naming `name`.
+func parseSeconds(_ v: String, name: String) throws -> Double {
+    guard let n = Double(v), n.isFinite, n >= 0, n <= maxSeconds else {
+        throw UsageError(message: "\(name) must be a number of seconds from 0 to 2147483647, got '\(v)'")
+    }
+    return n
+}
+
+/// A boolean setting from the environment or the config file: true/false, 1/0, yes/no, on/off
+/// (any case); anything else is a usage error (a misread value must not leave, say,
+/// plaintext on).
+func parseBool(_ v: String, name: String) throws -> Bool {
+    switch v.lowercased() {
+    case "true", "1", "yes", "on": return true
+    case "false", "0", "no", "off", "": return false
+    default: throw UsageError(message: "\(name) must be true or false (1/0, yes/no, on/off), got '\(v)'")
     }
 }

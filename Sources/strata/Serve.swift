@@ -32,7 +32,10 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
-name in upper case with _ for -), then flags; the later wins. Sizes accept B, KiB, MiB, GiB.
+name in upper case with _ for -), then flags; the later wins. Sizes accept B, KiB, MiB, GiB;
+durations are seconds from 0 to 2147483647; switches given as STRATA_* variables take true/false,
+1/0, yes/no or on/off. --group-commit-window (0…0.1) is accepted for old configurations and has
+no effect since the durability log.
 Binding an address other than loopback needs --auth-token-file, --credentials or --insecure.
 --credentials names users with roles (admin, readwrite, readonly) and namespaces; write it with
 the hashes `strata credentials hash` prints (docs/OPERATING.md "Credentials"). SIGHUP reloads it
@@ -99,7 +102,7 @@ func serveCommand(_ args: [String]) throws -> Int32 {
         let envName = "STRATA_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
         if let v = env[envName] { settings[name] = v }
     }
-    if let v = env["STRATA_INSECURE"] { insecure = v == "1" || v == "true" }
+    if let v = env["STRATA_INSECURE"] { insecure = try parseBool(v, name: "STRATA_INSECURE") }
     if let v = env["STRATA_VALIDATE_IMAGES"] { settings["validate-images"] = v }
     if let v = env["STRATA_MEMCACHED_MEMORY_ONLY"] { settings["memcached-memory-only"] = v }
     if let v = env["STRATA_TLS_ONLY"] { settings["tls-only"] = v }
@@ -166,8 +169,11 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     }
     func seconds(_ name: String) throws -> Double? {
         guard let v = s[name] else { return nil }
-        guard let n = Double(v), n >= 0, n.isFinite else { throw UsageError(message: "--\(name) must be a number of seconds, got '\(v)'") }
-        return n
+        return try parseSeconds(v, name: "--\(name)")
+    }
+    func bool(_ name: String) throws -> Bool? {
+        guard let v = s[name] else { return nil }
+        return try parseBool(v, name: "--\(name)")
     }
     if let v = s["host"] { c.host = v }
     if let v = try int("port") {
@@ -185,7 +191,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try int("threads") { c.threads = v }
     if let v = try int("disk-workers", min: 1) { c.diskWorkers = v }
     if let v = try int("image-pixel-limit", min: 1) { c.imagePixelLimit = v }
-    if let v = s["validate-images"] { c.validateImages = v == "true" || v == "1" }
+    if let v = try bool("validate-images") { c.validateImages = v }
     if let v = try int("metrics-port") {
         guard v <= 65535 else { throw UsageError(message: "--metrics-port must be 0…65535, got \(v)") }
         c.metricsPort = UInt16(v)
@@ -205,7 +211,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         guard v.utf8.count <= 64 else { throw UsageError(message: "--memcached-namespace must be at most 64 bytes") }
         c.memcachedNamespace = Array(v.utf8)
     }
-    if let v = s["memcached-memory-only"] { c.memcachedMemoryOnly = v == "true" || v == "1" }
+    if let v = try bool("memcached-memory-only") { c.memcachedMemoryOnly = v }
     if let v = try int("tls-port") {
         guard v <= 65535 else { throw UsageError(message: "--tls-port must be 0…65535, got \(v)") }
         c.tlsPort = UInt16(v)
@@ -217,8 +223,8 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = s["tls-cert"] { c.tlsCertificate = v }
     if let v = s["tls-key"] { c.tlsKey = v }
     if let v = s["tls-ca"] { c.tlsCA = v }
-    if let v = s["tls-only"] { c.tlsOnly = v == "true" || v == "1" }
-    if let v = s["metrics-tls"] { c.metricsTLS = v == "true" || v == "1" }
+    if let v = try bool("tls-only") { c.tlsOnly = v }
+    if let v = try bool("metrics-tls") { c.metricsTLS = v }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
     if let v = try seconds("frame-timeout") { c.frameTimeout = v }
     if let v = try size("output-cap") { c.outputCap = v }

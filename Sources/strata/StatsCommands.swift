@@ -12,7 +12,12 @@ import StrataWire
 /// `--ns NAME` one namespace's, with `--by-namespace` the busiest namespaces' (PROTOCOL.md
 /// §7.13.1); `--watch` redraws rates in place.
 func statsCommand(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
-    if o.switches.contains("--watch") { return try watchStats(o, c) }
+    if o.switches.contains("--watch") {
+        if let other = ["--json", "--ns", "--by-namespace"].first(where: { o.switches.contains($0) || o.string($0) != nil }) {
+            throw UsageError(message: "--watch shows the node's rates and cannot be combined with \(other)")
+        }
+        return try watchStats(o, c)
+    }
     if let extra = o.positionals.first { throw UsageError(message: "unexpected argument '\(extra)'") }
     if let q = try namespaceQuery(o) {
         let json = try c.stats(q)
@@ -79,7 +84,7 @@ func printNamespaceStats(_ json: String, _ o: ParsedOptions, from node: String) 
 func watchStats(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
     var interval = 2.0
     if let p = o.positionals.first {
-        guard let v = Double(p), v >= 0.1 else { throw UsageError(message: "--watch takes a number of seconds ≥ 0.1, got '\(p)'") }
+        guard let v = Double(p), v >= 0.1, v <= 86400 else { throw UsageError(message: "--watch takes a number of seconds from 0.1 to 86400, got '\(p)'") }
         interval = v
     }
     let rounds = try o.int("--count", min: 1) ?? Int.max

@@ -256,8 +256,10 @@ final class LogDamageTests: XCTestCase {
         XCTAssertTrue(String(decoding: check.out, as: UTF8.self).contains("log damage"), String(decoding: check.out, as: UTF8.self))
         // serve reports it, starts, and never returns a value from the damaged record on.
         let restarted = try NodeProcess(dataDir: dir.path)
-        XCTAssertTrue(restarted.stderr.contains("log_damaged") || (try eventually { restarted.stderr.contains("log_damaged") }),
+        // As its own event at its own level (OPERATING names it), not wrapped in another.
+        XCTAssertTrue(restarted.stderr.contains("level=error event=log_damaged") || (try eventually { restarted.stderr.contains("level=error event=log_damaged") }),
                       restarted.stderr)
+        XCTAssertFalse(restarted.stderr.contains("event=store"), restarted.stderr)
         let r = try restarted.connect()
         var found = 0
         for i in 0..<50 {

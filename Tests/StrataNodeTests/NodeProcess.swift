@@ -81,7 +81,11 @@ final class NodeProcess: @unchecked Sendable {
         memcachedPort = portOfLine("memcached on ")
         tlsPort = portOfLine("tls on ")
         memcachedTLSPort = portOfLine("memcached tls on ")
+        startupLines = line
     }
+
+    /// What the node printed on stdout as it started ("listening on …" and the lines after).
+    private(set) var startupLines = ""
 
     /// The memcached TLS listener's port, from "memcached tls on HOST:PORT".
     private(set) var memcachedTLSPort: UInt16?

@@ -50,10 +50,42 @@ extension DiskTier {
                 throw StoreError(.locked, "\(directory) is in use by a running node; stop it first")
             }
         }
+        // The check writes nothing the node needs. A read-only connection to a WAL file still
+        // creates `-wal` and `-shm` beside it: those it created are removed afterwards. In a
+        // directory this process may not write (a read-only mount, another user's files),
+        // the file opens immutable when no WAL frames lie beside it, else a copy of both is
+        // checked.
+        let walPath = dbPath + "-wal", shmPath = dbPath + "-shm"
+        let hadWAL = fileSize(walPath) != nil, hadSHM = fileSize(shmPath) != nil
+        let writable = access(directory, W_OK) == 0 && access(dbPath, W_OK) == 0
+        var openPath = dbPath, immutable = false
+        var scratch: String? = nil
+        if !writable {
+            if (fileSize(walPath) ?? 0) > 0 {
+                var template = Array("/tmp/strata-check-XXXXXX".utf8CString)
+                guard let d = mkdtemp(&template) else { throw StoreError(.directory, "cannot make a scratch directory to check a copy of \(dbPath)") }
+                let dir = String(cString: d)
+                scratch = dir
+                openPath = dir + "/" + fileName
+                guard copyFile(dbPath, to: openPath), copyFile(walPath, to: openPath + "-wal") else {
+                    removeScratch(dir)
+                    throw StoreError(.directory, "cannot copy \(dbPath) and its WAL to \(dir) to check them (this process may not write \(directory))")
+                }
+            } else {
+                immutable = true
+            }
+        }
+        defer {
+            if let dir = scratch { removeScratch(dir) }
+            if writable {
+                if !hadWAL && (fileSize(walPath) ?? 1) == 0 { unlink(walPath) }
+                if !hadSHM && !hadWAL { unlink(shmPath) }
+            }
+        }
         var report = DiskCheckReport()
         var applied: UInt64 = 0
         do {
-            let db = try SQLiteConnection(path: dbPath, readOnly: true)
+            let db = try SQLiteConnection(path: openPath, readOnly: true, immutable: immutable)
             report.schemaVersion = try db.scalarInt("PRAGMA user_version") ?? 0
             if report.schemaVersion < 1 || report.schemaVersion > schemaVersion {
                 report.schemaProblem = "schema version \(report.schemaVersion) is not one this build reads (1…\(schemaVersion)): the header is damaged or the file is from a newer strata"
@@ -96,6 +128,12 @@ extension DiskTier {
         report.logDamage = log.damage
         return report
     }
+}
+
+/// Removes a scratch directory `check` made and the files in it.
+private func removeScratch(_ dir: String) {
+    for f in [DiskTier.fileName, DiskTier.fileName + "-wal", DiskTier.fileName + "-shm"] { unlink(dir + "/" + f) }
+    rmdir(dir)
 }
 
 extension TieredCache {

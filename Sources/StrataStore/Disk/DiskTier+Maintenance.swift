@@ -30,7 +30,7 @@ extension DiskTier {
     /// age limit) rows not accessed for too long.
     func sweepStep(_ db: SQLiteConnection) throws {
         let now = clock.nowMicros()
-        let ageCutoff = config.diskAgeLimit > 0 ? now / 1_000_000 - Int64(config.diskAgeLimit) : Int64.min
+        let ageCutoff = config.diskAgeLimit > 0 ? now / 1_000_000 - Int64(min(config.diskAgeLimit, 1e12)) : Int64.min
         let oldest = maxAge.oldestVersion(now: now)
         let s = try db.prepared("SELECT id, ns, gen, expiry, tombstone, access, version FROM items WHERE id > ? ORDER BY id LIMIT ?")
         s.bind(1, sweepCursor)

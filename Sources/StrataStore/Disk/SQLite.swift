@@ -39,14 +39,32 @@ public final class SQLiteConnection {
     private var cache: [String: SQLiteStatement] = [:]
     private var literalCache: [UInt: SQLiteStatement] = [:]
 
-    /// Opens (creating unless `readOnly` or `mustExist`) the database at `path`.
-    public init(path: String, readOnly: Bool = false, mustExist: Bool = false) throws {
+    /// Opens (creating unless `readOnly` or `mustExist`) the database at `path`. `immutable`
+    /// (read-only): SQLite assumes no one changes the file and takes no locks and no `-shm`,
+    /// so a file in a directory this process may not write opens — right only when no WAL
+    /// file with frames lies beside it (its frames would be ignored).
+    public init(path: String, readOnly: Bool = false, mustExist: Bool = false, immutable: Bool = false) throws {
         self.path = path
         sqliteConfigured
         var db: OpaquePointer?
         let create = readOnly || mustExist ? 0 : SQLITE_OPEN_CREATE
-        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | create)) | SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        var flags = (readOnly || immutable ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | create)) | SQLITE_OPEN_NOMUTEX
+        var name = path
+        if immutable {
+            flags |= SQLITE_OPEN_URI
+            // A URI's path: '?', '#' and '%' would end or escape it.
+            var escaped = ""
+            for c in path.unicodeScalars {
+                switch c {
+                case "?": escaped += "%3f"
+                case "#": escaped += "%23"
+                case "%": escaped += "%25"
+                default: escaped.unicodeScalars.append(c)
+                }
+            }
+            name = "file:\(escaped)?immutable=1"
+        }
+        let rc = sqlite3_open_v2(name, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let msg = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             let osError = db.map { sqlite3_system_errno($0) } ?? 0

@@ -19,7 +19,7 @@ final class MemoryTier: @unchecked Sendable {
         let countShare = config.memoryCountLimit == Int.max ? Int.max : max(1, config.memoryCountLimit / n)
         let costShare = max(0, config.memoryCostLimit / n)
         // Records keep their last access in seconds mod 2^24 (MemoryShard+Record.swift).
-        let age = min(Int64(config.memoryAgeLimit), 1 << 23)
+        let age = Int64(min(max(config.memoryAgeLimit, 0), Double(1 << 23)))
         let maxAge = MaxAge(seconds: config.maxAge).micros
         shards = (0..<n).map { _ in
             let s = MemoryShard(countLimit: countShare, costLimit: costShare, ageLimitSeconds: age)

@@ -16,11 +16,17 @@ public enum Expiry: Sendable, Equatable {
         switch self {
         case .never: return 0
         case .at(let t): return max(t, 1)
-        case .seconds(let s): return now + max(1, Int64(s * 1_000_000))
+        case .seconds(let s): return now + max(1, Self.micros(s))
         case .storeDefault:
             guard let d = defaultTTL, d > 0 else { return 0 }
-            return now + Int64(d * 1_000_000)
+            return now + Self.micros(d)
         }
+    }
+
+    /// `seconds` in µs, within 0 … 10^12 s (any TTL a caller or a configuration gives, even
+    /// an absurd one, then resolves without overflowing).
+    static func micros(_ seconds: Double) -> Int64 {
+        seconds.isNaN ? 0 : Int64(min(max(seconds, 0), 1e12) * 1_000_000)
     }
 }
 

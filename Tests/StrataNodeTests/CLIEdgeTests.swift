@@ -1,0 +1,92 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataImage
+import StrataWire
+
+/// What an operator or a new user meets at the edges of the CLI (each run a fresh process):
+/// out-of-range numbers are usage errors (exit 2), never a crash; switches from the
+/// environment are read strictly; `strata check` leaves a stopped node's directory as it was;
+/// an oversized value is refused by name.
+final class CLIEdgeTests: XCTestCase {
+    func cli(_ node: NodeProcess, _ args: [String], stdin: [UInt8]? = nil) throws -> (code: Int32, out: String, err: String) {
+        let r = try runCLI(args + ["--server", "127.0.0.1:\(node.port)"], stdin: stdin)
+        return (r.code, String(decoding: r.out, as: UTF8.self), r.err)
+    }
+
+    func testDurationsOutOfRangeAreUsageErrorsNotCrashes() throws {
+        // Each was accepted and then crashed the node (at its first SET) or the client.
+        for args in [["--default-ttl", "1e13"], ["--lease-timeout", "1e300"], ["--idle-age", "inf"], ["--frame-timeout", "nan"]] {
+            let r = try runCLI(["serve", "--port", "0", "--data", TempDir().path] + args)
+            XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
+            XCTAssertTrue(r.err.contains(args[0]) && r.err.contains("2147483647"), r.err)
+        }
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--default-ttl", "2147483647"])
+        // The largest default TTL resolves without overflowing.
+        XCTAssertEqual(try cli(node, ["set", "k", "v"]).code, 0)
+        let meta = try cli(node, ["meta", "k"])
+        XCTAssertEqual(meta.code, 0, meta.err)
+        XCTAssertFalse(meta.out.contains("expires       never"), meta.out)
+        for args in [["ping", "--timeout", "inf"], ["ping", "--timeout", "1e10"], ["get", "k", "--or-run", "true", "--max-wait", "1e300"],
+                     ["get", "k", "--or-run", "true", "--refresh-ahead", "inf"], ["stats", "--watch", "inf"]] {
+            let r = try cli(node, args)
+            XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
+        }
+        // Large but in range: the connect and read timeouts are clamped, not trapped on.
+        XCTAssertEqual(try cli(node, ["ping", "--timeout", "3000000"]).code, 0)
+        XCTAssertEqual(try cli(node, ["stats", "--watch", "1", "--json"]).code, 2, "--watch draws its own view")
+        XCTAssertEqual(node.terminate(), 0, "the node is still up")
+    }
+
+    func testSwitchesFromTheEnvironmentAreReadStrictly() throws {
+        let bad = try runCLI(["serve", "--port", "0", "--data", TempDir().path], env: ["STRATA_TLS_ONLY": "maybe"])
+        XCTAssertEqual(bad.code, 2, bad.err)
+        XCTAssertTrue(bad.err.contains("--tls-only") && bad.err.contains("maybe"), bad.err)
+        let insecure = try runCLI(["serve", "--port", "0", "--data", TempDir().path], env: ["STRATA_INSECURE": "enabled"])
+        XCTAssertEqual(insecure.code, 2, insecure.err)
+        // "on" is true: the memcached listener says it is memory only.
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--memcached-port", "0"], env: ["STRATA_MEMCACHED_MEMORY_ONLY": "on"])
+        XCTAssertNotNil(node.memcachedPort)
+        XCTAssertTrue(node.startupLines.contains("memory only"), node.startupLines)
+    }
+
+    func testCheckLeavesAStoppedNodesDirectoryAsItWas() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        for i in 0..<5 { XCTAssertEqual(try cli(node, ["set", "k\(i)", "v"]).code, 0) }
+        XCTAssertEqual(node.terminate(), 0)
+        let before = try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
+        XCTAssertFalse(before.contains("strata.db-wal"), "a clean stop leaves no WAL: \(before)")
+        let check = try runCLI(["check", "--data", dir.path])
+        XCTAssertEqual(check.code, 0, check.err)
+        XCTAssertTrue(String(decoding: check.out, as: UTF8.self).contains("live items    5"), String(decoding: check.out, as: UTF8.self))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted(), before, "check created nothing there")
+    }
+
+    func testAValueOverTheFrameLimitIsRefusedAsTooLarge() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--max-item", "1MiB"])
+        // Past --max-item + 64 KiB the node refuses the frame from its header and closes while
+        // the client is still sending: the client reports the node's answer, not a broken send.
+        let r = try cli(node, ["set", "huge"], stdin: [UInt8](repeating: 7, count: 4 << 20))
+        XCTAssertEqual(r.code, 3, r.err)
+        XCTAssertTrue(r.err.contains("TOO_LARGE"), r.err)
+        XCTAssertEqual(try cli(node, ["get", "huge"]).code, 1, "nothing was stored")
+    }
+
+    func testMetaPrintsAnImagesFacts() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let pixels: [UInt8] = (0..<(20 * 10)).flatMap { [UInt8($0 % 251), 40, 90, 255] }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: pixels, width: 20, height: 10))
+        XCTAssertEqual(try cli(node, ["set", "p.png"], stdin: png).code, 0)
+        let meta = try cli(node, ["meta", "p.png"])
+        XCTAssertEqual(meta.code, 0, meta.err)
+        XCTAssertTrue(meta.out.hasSuffix("image         png 20x10, alpha\n") || meta.out.hasSuffix("image         png 20x10\n"), meta.out)
+        XCTAssertFalse(try cli(node, ["meta", "p.png"]).out.isEmpty)
+        XCTAssertEqual(try cli(node, ["set", "t", "text"]).code, 0)
+        XCTAssertFalse(try cli(node, ["meta", "t"]).out.contains("image"), "not an image: no image line")
+    }
+}
