@@ -318,7 +318,7 @@ public final class TLSStream: @unchecked Sendable {
             let left = deadline - monotonicSeconds()
             if left <= 0 { throw TLSError("\(what): timed out") }
             var p = pollfd(fd: fd, events: Int16(events), revents: 0)
-            let n = poll(&p, 1, Int32(max(1, (left * 1000).rounded(.up))))
+            let n = poll(&p, 1, Int32(min(max(1, (left * 1000).rounded(.up)), 2e9)))
             if n > 0 { return }
             if n < 0 && errno != EINTR { throw TLSError("\(what): poll: \(String(cString: strerror(errno)))") }
         }

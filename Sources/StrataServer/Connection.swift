@@ -288,7 +288,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         }
         if !authenticated {
             switch request {
-            case .hello, .ping: break
+            case .hello, .ping, .quit: break // QUIT too: an unauthenticated client may close politely
             default:
                 send(Responses.error(to: f, .authRequired, "authenticate with HELLO first"))
                 return

@@ -180,7 +180,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                     }
                     if case .flushAll = c {
                         node.audit("flush", user: user.name, peer: peer, [("namespace", logSafe(listener.namespace)), ("all", "0"),
-                                                                           ("tiers", listener.memoryOnly ? "1" : "0"),
+                                                                           ("tiers", "0"), // flush_all empties both tiers
                                                                            ("protocol", "memcached"), ("conn", String(id))])
                     }
                     batch.append(p)

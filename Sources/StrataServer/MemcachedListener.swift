@@ -5,6 +5,7 @@ import Dispatch
 import StrataCore
 import StrataStore
 import StrataWire
+import Synchronization
 
 /// The memcached text-protocol listener's settings, counters and command execution
 /// (proto-spec/MEMCACHED.md). Thread-safe: `execute` runs on loop threads (memory-only work)
@@ -47,6 +48,9 @@ final class MemcachedListener: Sendable {
     let authCommands = Counter(), authErrors = Counter()
     let connectionsCurrent = Counter(), connectionsTotal = Counter()
     let bytesRead = Counter(), bytesWritten = Counter()
+    /// Counts flush_all commands: a delayed one runs only if no later flush_all came meanwhile
+    /// (a later one replaces it, as in memcached).
+    let flushGeneration = Atomic<UInt64>(0)
 
     init(config: NodeConfiguration, port: UInt16?, tlsPort: UInt16?, store: TieredCache, dispatcher: Dispatcher, threads: Int, maxConnections: Int) {
         self.port = port
@@ -274,10 +278,11 @@ final class MemcachedListener: Sendable {
             if v != nil { touchHits.add() } else { touchMisses.add() }
             reply(v != nil ? "TOUCHED" : "NOT_FOUND", noreply)
         case .flushAll(let delay, let noreply):
+            let generation = flushGeneration.add(1, ordering: .relaxed).newValue
             if delay > 0 {
-                let (dispatcher, ns) = (self.dispatcher, namespace)
-                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) {
-                    try? dispatcher.flush(namespace: ns, all: false, tiers: .all)
+                DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) { [self] in
+                    guard flushGeneration.load(ordering: .relaxed) == generation else { return } // replaced
+                    try? dispatcher.flush(namespace: namespace, all: false, tiers: .all)
                 }
             } else {
                 try dispatcher.flush(namespace: namespace, all: false, tiers: .all)

@@ -27,6 +27,11 @@ extension MemcachedListener {
             if m.has("E") { return "CLIENT_ERROR flag E is not supported with mg: N does not create an item here" }
         case .arithmetic:
             if m.has("E") { return "CLIENT_ERROR flag E is not supported with ma: counters take the node's versions" }
+            if m.has("T") { return "CLIENT_ERROR flag T is not supported with ma: set the TTL with N on creation, or touch" }
+        case .set:
+            if m.has("N") { return "CLIENT_ERROR flag N is not supported with ms: an append or prepend to a missing key is NS" }
+        case .delete:
+            if m.has("T") { return "CLIENT_ERROR flag T is not supported with md: an invalidated item keeps its TTL" }
         default: break
         }
         return nil
@@ -213,6 +218,13 @@ extension MemcachedListener {
         if cas == .invalid { return "CLIENT_ERROR bad token in command line format" }
         let newVersion = m.number("E")
         if newVersion != .absent && (newVersion.uint64 ?? 0) == 0 { return "CLIENT_ERROR bad token in command line format" }
+        // A negative entry (a cached load failure) is absent here, whatever the flags: removed,
+        // and answered NF.
+        if m.has("x") || m.has("I") || cas != .absent, let item = try store.get(m.key, namespace: namespace, tiers: tiers), item.negative {
+            _ = try store.remove(m.key, namespace: namespace, tiers: tiers)
+            deleteMisses.add()
+            return "NF"
+        }
         if m.has("x") { return try removeValue(m, compare: cas.uint64, version: newVersion.uint64) }
         if let c = cas.uint64 {
             // A conditional delete: compared, then removed (not atomic with a racing write).
@@ -279,8 +291,21 @@ extension MemcachedListener {
             exp = expiry(n)
         }
         let d = delta.uint64 ?? 1
-        let r = increment ? try store.increment(m.key, by: d, namespace: namespace, tiers: tiers, initial: start, expiry: exp)
+        let cas = m.number("C")
+        guard cas == .absent || cas.uint64 != nil else { return error("CLIENT_ERROR bad token in command line format", into: &out) }
+        let r: CounterOutcome
+        if let c = cas.uint64 {
+            // C: only while the item's CAS is still c (EX when not, NF without one).
+            switch try casCounter(m.key, compare: c, delta: d, increment: increment) {
+            case .outcome(let o): r = o
+            case .mismatch:
+                MemcachedResponse.line("EX" + returnFlags(m, item: nil, allowed: "bkO"), into: &out) // a failure: shown even with q
+                return
+            }
+        } else {
+            r = increment ? try store.increment(m.key, by: d, namespace: namespace, tiers: tiers, initial: start, expiry: exp)
                           : try store.decrement(m.key, by: d, namespace: namespace, tiers: tiers, initial: start, expiry: exp)
+        }
         switch r {
         case .notFound:
             (increment ? incrMisses : decrMisses).add()
@@ -299,6 +324,30 @@ extension MemcachedListener {
             } else if !quiet {
                 MemcachedResponse.line("HD" + flags, into: &out)
             }
+        }
+    }
+
+    enum CasCounter { case outcome(CounterOutcome), mismatch }
+
+    /// `ma` with C: the counter changes only while the item's version is `c` — read, checked,
+    /// then written back as a CAS set of the new digits (a racing write makes it EX, as a
+    /// changed CAS does). Counter rules as the store's: 1–20 digits, increments wrap at 2^64,
+    /// decrements stop at 0; flags and expiry kept.
+    private func casCounter(_ key: [UInt8], compare c: UInt64, delta: UInt64, increment: Bool) throws -> CasCounter {
+        guard let item = try store.get(key, namespace: namespace, tiers: tiers), !item.negative else { return .outcome(.notFound) }
+        guard item.version == c else { return .mismatch }
+        guard let current = TieredCache.counterValue(item.value) else { return .outcome(.notANumber) }
+        let next = increment ? current &+ delta : (current >= delta ? current - delta : 0)
+        var o = SetOptions()
+        o.flags = item.flags
+        o.extended = item.extended
+        o.expiry = item.expiresAt.map { .at(unixMicros: $0) } ?? .never
+        o.tiers = tiers
+        o.mode = .cas(item.version)
+        switch try store.set(key, Array(String(next).utf8), namespace: namespace, options: o) {
+        case .stored(let v): return .outcome(.value(next, version: v))
+        case .notFound: return .outcome(.notFound)
+        case .casMismatch, .exists, .superseded: return .mismatch
         }
     }
 }

@@ -78,7 +78,8 @@ extension TieredCache {
             return tombstone.map { .tombstone(version: $0) } ?? .miss
         }
         ns.counters.hits.add(1, ordering: .relaxed)
-        if let t = touch {
+        // A negative entry is answered as it is: a touch does not extend a cached failure.
+        if let t = touch, !item.negative {
             // Resolved once: the expiry answered is exactly the one stored (a relative TTL
             // resolved twice would answer a few µs earlier than the stored time).
             let e = t.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)

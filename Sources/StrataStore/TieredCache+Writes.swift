@@ -69,6 +69,9 @@ extension TieredCache {
         try counter(key, delta: delta, decrement: false, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry)
     }
 
+    /// A counter's value as INCR/DECR read it (1–20 ASCII digits fitting 64 bits), or nil.
+    public static func counterValue(_ bytes: [UInt8]) -> UInt64? { WriteRules.parseCounter(bytes) }
+
     /// Subtracts `delta` from a decimal counter, stopping at 0 (memcached semantics).
     public func decrement(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
                           initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {

@@ -61,6 +61,9 @@ public enum MetaNumber: Equatable, Sendable {
 }
 
 extension MemcachedParser {
+    /// The longest opaque (`O`) token, as memcached's.
+    public static let maxOpaque = 32
+
     /// A meta line (tokens already split; `lineBytes` includes the newline). Keys follow the
     /// text protocol's rules, or with `b` are base64 of 1…250 bytes of anything.
     func parseMeta(_ verb: MemcachedMeta.Verb, _ buf: UnsafeRawBufferPointer, _ tokens: [Range<Int>], lineBytes: Int) -> MemcachedParse {
@@ -70,9 +73,14 @@ extension MemcachedParser {
         let flagStart = verb == .set ? 3 : 2
         guard tokens.count >= flagStart else { return fail("CLIENT_ERROR bad command line format") }
         var flags: [MemcachedMeta.Flag] = []
+        var seen: UInt64 = 0 // one bit per letter (A–Z, a–z), as memcached refuses a flag sent twice
         for t in tokens.dropFirst(flagStart) {
             let letter = buf[t.lowerBound]
             guard (letter >= 0x41 && letter <= 0x5A) || (letter >= 0x61 && letter <= 0x7A) else { return fail("CLIENT_ERROR invalid flag") }
+            let bit: UInt64 = 1 << (letter <= 0x5A ? UInt64(letter - 0x41) : UInt64(letter - 0x61 + 26))
+            guard seen & bit == 0 else { return fail("CLIENT_ERROR duplicate flag") }
+            seen |= bit
+            if letter == 0x4F && t.count - 1 > Self.maxOpaque { return fail("CLIENT_ERROR opaque token too long") }
             flags.append(.init(letter: letter, token: Array(buf[(t.lowerBound + 1)..<t.upperBound])))
         }
         var key = Array(buf[tokens[1]])

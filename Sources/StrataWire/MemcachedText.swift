@@ -192,7 +192,9 @@ public struct MemcachedParser: Sendable {
                                    value: line(data), casUnique: cas, noreply: noreply)
             return .command(.store(s), consumed: data.upperBound + 2)
         case "delete":
-            // delete <key> [0] [noreply]: a hold time other than 0 is refused, as by memcached.
+            // delete <key> [0] [noreply]: a hold time other than 0 is refused, as by memcached;
+            // no key, or more than three arguments, is not a delete command at all (ERROR).
+            guard tokens.count >= 2 && tokens.count <= 4 else { return fail("ERROR") }
             let holdZero = tokens.count > 2 && Self.equals(buf, tokens[2], "0")
             let noreply = tokens.count > 2 && noreply
             let valid = tokens.count == 2 || (tokens.count == 3 && (holdZero || noreply)) || (tokens.count == 4 && holdZero && noreply)

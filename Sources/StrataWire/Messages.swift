@@ -34,15 +34,17 @@ public enum WireExpiry: Equatable, Sendable {
     }
 }
 
-/// Reads big-endian fields from a frame's extras; every read is bounds-checked.
+/// Reads big-endian fields from a frame's extras (or, `part: "value"`, its value); every read
+/// is bounds-checked, and errors name the part read.
 struct ExtrasReader {
     let bytes: [UInt8]
     var at = 0
     let what: String
-    init(_ bytes: [UInt8], _ what: String) { self.bytes = bytes; self.what = what }
+    let part: String
+    init(_ bytes: [UInt8], _ what: String, part: String = "extras") { self.bytes = bytes; self.what = what; self.part = part }
 
     mutating func take(_ n: Int) throws(WireError) -> ArraySlice<UInt8> {
-        guard at + n <= bytes.count else { throw WireError(.malformed, "\(what): extras too short (\(bytes.count) bytes)") }
+        guard at + n <= bytes.count else { throw WireError(.malformed, "\(what): \(part) too short (\(bytes.count) bytes)") }
         defer { at += n }
         return bytes[at..<at + n]
     }
@@ -52,7 +54,7 @@ struct ExtrasReader {
     mutating func u64() throws(WireError) -> UInt64 { try take(8).reduce(0) { $0 << 8 | UInt64($1) } }
     mutating func i64() throws(WireError) -> Int64 { Int64(bitPattern: try u64()) }
     func end() throws(WireError) {
-        guard at == bytes.count else { throw WireError(.malformed, "\(what): \(bytes.count - at) unexpected bytes of extras") }
+        guard at == bytes.count else { throw WireError(.malformed, "\(what): \(bytes.count - at) unexpected bytes at the end of the \(part)") }
     }
     var rest: [UInt8] { Array(bytes[at...]) }
 }
@@ -236,7 +238,7 @@ public enum Request: Equatable, Sendable {
                                        lease: lease, refreshAheadMillis: refresh))
             case .mget:
                 try noExtras()
-                var r = ExtrasReader(f.value, "mget keys")
+                var r = ExtrasReader(f.value, "mget keys", part: "value")
                 let n = Int(try r.u16())
                 guard n <= Wire.maxMGetKeys else { throw fail(.invalidArgument, "mget of \(n) keys is over \(Wire.maxMGetKeys)") }
                 var keys: [[UInt8]] = []
@@ -270,7 +272,8 @@ public enum Request: Equatable, Sendable {
                 return .set(s)
             case .delete:
                 try needKey()
-                let version = try optionalVersion()
+                // Version 0 means "the node assigns one", as in SET.
+                let version = try optionalVersion().flatMap { $0 == 0 ? nil : $0 }
                 return .delete(namespace: f.namespace, key: f.key, tiers: f.tiers, version: version, writeBehind: flags.contains(.writeBehind))
             case .touch:
                 try needKey()
@@ -307,7 +310,7 @@ public enum Request: Equatable, Sendable {
                 return .flush(namespace: f.namespace, all: flags.contains(.all), tiers: f.tiers, version: version)
             case .invalidate:
                 try needKey()
-                let version = try optionalVersion()
+                let version = try optionalVersion().flatMap { $0 == 0 ? nil : $0 } // 0: the node assigns, as in SET
                 return .invalidate(namespace: f.namespace, key: f.key, tiers: f.tiers, version: version)
             case .release:
                 try needKey(); try noExtras()

@@ -86,15 +86,26 @@ public enum Responses {
     /// An error response carrying a message.
     public static func error(to req: Frame, _ status: Status, _ message: String) -> Frame {
         var f = Frame.response(to: req, status: status)
-        f.value = Array(message.utf8.prefix(1024))
+        f.value = messageBytes(message)
         return f
+    }
+
+    /// A message's UTF-8 bytes, at most 1024 (§6), cut where a character starts so the
+    /// message stays valid UTF-8.
+    public static func messageBytes(_ message: String) -> [UInt8] {
+        var bytes = Array(message.utf8)
+        guard bytes.count > 1024 else { return bytes }
+        var end = 1024
+        while end > 0 && bytes[end] & 0xC0 == 0x80 { end -= 1 } // bytes[end] continues a character
+        bytes.removeSubrange(end...)
+        return bytes
     }
 
     /// An error for a frame whose header could not be trusted (§2.2).
     public static func error(_ e: WireError) -> Frame {
         var f = Frame(magic: Wire.responseMagic, opcode: e.opcode, requestID: e.requestID)
         f.status = e.status.rawValue
-        f.value = Array(e.message.utf8.prefix(1024))
+        f.value = messageBytes(e.message)
         return f
     }
 
@@ -262,7 +273,7 @@ public enum Responses {
     }
 
     public static func parseMGet(_ f: Frame, count: Int) throws(WireError) -> [MGetItem?] {
-        var r = ExtrasReader(f.value, "mget response")
+        var r = ExtrasReader(f.value, "mget response", part: "value")
         var out: [MGetItem?] = []
         for _ in 0..<count {
             if try r.u8() == 0 { out.append(nil); continue }
@@ -295,7 +306,7 @@ public enum Responses {
         var r = ExtrasReader(f.extras, "scan response")
         let n = Int(try r.u32())
         try r.end()
-        var v = ExtrasReader(f.value, "scan keys")
+        var v = ExtrasReader(f.value, "scan keys", part: "value")
         var keys: [[UInt8]] = []
         for _ in 0..<n { keys.append(Array(try v.take(Int(try v.u16())))) }
         try v.end()

@@ -50,7 +50,7 @@ extension SyncRequest {
             guard f.value.count % 4 == 0, !f.value.isEmpty, f.value.count / 4 <= maxBuckets else {
                 throw WireError(.invalidArgument, "sync_keys: the value must be 1…\(maxBuckets) u32 bucket numbers")
             }
-            var v = ExtrasReader(f.value, "sync_keys buckets")
+            var v = ExtrasReader(f.value, "sync_keys buckets", part: "value")
             for _ in 0..<(f.value.count / 4) {
                 let b = try v.u32()
                 guard b < UInt32(1) << UInt32(bits) else { throw WireError(.invalidArgument, "sync_keys: bucket \(b) is out of range for \(bits) bits") }
@@ -84,7 +84,7 @@ extension Responses {
     public static func parseSyncDigest(_ f: Frame, bits: UInt8) throws(WireError) -> [UInt64] {
         let n = 1 << Int(bits)
         guard f.value.count == n * 8 else { throw WireError(.malformed, "sync_digest answer holds \(f.value.count) bytes, not \(n * 8)") }
-        var r = ExtrasReader(f.value, "sync_digest")
+        var r = ExtrasReader(f.value, "sync_digest", part: "value")
         var out: [UInt64] = []
         out.reserveCapacity(n)
         for _ in 0..<n { out.append(try r.u64()) }
@@ -106,7 +106,7 @@ extension Responses {
         var r = ExtrasReader(f.extras, "sync_keys answer")
         let n = Int(try r.u32()), covered = Int(try r.u32())
         try r.end()
-        var v = ExtrasReader(f.value, "sync_keys entries")
+        var v = ExtrasReader(f.value, "sync_keys entries", part: "value")
         var out: [SyncKeyEntry] = []
         for _ in 0..<n { out.append(try SyncKeyEntry.read(&v, "sync_keys")) }
         try v.end()
@@ -131,10 +131,17 @@ public struct SyncCheck: Equatable, Sendable {
         try r.end()
         guard !f.key.isEmpty else { throw WireError(.invalidArgument, "sync_check: the key must be the requester's node name") }
         guard n >= 1 && n <= maxEntries else { throw WireError(.invalidArgument, "sync_check: \(n) entries; 1…\(maxEntries) are allowed") }
-        var v = ExtrasReader(f.value, "sync_check entries")
+        var v = ExtrasReader(f.value, "sync_check entries", part: "value")
         var out: [SyncKeyEntry] = []
         out.reserveCapacity(n)
-        for _ in 0..<n { out.append(try SyncKeyEntry.read(&v, "sync_check")) }
+        for i in 0..<n {
+            let e = try SyncKeyEntry.read(&v, "sync_check")
+            // A write's key and namespace, as SET takes them (checked here, whatever the version).
+            guard !e.key.isEmpty && e.key.count <= Wire.maxKey && e.namespace.count <= Wire.maxNamespace else {
+                throw WireError(.invalidArgument, "sync_check: entry \(i) has a key of \(e.key.count) bytes (1…\(Wire.maxKey)) or a namespace of \(e.namespace.count) (≤ \(Wire.maxNamespace))")
+            }
+            out.append(e)
+        }
         try v.end()
         return SyncCheck(requester: f.key, entries: out)
     }
@@ -181,7 +188,7 @@ extension Responses {
         let n = Int(try r.u32())
         try r.end()
         guard f.value.count == n * 4 else { throw WireError(.malformed, "sync_check answer holds \(f.value.count) bytes for \(n) indices") }
-        var v = ExtrasReader(f.value, "sync_check indices")
+        var v = ExtrasReader(f.value, "sync_check indices", part: "value")
         var out: [Int] = []
         for _ in 0..<n {
             let i = Int(try v.u32())

@@ -362,7 +362,7 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     }
     var host = String(server[..<colon])
     if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-    let timeout = try o.double("--timeout") ?? 5
+    let timeout = try timeoutOption(o, default: 5)
     let token = try o.string("--auth-token-file").map(readToken)
     let tls = try tlsOption(o)
     if name == "get" && o.string("--or-run") != nil {

@@ -26,7 +26,7 @@ func clusterConfiguration(_ o: ParsedOptions) throws -> ClusterConfiguration {
         guard let p = ReadPolicy(rawValue: r) else { throw UsageError(message: "--read must be owner or quorum, got '\(r)'") }
         c.read = p
     }
-    c.timeout = try o.double("--timeout") ?? 2
+    c.timeout = try timeoutOption(o, default: 2)
     c.token = try o.string("--auth-token-file").map(readToken)
     c.tls = try tlsOption(o)
     return c
@@ -170,7 +170,9 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
                 cursor = page.next ?? []
             } while !cursor.isEmpty
         }
-        for k in all.sorted(by: { $0.lexicographicallyPrecedes($1) }) { printOut(String(decoding: k, as: UTF8.self)) }
+        // --limit N: the first N keys in byte order of the union, as with --server.
+        let limit = try o.int("--limit", min: 1) ?? Int.max
+        for k in all.sorted(by: { $0.lexicographicallyPrecedes($1) }).prefix(limit) { printOut(String(decoding: k, as: UTF8.self)) }
         return 0
     case "flush":
         let all = o.switches.contains("--all")

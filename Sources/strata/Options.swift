@@ -64,6 +64,12 @@ struct ParsedOptions {
 /// the node and the client turn into microseconds, milliseconds or timeouts stays in range.
 let maxSeconds = Double(Int32.max)
 
+/// `--timeout`: seconds, 0 meaning no limit (the connect, each send and each read).
+func timeoutOption(_ o: ParsedOptions, default d: Double) throws -> Double {
+    guard let t = try o.double("--timeout") else { return d }
+    return t == 0 ? maxSeconds : t
+}
+
 /// `v` as a number of seconds (0 … `maxSeconds`, finite), or a usage error naming `name`.
 func parseSeconds(_ v: String, name: String) throws -> Double {
     guard let n = Double(v), n.isFinite, n >= 0, n <= maxSeconds else {

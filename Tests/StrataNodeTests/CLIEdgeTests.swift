@@ -36,6 +36,7 @@ final class CLIEdgeTests: XCTestCase {
         }
         // Large but in range: the connect and read timeouts are clamped, not trapped on.
         XCTAssertEqual(try cli(node, ["ping", "--timeout", "3000000"]).code, 0)
+        XCTAssertEqual(try cli(node, ["ping", "--timeout", "0"]).code, 0, "0: no limit")
         XCTAssertEqual(try cli(node, ["stats", "--watch", "1", "--json"]).code, 2, "--watch draws its own view")
         XCTAssertEqual(node.terminate(), 0, "the node is still up")
     }
@@ -88,5 +89,25 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertFalse(try cli(node, ["meta", "p.png"]).out.isEmpty)
         XCTAssertEqual(try cli(node, ["set", "t", "text"]).code, 0)
         XCTAssertFalse(try cli(node, ["meta", "t"]).out.contains("image"), "not an image: no image line")
+    }
+
+    func testQuitIsAnsweredBeforeAuthentication() throws {
+        let dir = TempDir()
+        try Data("s3cret\n".utf8).write(to: URL(fileURLWithPath: dir.path + "/token"))
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--auth-token-file", dir.path + "/token"])
+        let c = try NodeConnection(host: "127.0.0.1", port: node.port, timeout: 5)
+        XCTAssertEqual(try c.call(.get(GetRequest(key: b("k")))).statusCode, .authRequired)
+        XCTAssertEqual(try c.call(.quit).statusCode, .ok, "an unauthenticated client may close politely")
+        XCTAssertThrowsError(try c.readFrame(), "the node closed the connection")
+    }
+
+    func testKeysLimitHoldsWithNodesToo() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        for i in 0..<12 { XCTAssertEqual(try cli(node, ["set", "k\(i)", "v"]).code, 0) }
+        let one = try runCLI(["keys", "--limit", "5", "--nodes", "127.0.0.1:\(node.port)"])
+        XCTAssertEqual(one.code, 0, one.err)
+        XCTAssertEqual(String(decoding: one.out, as: UTF8.self).split(separator: "\n").count, 5)
+        XCTAssertEqual(try cli(node, ["keys", "--limit", "5"]).out.split(separator: "\n").count, 5)
     }
 }

@@ -257,7 +257,7 @@ final class LogDamageTests: XCTestCase {
         // serve reports it, starts, and never returns a value from the damaged record on.
         let restarted = try NodeProcess(dataDir: dir.path)
         // As its own event at its own level (OPERATING names it), not wrapped in another.
-        XCTAssertTrue(restarted.stderr.contains("level=error event=log_damaged") || (try eventually { restarted.stderr.contains("level=error event=log_damaged") }),
+        XCTAssertTrue(restarted.stderr.contains("level=error event=log_damaged") || (eventually { restarted.stderr.contains("level=error event=log_damaged") }),
                       restarted.stderr)
         XCTAssertFalse(restarted.stderr.contains("event=store"), restarted.stderr)
         let r = try restarted.connect()

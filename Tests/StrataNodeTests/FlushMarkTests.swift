@@ -77,6 +77,13 @@ final class FlushMarkTests: XCTestCase {
         XCTAssertEqual(try conn.set(SetRequest(key: b("a"), value: b("2"), namespace: b("app"))).statusCode, .ok, "a write without a version is newer")
         XCTAssertEqual(try conn.get(b("a"), namespace: b("app"))?.value, b("2"))
 
+        // A mark older than the tombstone lifetime would be dropped at once: refused, not
+        // acknowledged and forgotten (a namespace without a mark; "app" answers its own).
+        let ancient = try conn.call(.flush(namespace: b("other"), all: false, tiers: 0, version: 900))
+        XCTAssertEqual(ancient.statusCode, .invalidArgument)
+        XCTAssertTrue(String(decoding: ancient.value, as: UTF8.self).contains("tombstone lifetime"), String(decoding: ancient.value, as: UTF8.self))
+        XCTAssertEqual(try conn.call(.flush(namespace: b("app"), all: false, tiers: 0, version: 900)).statusCode, .superseded, "older than the mark held")
+
         // FLUSH with a version: older items go, the rest stay.
         let v1 = try conn.set(SetRequest(key: b("n1"), value: b("x"), namespace: b("app"))).cas
         let v2 = try conn.set(SetRequest(key: b("n2"), value: b("y"), namespace: b("app"))).cas

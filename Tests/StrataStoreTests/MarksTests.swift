@@ -56,11 +56,24 @@ final class MarksTests: XCTestCase {
             XCTAssertTrue(item.negative)
             XCTAssertEqual(item.value, bytes("HTTP 404"))
         }
-        // add on a negative entry: it is present.
-        XCTAssertEqual(try f.store.set(bytes("url"), bytes("x"), options: SetOptions(mode: .add)), .exists)
+        // Absent for every write's condition: replace, CAS, touch and a counter find nothing...
+        XCTAssertEqual(try f.store.set(bytes("url"), bytes("x"), options: SetOptions(mode: .replace)), .notFound)
+        XCTAssertEqual(try f.store.set(bytes("url"), bytes("x"), options: SetOptions(mode: .cas(1))), .notFound)
+        XCTAssertNil(try f.store.touchVersioned(bytes("url"), expiry: .seconds(100)))
+        XCTAssertEqual(try f.store.increment(bytes("url")), .notFound)
         try f.reopen()
-        XCTAssertEqual(try f.store.get(bytes("url"))?.negative, true)
+        XCTAssertEqual(try f.store.get(bytes("url"))?.negative, true, "and nothing changed it")
+        // ...a GET with touch answers it without extending it...
+        guard case .hit(let read) = try f.store.read(bytes("url"), touch: .seconds(100)) else { return XCTFail("expected the negative entry") }
+        XCTAssertTrue(read.negative)
         f.clock.advance(seconds: 6)
+        XCTAssertNil(try f.store.get(bytes("url")), "expired at its own time")
+        // ...add stores over it, and a delete removes it reporting NOT_FOUND.
+        _ = try f.store.set(bytes("url"), bytes("HTTP 404"), options: o)
+        guard case .stored = try f.store.set(bytes("url"), bytes("x"), options: SetOptions(mode: .add)) else { return XCTFail("add over a negative entry") }
+        XCTAssertEqual(try f.store.get(bytes("url"))?.negative, false)
+        _ = try f.store.set(bytes("url"), bytes("HTTP 404"), options: o)
+        XCTAssertEqual(try f.store.remove(bytes("url")), .notFound)
         XCTAssertNil(try f.store.get(bytes("url")))
         // Invalidating a negative entry removes it (there is no value to serve stale).
         _ = try f.store.set(bytes("n2"), bytes("failed"), options: o)

@@ -172,7 +172,7 @@ final class VectorTests: XCTestCase {
             ("scan", .scan(namespace: [], cursor: [], limit: 2),
              { Responses.scan(to: $0, keys: [Array("a".utf8), Array("b".utf8)], next: Array("b".utf8)) }),
             ("flush_ns", .flush(namespace: Array("alice".utf8), all: false), { Responses.status(to: $0, .ok) }),
-            ("flush_versioned", .flush(namespace: Array("alice".utf8), all: false, version: 900), { Responses.status(to: $0, .ok) }),
+            ("flush_versioned", .flush(namespace: Array("alice".utf8), all: false, version: 900), { Responses.status(to: $0, .ok, cas: 900) }),
             ("flush_all", .flush(namespace: [], all: true), { Responses.status(to: $0, .ok) }),
             ("stats", .stats, { Responses.stats(to: $0, json: "{\"version\":\"0.1.0\",\"uptime_s\":5}") }),
             ("flush_memory", .flush(namespace: Array("alice".utf8), all: false, tiers: 1), { Responses.status(to: $0, .ok) }),

@@ -170,8 +170,8 @@ case("scan_empty_page", "SCAN after logo.png, limit 1, when the next key is a st
      "the cursor (key field and body length: it holds the original's version)")
 case("flush_ns", "FLUSH namespace alice",
      frame(REQ, OPS["FLUSH"], 70, ns=b"alice"), frame(RESP, OPS["FLUSH"], 70))
-case("flush_versioned", "FLUSH namespace alice with version 900 (a flush mark, §7.12 \"In a cluster\"): the node's items of alice older than 900 go",
-     frame(REQ, OPS["FLUSH"], 73, ns=b"alice", extras=struct.pack(">Q", 900)), frame(RESP, OPS["FLUSH"], 73))
+case("flush_versioned", "FLUSH namespace alice with version 900 (a flush mark, §7.12 \"In a cluster\"): on a node started with --cluster, OK with CAS = the mark, and the node's items of alice older than 900 go. 900 stands for a version within the tombstone lifetime (24 h) of the node's clock: an older one is INVALID_ARGUMENT, and a node without --cluster answers INVALID_ARGUMENT",
+     frame(REQ, OPS["FLUSH"], 73, ns=b"alice", extras=struct.pack(">Q", 900)), frame(RESP, OPS["FLUSH"], 73, cas=900))
 case("flush_all", "FLUSH with flag ALL",
      frame(REQ, OPS["FLUSH"], 71, flags=ALL), frame(RESP, OPS["FLUSH"], 71, flags=ALL))
 case("stats", "STATS: a JSON object (a small sample; real nodes send many more counters)",

@@ -37,6 +37,15 @@ extension Dispatcher {
         if let ns, ns.count > ItemLimits.maxNamespaceBytes {
             throw StoreError(.invalidNamespace, "namespace is \(ns.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
         }
+        // Not newer than a mark in force: SUPERSEDED (with that mark). Else a mark that old
+        // would be dropped at once (marks live as long as tombstones): refused, rather than
+        // acknowledged and forgotten.
+        let floors = m.floors()
+        let held = ns.map { floors.floor($0) } ?? (floors.all > floors.expired ? floors.all : 0)
+        if held > 0 && held >= version { return false }
+        if version <= floors.expired {
+            throw StoreError(.invalidArgument, "FLUSH version \(version) is older than the tombstone lifetime (\(Int(store.configuration.tombstoneTTL)) s): a flush mark that old is not kept")
+        }
         try store.observe(version: version)
         guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : []) else { return false }
         leases.revokeAll(namespace: ns)

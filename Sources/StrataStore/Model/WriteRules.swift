@@ -32,16 +32,20 @@ enum WriteRules {
     static func decide(_ op: WriteOp, existing: ItemState?, now: Int64, newVersion: UInt64,
                        oldestLive: UInt64 = 0) -> (WriteResult, WriteEffect) {
         let live = existing.flatMap { $0.isLive(now: now, oldestVersion: oldestLive) ? $0 : nil }
+        // A negative entry (a cached load failure) reads as a miss, and counts as absent for
+        // every write's condition too: add stores over it; replace, CAS, touch and a counter
+        // without an initial value find nothing; a delete removes it and reports NOT_FOUND.
+        let present = live.flatMap { $0.negative ? nil : $0 }
         let guardVersion = existing.flatMap { $0.guards(now: now) ? $0.version : nil }
         switch op {
         case let .set(value, mode, flags, extended, expiry, callerVersion, marks):
             if let cv = callerVersion, let g = guardVersion, g >= cv { return (.set(.superseded(current: g)), .none) }
             switch mode {
             case .set: break
-            case .add: if live != nil { return (.set(.exists), .none) }
-            case .replace: if live == nil { return (.set(.notFound), .none) }
+            case .add: if present != nil { return (.set(.exists), .none) }
+            case .replace: if present == nil { return (.set(.notFound), .none) }
             case .cas(let v):
-                guard let l = live else { return (.set(.notFound), .none) }
+                guard let l = present else { return (.set(.notFound), .none) }
                 if l.version != v { return (.set(.casMismatch(current: l.version)), .none) }
             }
             let state = ItemState(value: value, flags: flags, extended: extended, expiry: expiry, version: newVersion,
@@ -54,9 +58,10 @@ enum WriteRules {
                 // A versioned remove leaves a tombstone even for an absent key, so an older
                 // write that arrives later cannot resurrect it.
                 let tomb = ItemState(value: [], flags: 0, extended: [], expiry: tombstoneExpiry, version: cv, tombstone: true)
-                return (.remove(live == nil ? .notFound : .removed), .store(tomb))
+                return (.remove(present == nil ? .notFound : .removed), .store(tomb))
             }
-            guard live != nil else { return (.remove(.notFound), .none) }
+            guard let l = live else { return (.remove(.notFound), .none) }
+            if l.negative { return (.remove(.notFound), .delete) }
             return (.remove(.removed), .delete)
 
         case let .invalidate(callerVersion):
@@ -69,13 +74,13 @@ enum WriteRules {
             return (.invalidate(.invalidated(version: newVersion)), .store(l))
 
         case let .touch(expiry):
-            guard var l = live else { return (.touch(found: false, version: 0), .none) }
+            guard var l = present else { return (.touch(found: false, version: 0), .none) }
             l.expiry = expiry
             l.version = newVersion
             return (.touch(found: true, version: newVersion), .store(l))
 
         case let .counter(delta, decrement, initial, expiry):
-            guard var l = live else {
+            guard var l = present else {
                 guard let start = initial else { return (.counter(.notFound), .none) }
                 let state = ItemState(value: Array(String(start).utf8), flags: 0, extended: [], expiry: expiry, version: newVersion, tombstone: false)
                 return (.counter(.value(start, version: newVersion)), .store(state))

@@ -1,0 +1,153 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+import TestSupport
+
+/// Where the memcached listener once differed from memcached or from MEMCACHED.md (an outside
+/// review with raw sockets): ma C compared, flags that cannot map refused, duplicate flags and
+/// long opaques refused, `delete` without a key, a later flush_all replacing a delayed one, and
+/// negative entries (cached load failures) absent for every command.
+final class MemcachedEdgeTests: XCTestCase {
+    private func start(_ dir: TempDir) throws -> (NodeProcess, TextSocket) {
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"])
+        return (node, try TextSocket(port: try XCTUnwrap(node.memcachedPort)))
+    }
+
+    private func cas(_ mc: TextSocket, _ key: String) throws -> UInt64 {
+        mc.send("mg \(key) c\r\n")
+        let line = mc.line()
+        return try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("c") }.flatMap { UInt64($0.dropFirst()) }, line)
+    }
+
+    func testMaComparesItsCas() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("ms n 1 F7 T100\r\n5\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        let c = try cas(mc, "n")
+        mc.send("ma n C\(c + 1) v\r\n")
+        XCTAssertEqual(mc.line(), "EX", "a changed CAS: nothing applied")
+        mc.send("ma n C\(c + 1) q\r\n")
+        XCTAssertEqual(mc.line(), "EX", "a failure is shown in quiet mode too")
+        mc.send("mg n v\r\n")
+        XCTAssertEqual(mc.line(), "VA 1")
+        XCTAssertEqual(mc.line(), "5")
+        mc.send("ma n C\(c) v D3 c\r\n")
+        let answer = mc.line()
+        XCTAssertTrue(answer.hasPrefix("VA 1 c"), answer)
+        XCTAssertEqual(mc.line(), "8")
+        XCTAssertNotEqual(try cas(mc, "n"), c, "the counter has a new CAS")
+        mc.send("mg n f t\r\n")
+        let kept = mc.line()
+        XCTAssertTrue(kept.hasPrefix("HD f7 t"), "flags and TTL kept: \(kept)")
+        mc.send("ma n C\(c) MD\r\n")
+        XCTAssertEqual(mc.line(), "EX", "the old CAS no longer matches")
+        mc.send("ma nothing C5\r\n")
+        XCTAssertEqual(mc.line(), "NF")
+        mc.send("ms t 1\r\nx\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        mc.send("ma t C\(try cas(mc, "t"))\r\n")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR cannot increment or decrement non-numeric value")
+    }
+
+    func testFlagsThatCannotMapDuplicatesAndLongOpaquesAreRefused() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("ms k 1 T1000\r\nv\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        for (command, flag) in [("md k I T30", "T"), ("ma n T30", "T")] {
+            mc.send(command + "\r\n")
+            let line = mc.line()
+            XCTAssertTrue(line.hasPrefix("CLIENT_ERROR flag \(flag) is not supported"), "\(command): \(line)")
+        }
+        mc.send("ms a 1 MA N30\r\nx\r\n")
+        XCTAssertTrue(mc.line().hasPrefix("CLIENT_ERROR flag N is not supported"))
+        mc.send("mg a v\r\n")
+        XCTAssertEqual(mc.line(), "EN", "nothing was created")
+        mc.send("mg k v v\r\n")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR duplicate flag")
+        let long = String(repeating: "o", count: 33), ok = String(repeating: "o", count: 32)
+        mc.send("mg k O\(long)\r\n")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR opaque token too long")
+        mc.send("mg k O\(ok)\r\n")
+        XCTAssertEqual(mc.line(), "HD O\(ok)")
+        mc.send("mg k t\r\n")
+        let t = mc.line()
+        XCTAssertTrue(t.hasPrefix("HD t9") || t.hasPrefix("HD t1000"), "md I T30 changed nothing: \(t)")
+    }
+
+    func testDeleteWithoutAKeyIsAnError() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("delete\r\ndelete a b c d\r\ndelete a 5\r\n")
+        XCTAssertEqual(mc.line(), "ERROR")
+        XCTAssertEqual(mc.line(), "ERROR")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")
+    }
+
+    func testALaterFlushAllReplacesADelayedOne() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        mc.send("flush_all 1\r\n")
+        XCTAssertEqual(mc.line(), "OK")
+        mc.send("flush_all 0\r\n")
+        XCTAssertEqual(mc.line(), "OK")
+        mc.send("set kept 0 0 1\r\nv\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        usleep(1_600_000)
+        mc.send("get kept\r\n")
+        XCTAssertEqual(mc.read(until: "END\r\n"), "VALUE kept 0 1\r\nv\r\nEND\r\n", "the delayed flush was replaced")
+        mc.send("flush_all 1\r\n")
+        XCTAssertEqual(mc.line(), "OK")
+        usleep(1_600_000)
+        mc.send("get kept\r\n")
+        XCTAssertEqual(mc.read(until: "END\r\n"), "END\r\n", "a delayed flush that was not replaced ran")
+    }
+
+    func testNegativeEntriesAreAbsentForEveryCommand() throws {
+        let dir = TempDir()
+        let (node, mc) = try start(dir)
+        defer { node.terminate() }
+        let c = try node.connect()
+        func negative(_ key: String) throws {
+            var s = SetRequest(key: b(key), value: b("load failed"))
+            s.negative = true
+            XCTAssertEqual(try c.set(s).statusCode, .ok)
+        }
+        try negative("k")
+        mc.send("replace k 0 0 1\r\nv\r\nappend k 0 0 1\r\nv\r\ntouch k 10\r\nincr k 1\r\ncas k 0 0 1 1\r\nv\r\n")
+        XCTAssertEqual(mc.line(), "NOT_STORED")
+        XCTAssertEqual(mc.line(), "NOT_STORED")
+        XCTAssertEqual(mc.line(), "NOT_FOUND")
+        XCTAssertEqual(mc.line(), "NOT_FOUND")
+        XCTAssertEqual(mc.line(), "NOT_FOUND")
+        mc.send("ms k 1 MR\r\nv\r\nma k\r\nmg k v\r\n")
+        XCTAssertEqual(mc.line(), "NS")
+        XCTAssertEqual(mc.line(), "NF")
+        XCTAssertEqual(mc.line(), "EN")
+        mc.send("ma k N0 J3 v\r\n")
+        XCTAssertEqual(mc.line(), "VA 1", "autovivify creates the counter over it")
+        XCTAssertEqual(mc.line(), "3")
+        try negative("k")
+        mc.send("add k 0 0 1\r\na\r\nget k\r\n")
+        XCTAssertEqual(mc.line(), "STORED", "add fills a cached failure")
+        XCTAssertEqual(mc.read(until: "END\r\n"), "VALUE k 0 1\r\na\r\nEND\r\n")
+        try negative("k")
+        mc.send("delete k\r\n")
+        XCTAssertEqual(mc.line(), "NOT_FOUND")
+        let after = try c.call(.get(GetRequest(key: b("k"))))
+        XCTAssertEqual(after.statusCode, .notFound, "the negative entry was removed")
+        for flags in ["", " I", " x", " C1"] {
+            try negative("k")
+            mc.send("md k\(flags)\r\n")
+            XCTAssertEqual(mc.line(), "NF", "md\(flags)")
+            XCTAssertEqual(try c.call(.get(GetRequest(key: b("k")))).statusCode, .notFound, "md\(flags) removed it")
+        }
+    }
+}
