@@ -96,17 +96,11 @@ public final class Completion<T>: @unchecked Sendable {
         cond.broadcast()
     }
 
-    /// Waits for the value; a wait that blocks is reported to the thread's `WaitObserver`.
     public func wait() -> T {
         cond.lock()
-        if let v = value { cond.unlock(); return v }
-        cond.unlock()
-        return Waits.reported {
-            cond.lock()
-            defer { cond.unlock() }
-            while value == nil { cond.wait() }
-            return value!
-        }
+        defer { cond.unlock() }
+        while value == nil { cond.wait() }
+        return value!
     }
 
     /// Waits at most `seconds`; nil when nothing arrived in time.
@@ -133,25 +127,14 @@ public final class ByteGate: @unchecked Sendable {
 
     /// With `mayStart`, also waits (looking every 10 ms, for at most `maxWait` seconds) while
     /// it says no — memory held elsewhere that this acquisition must not add to.
-    /// A wait that blocks is reported to the thread's `WaitObserver`.
     public func acquire(_ n: Int, mayStart: (() -> Bool)? = nil, maxWait: Double = 5) {
         let deadline = monotonicSeconds() + maxWait
-        func blocked() -> Bool {
-            (held > 0 && held + n > limit) || (mayStart.map { !$0() } ?? false && monotonicSeconds() < deadline)
-        }
         cond.lock()
-        if !blocked() {
-            held += n
-            cond.unlock()
-            return
+        while (held > 0 && held + n > limit) || (mayStart.map { !$0() } ?? false && monotonicSeconds() < deadline) {
+            cond.wait(seconds: 0.01)
         }
+        held += n
         cond.unlock()
-        Waits.reported {
-            cond.lock()
-            while blocked() { cond.wait(seconds: 0.01) }
-            held += n
-            cond.unlock()
-        }
     }
 
     public func release(_ n: Int) {

@@ -44,39 +44,3 @@ public func sleep(upTo seconds: Double, unless wake: () -> Bool) {
         left -= 0.05
     }
 }
-
-/// Told when a thread that works for it is about to wait for something other than the CPU
-/// (a `Completion`, a `ByteGate`), and when the wait ends: a pool of threads can start another
-/// on its queue meanwhile instead of waking threads by guesswork. See `Waits`.
-public protocol WaitObserver: AnyObject, Sendable {
-    func willWait()
-    func didWait()
-}
-
-/// The calling thread's `WaitObserver`, if a pool set one (thread-local; nil elsewhere). Cost
-/// of a wait that is reported: one `pthread_getspecific` and the observer's two calls; of a
-/// wait on a thread without an observer: one `pthread_getspecific`.
-public enum Waits {
-    private static let key: pthread_key_t = {
-        var k = pthread_key_t()
-        precondition(pthread_key_create(&k, nil) == 0, "no thread-local key left")
-        return k
-    }()
-
-    /// Makes `observer` the calling thread's (it must outlive the thread's use of it: pools
-    /// set themselves on their own threads, which hold them).
-    public static func observe(_ observer: WaitObserver?) {
-        pthread_setspecific(key, observer.map { UnsafeRawPointer(Unmanaged.passUnretained($0 as AnyObject).toOpaque()) })
-    }
-
-    /// Runs `wait` (something that blocks) between the calling thread's observer's `willWait`
-    /// and `didWait`.
-    @inline(__always)
-    public static func reported<T>(_ wait: () -> T) -> T {
-        guard let p = pthread_getspecific(key) else { return wait() }
-        let o = Unmanaged<AnyObject>.fromOpaque(p).takeUnretainedValue() as! WaitObserver
-        o.willWait()
-        defer { o.didWait() }
-        return wait()
-    }
-}

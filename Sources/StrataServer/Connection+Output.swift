@@ -102,6 +102,7 @@ extension Connection: OutputConnection {
     func close(reason: String) {
         guard !closed else { return }
         closed = true
+        gone.store(true, ordering: .relaxed)
         closeSocket()
         releaseBuffers()
         deferred = []

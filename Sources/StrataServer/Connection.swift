@@ -6,6 +6,7 @@ import StrataStore
 import StrataImage
 import StrataNet
 import StrataWire
+import Synchronization
 
 /// One client connection, owned by one event loop (every method runs on that loop's thread).
 ///
@@ -58,6 +59,9 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// When the node accepted it (monotonic seconds): the auth timeout counts from here.
     let acceptedAt: Double
     var closed = false
+    /// `closed`, for the disk workers: a job of a connection that closed meanwhile is skipped
+    /// (its answer would be dropped; a 32 MiB read for nobody holds a worker and the gate).
+    let gone = Atomic<Bool>(false)
     var closeAfterFlush = false
     /// Disk jobs submitted and not yet answered.
     var inFlight = 0
@@ -407,6 +411,10 @@ final class Connection: EventHandler, @unchecked Sendable {
         let mayHold = Self.answersWithValues(request)
         let budget = node.outputBudget
         let accepted = pool.submit { [self] in
+            if gone.load(ordering: .relaxed) {
+                loop.execute { [self] in completed(nil, scope) }
+                return
+            }
             if mayHold && budget.over {
                 loop.execute { [self] in heldByWorker(Pending(frame: f, request: request, scope: scope, received: started)) }
                 return

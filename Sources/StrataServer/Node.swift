@@ -262,9 +262,6 @@ public final class Node: @unchecked Sendable {
         let now = monotonicSeconds()
         checkPause(now: now)
         for c in connections[loop.index].map.values { c.checkTimers(now: now) }
-        // A queue whose running workers are all stuck (a read faulting to the device) and that
-        // no submit has come to notice: another worker for it.
-        workers.nudge()
     }
 
     /// Notices a pause: no loop ran its tick for `--pause-threshold` seconds (SIGSTOP, a frozen
