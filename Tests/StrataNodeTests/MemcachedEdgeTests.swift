@@ -10,24 +10,13 @@ import TestSupport
 /// long opaques refused, `delete` without a key, a later flush_all replacing a delayed one, and
 /// negative entries (cached load failures) absent for every command.
 final class MemcachedEdgeTests: XCTestCase {
-    private func start(_ dir: TempDir) throws -> (NodeProcess, TextSocket) {
-        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"])
-        return (node, try TextSocket(port: try XCTUnwrap(node.memcachedPort)))
-    }
-
-    private func cas(_ mc: TextSocket, _ key: String) throws -> UInt64 {
-        mc.send("mg \(key) c\r\n")
-        let line = mc.line()
-        return try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("c") }.flatMap { UInt64($0.dropFirst()) }, line)
-    }
-
     func testMaComparesItsCas() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("ms n 1 F7 T100\r\n5\r\n")
         XCTAssertEqual(mc.line(), "HD")
-        let c = try cas(mc, "n")
+        let c = try metaCAS(mc, "n")
         mc.send("ma n C\(c + 1) v\r\n")
         XCTAssertEqual(mc.line(), "EX", "a changed CAS: nothing applied")
         mc.send("ma n C\(c + 1) q\r\n")
@@ -39,7 +28,7 @@ final class MemcachedEdgeTests: XCTestCase {
         let answer = mc.line()
         XCTAssertTrue(answer.hasPrefix("VA 1 c"), answer)
         XCTAssertEqual(mc.line(), "8")
-        XCTAssertNotEqual(try cas(mc, "n"), c, "the counter has a new CAS")
+        XCTAssertNotEqual(try metaCAS(mc, "n"), c, "the counter has a new CAS")
         mc.send("mg n f t\r\n")
         let kept = mc.line()
         XCTAssertTrue(kept.hasPrefix("HD f7 t"), "flags and TTL kept: \(kept)")
@@ -49,13 +38,13 @@ final class MemcachedEdgeTests: XCTestCase {
         XCTAssertEqual(mc.line(), "NF")
         mc.send("ms t 1\r\nx\r\n")
         XCTAssertEqual(mc.line(), "HD")
-        mc.send("ma t C\(try cas(mc, "t"))\r\n")
+        mc.send("ma t C\(try metaCAS(mc, "t"))\r\n")
         XCTAssertEqual(mc.line(), "CLIENT_ERROR cannot increment or decrement non-numeric value")
     }
 
     func testFlagsThatCannotMapDuplicatesAndLongOpaquesAreRefused() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("ms k 1 T1000\r\nv\r\n")
         XCTAssertEqual(mc.line(), "HD")
@@ -82,7 +71,7 @@ final class MemcachedEdgeTests: XCTestCase {
 
     func testDeleteWithoutAKeyIsAnError() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("delete\r\ndelete a b c d\r\ndelete a 5\r\n")
         XCTAssertEqual(mc.line(), "ERROR")
@@ -92,7 +81,7 @@ final class MemcachedEdgeTests: XCTestCase {
 
     func testALaterFlushAllReplacesADelayedOne() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("flush_all 1\r\n")
         XCTAssertEqual(mc.line(), "OK")
@@ -112,7 +101,7 @@ final class MemcachedEdgeTests: XCTestCase {
 
     func testNegativeEntriesAreAbsentForEveryCommand() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         let c = try node.connect()
         func negative(_ key: String) throws {

@@ -7,21 +7,9 @@ import TestSupport
 /// ones refused with CLIENT_ERROR instead of being ignored (mg h/l/u/E, ma E), over a raw
 /// socket against a real node (proto-spec/MEMCACHED.md §7).
 final class MemcachedMetaFlagTests: XCTestCase {
-    private func start(_ dir: TempDir) throws -> (NodeProcess, TextSocket) {
-        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"])
-        return (node, try TextSocket(port: try XCTUnwrap(node.memcachedPort)))
-    }
-
-    /// The CAS (version) `mg <key> c` reports.
-    private func cas(_ mc: TextSocket, _ key: String) throws -> UInt64 {
-        mc.send("mg \(key) c\r\n")
-        let line = mc.line()
-        return try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("c") }.flatMap { UInt64($0.dropFirst()) }, line)
-    }
-
     func testFlagsThatCannotMapAreRefusedWithAClientError() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("ms k 1\r\nv\r\n")
         XCTAssertEqual(mc.line(), "HD")
@@ -39,11 +27,11 @@ final class MemcachedMetaFlagTests: XCTestCase {
 
     func testEGivesTheItemItsCasWhenNewerAndIsRefusedOtherwise() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("ms k 1 E5000\r\na\r\n")
         XCTAssertEqual(mc.line(), "HD")
-        XCTAssertEqual(try cas(mc, "k"), 5000)
+        XCTAssertEqual(try metaCAS(mc, "k"), 5000)
         mc.send("ms k 1 E4000\r\nb\r\n")
         XCTAssertEqual(mc.line(), "NS", "a version not newer than the item's")
         mc.send("ms k 1 C5000 E6000 c\r\nc\r\n")
@@ -56,7 +44,7 @@ final class MemcachedMetaFlagTests: XCTestCase {
         XCTAssertEqual(mc.line(), "EX", "an invalidate with an older version")
         mc.send("md k I E8000\r\n")
         XCTAssertEqual(mc.line(), "HD")
-        XCTAssertEqual(try cas(mc, "k"), 8000)
+        XCTAssertEqual(try metaCAS(mc, "k"), 8000)
         mc.send("md k E9000\r\nms k 1 E8500\r\ne\r\nmg k\r\n")
         XCTAssertEqual(mc.line(), "HD")
         XCTAssertEqual(mc.line(), "NS", "the delete's version guards against an older write")
@@ -69,11 +57,11 @@ final class MemcachedMetaFlagTests: XCTestCase {
 
     func testMsWithIAndAnOlderCasStoresTheValueStale() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("ms k 1\r\na\r\n")
         XCTAssertEqual(mc.line(), "HD")
-        let first = try cas(mc, "k")
+        let first = try metaCAS(mc, "k")
         mc.send("ms k 1 C\(first)\r\nb\r\n")
         XCTAssertEqual(mc.line(), "HD")
         // A writer that read the first copy: a plain CAS set fails, with I it lands stale.
@@ -88,7 +76,7 @@ final class MemcachedMetaFlagTests: XCTestCase {
         XCTAssertEqual(mc.line(), "VA 1 Z X")
         XCTAssertEqual(mc.line(), "c")
         // With the current CAS, I is a plain CAS set (not stale); without C it is refused.
-        let current = try cas(mc, "k")
+        let current = try metaCAS(mc, "k")
         mc.send("ms k 1 C\(current) I\r\nd\r\nmg k v\r\n")
         XCTAssertEqual(mc.line(), "HD")
         XCTAssertEqual(mc.line(), "VA 1")
@@ -101,7 +89,7 @@ final class MemcachedMetaFlagTests: XCTestCase {
 
     func testMdWithXEmptiesTheValueAndKeepsTheItem() throws {
         let dir = TempDir()
-        let (node, mc) = try start(dir)
+        let (node, mc) = try startMemcachedNode(dir)
         defer { node.terminate() }
         mc.send("ms k 5 F7 T1000\r\nhello\r\nmd k x\r\nmg k v f s t\r\n")
         XCTAssertEqual(mc.line(), "HD")

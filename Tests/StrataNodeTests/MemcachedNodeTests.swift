@@ -361,3 +361,16 @@ final class MemcachedNodeTests: XCTestCase {
         XCTAssertTrue(metrics.contains("strata_memcached_errors_total{kind=\"unknown_command\"} 1"))
     }
 }
+
+/// A node with a memcached listener on a free port, and a text socket to it.
+func startMemcachedNode(_ dir: TempDir) throws -> (NodeProcess, TextSocket) {
+    let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"])
+    return (node, try TextSocket(port: try XCTUnwrap(node.memcachedPort)))
+}
+
+/// The CAS (version) `mg <key> c` reports.
+func metaCAS(_ mc: TextSocket, _ key: String) throws -> UInt64 {
+    mc.send("mg \(key) c\r\n")
+    let line = mc.line()
+    return try XCTUnwrap(line.split(separator: " ").first { $0.hasPrefix("c") }.flatMap { UInt64($0.dropFirst()) }, line)
+}
