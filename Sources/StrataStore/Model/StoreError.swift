@@ -20,6 +20,8 @@ public struct StoreError: Error, CustomStringConvertible, Sendable, Equatable {
         public static let corrupt = Code(raw: "corrupt")
         public static let closed = Code(raw: "closed")
         public static let invalidArgument = Code(raw: "invalid_argument")
+        /// Held back by a capacity bound for too long (nothing done): retry later.
+        public static let busy = Code(raw: "busy")
     }
 
     public let code: Code
