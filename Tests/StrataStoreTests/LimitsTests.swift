@@ -459,4 +459,27 @@ final class DiskLimitTests: XCTestCase {
             XCTAssertEqual(try f.store.get(bytes("k\(i)"), tiers: .disk)?.value, value(i), "still there once the backlog applied")
         }
     }
+
+    func testAFlushOnAFullDiskAnswersAtOnceAndAppliesOnceThereIsRoom() throws {
+        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
+        var stored: [Int] = []
+        for i in 0..<400 {
+            var rng = SplitMix(seed: UInt64(i))
+            let v = (0..<1500).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            do { _ = try f.store.set(bytes("k\(i)"), v, options: SetOptions(tiers: .disk)); stored.append(i) } catch { break }
+        }
+        XCTAssertFalse(stored.isEmpty)
+        // SQLite cannot write: the FLUSH is logged and answered DISK_FULL now, not when space
+        // returns (it used to wait, and the client timed out).
+        let t0 = monotonicSeconds()
+        XCTAssertThrowsError(try f.store.flush(namespace: [])) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
+            XCTAssertTrue((e as? StoreError)?.message.contains("takes effect once SQLite can write again") == true, "\(e)")
+        }
+        XCTAssertLessThan(monotonicSeconds() - t0, 5)
+        // Room again (deletes are applied ahead): the flush is applied from the log.
+        for i in stored.prefix(stored.count / 2) { _ = try? f.store.remove(bytes("k\(i)")) }
+        XCTAssertTrue(eventually(10) { stored.allSatisfy { (try? f.store.get(bytes("k\($0)"), tiers: .disk)) == .some(nil) } },
+                      "the flush took effect: \(f.log.all.suffix(3))")
+    }
 }

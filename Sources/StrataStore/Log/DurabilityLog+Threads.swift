@@ -153,7 +153,13 @@ extension DurabilityLog {
                     logLine("level=error event=log_apply_failed records=\(batch.count) attempt=\(failures) error=\"\(e.message)\"")
                 }
                 if e.code == .diskFull {
-                    cond.withLock { stuck = e }
+                    // Those waiting for SQLite (a FLUSH, a trim, a sync) are answered now.
+                    cond.lock()
+                    stuck = e
+                    let waiting = appliedWaiters
+                    appliedWaiters.removeAll()
+                    cond.unlock()
+                    for w in waiting { w.done(Self.notYetApplied(e)) }
                     batchLimit = 1
                     applyRemovalsAhead()
                 }

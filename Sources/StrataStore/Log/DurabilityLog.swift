@@ -284,11 +284,19 @@ final class DurabilityLog: @unchecked Sendable {
         cond.lock()
         if applied >= end { cond.unlock(); return }
         if applierGaveUp { cond.unlock(); throw StoreError(.io, "the disk tier stopped applying the log") }
+        // SQLite cannot write (a full disk): no waiting until space returns.
+        if let e = stuck { cond.unlock(); throw Self.notYetApplied(e) }
         appliedWaiters.append((end, { c.fulfil($0) }))
         cond.unlock()
         flush()
         wakeApplier()
         if let e = c.wait() { throw e }
+    }
+
+    /// What a caller waiting for the log to reach SQLite is told while SQLite refuses to write
+    /// (`stuck`): its write is in the log and is applied once SQLite can write again.
+    static func notYetApplied(_ e: StoreError) -> StoreError {
+        StoreError(.diskFull, "\(e.message); what was asked is in the log and takes effect once SQLite can write again")
     }
 
     func wakeApplier() {
