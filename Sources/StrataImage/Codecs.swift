@@ -57,6 +57,11 @@ public enum ImageCodec {
         switch info.format {
         case .png, .apng:
             _ = try decodePNG(bytes, info, decodeLimit: decodeLimit)
+            // libpng's reader stops after the image data: a file cut after it decodes. Its
+            // last chunk must be IEND (length 0, fixed CRC).
+            guard bytes.count >= 12, Array(bytes.suffix(12)) == Self.iendChunk else {
+                throw ImageError(.truncated, "PNG does not end with its IEND chunk: truncated")
+            }
         case .webpLossy, .webpLossless, .webpAnimated:
             if info.format == .webpAnimated {
                 // Animated WebP: the demuxer must accept every frame (first-frame decode is the variant source).
@@ -79,6 +84,9 @@ public enum ImageCodec {
     }
 
     // MARK: PNG
+
+    /// The IEND chunk every PNG ends with: length 0, "IEND", its CRC.
+    static let iendChunk: [UInt8] = [0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82]
 
     private static func pngHeader(_ bytes: [UInt8], _ format: ImageFormat) throws(ImageError) -> ImageInfo {
         var image = png_image()

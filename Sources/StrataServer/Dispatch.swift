@@ -241,7 +241,8 @@ final class Dispatcher: @unchecked Sendable {
     /// original; a write that changes the original's version or deletes it drops the old ones
     /// (`originalChanged`), and a deleted original makes the request NOT_FOUND.
     func variant(_ v: VariantRequest, _ f: Frame) throws -> Frame {
-        guard let original = try store.get(v.key, namespace: v.namespace) else { return Responses.status(to: f, .notFound) }
+        // A negative entry (a cached load failure) is no image: absent here, as for GET's value.
+        guard let original = try store.get(v.key, namespace: v.namespace), !original.negative else { return Responses.status(to: f, .notFound) }
         let spec = VariantSpec(maxWidth: Int(v.maxWidth), maxHeight: Int(v.maxHeight), fit: v.fit == 1 ? .cover : .contain,
                                format: v.format == 1 ? .png : .webp, quality: v.quality == 255 ? nil : Int(v.quality))
         let derived = VariantLineage.derivedKey(v.key, version: original.version, spec: spec.canonical)
@@ -402,8 +403,9 @@ final class Dispatcher: @unchecked Sendable {
                                     expiresAt: m.expiresAt ?? 0, version: m.version, flags: m.flags,
                                     extendedSize: UInt32(m.extendedSize))
                 // Image facts come from the value's headers (no pixels are decoded).
-                if m.size >= 12, let item = try store.get(key, namespace: ns, tiers: Tiers(wire: tiers)),
-                   let image = try? ImageCodec.inspect(item.value, pixelLimit: Int.max) {
+                // Read without counting a hit or an access (META is not a read of the value).
+                if m.size >= 12, let value = try store.peekValue(key, namespace: ns, tiers: Tiers(wire: tiers)),
+                   let image = try? ImageCodec.inspect(value, pixelLimit: Int.max) {
                     info.imageFormat = image.format.rawValue
                     info.imageWidth = UInt32(clamping: image.width)
                     info.imageHeight = UInt32(clamping: image.height)
@@ -421,7 +423,7 @@ final class Dispatcher: @unchecked Sendable {
             case .namespaceStats(let q):
                 return Responses.stats(to: f, json: try NamespaceStats.json(q, store: store, limit: namespaceStatsLimit, visible: visible))
             case let .imageInfo(ns, key):
-                guard let item = try store.get(key, namespace: ns) else { return Responses.status(to: f, .notFound) }
+                guard let item = try store.get(key, namespace: ns), !item.negative else { return Responses.status(to: f, .notFound) }
                 do {
                     let i = try ImageCodec.inspect(item.value, pixelLimit: Int.max)
                     return Responses.imageInfo(to: f, format: i.format.rawValue, width: UInt32(clamping: i.width), height: UInt32(clamping: i.height),

@@ -119,6 +119,27 @@ extension TieredCache {
         try metadata(key, namespace: namespace, tiers: tiers) != nil
     }
 
+    /// The value of the live item under `key` (nil: absent, a tombstone, or a negative entry),
+    /// read without counting a hit or a miss and without counting as an access for eviction:
+    /// for META's image facts.
+    public func peekValue(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> [UInt8]? {
+        try check(key: key, namespace: namespace)
+        try check(tiers: tiers)
+        guard let ns = registry.lookup(namespace) else { return nil }
+        let now = clock.nowMicros()
+        let oldest = maxAge.oldestVersion(now: now)
+        func live(_ s: ItemState) -> [UInt8]? { s.isLive(now: now, oldestVersion: oldest) && !s.negative ? s.value : nil }
+        if tiers.contains(.memory) {
+            let loc = memory.locate(tag: ns.tag, key: key)
+            if let m = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: true) }) {
+                return live(m.state)
+            }
+        }
+        guard tiers.contains(.disk) else { return nil }
+        if let p = log.index.lookup(ItemKey(namespace: namespace, key: key)) { return p.state.flatMap(live) }
+        return try disk.read(namespace: namespace, key: key, withValue: true, countStats: false).flatMap { live($0.state) }
+    }
+
     /// Metadata of the item under `key`: sizes, encoding, the tiers holding it, expiry,
     /// version, flags. Nil when absent (or expired, or a tombstone).
     public func metadata(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all) throws -> ItemMetadata? {

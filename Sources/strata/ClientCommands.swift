@@ -263,7 +263,7 @@ let clientCommands: [String: ClientCommand] = [
         printOut("frames  \(Int(e[10]) << 8 | Int(e[11]))\(e[9] & 2 != 0 ? " (animated)" : "")")
         return 0
     },
-    "variant": ClientCommand(usage: "strata variant KEY --width W --height H [--fit contain|cover] [--format webp|png] [--quality 0-100|lossless] [--ns NS] > out",
+    "variant": ClientCommand(usage: "strata variant KEY --width W --height H [--fit contain|cover] [--format webp|png] [--quality 0-100|lossless (default 80)] [--ns NS] > out",
                              valued: ["--ns", "--width", "--height", "--fit", "--format", "--quality"], switches: [], positionals: 1) { o, c in
         let key = try keyArg(o, "strata variant KEY --width W --height H")
         guard let w = try o.int("--width", min: 1), let h = try o.int("--height", min: 1), w <= 65535, h <= 65535 else {
@@ -377,6 +377,10 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     }
     for opt in readThroughOptions where opt != "--or-run" && o.string(opt) != nil {
         throw UsageError(message: "\(opt) needs --or-run")
+    }
+    // `get --ttl` is the TTL of what --or-run stores; alone it would do nothing (use touch).
+    if name == "get" && o.string("--ttl") != nil {
+        throw UsageError(message: "get --ttl needs --or-run (to change a key's TTL, use strata touch KEY --ttl S)")
     }
     let conn = try NodeConnection(host: host, port: port, timeout: timeout, token: token, tls: tls)
     defer { conn.close() }

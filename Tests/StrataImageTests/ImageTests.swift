@@ -46,6 +46,13 @@ final class ImageTests: XCTestCase {
         var corrupt = png
         for i in 60..<min(120, corrupt.count - 20) { corrupt[i] ^= 0x5A }
         XCTAssertThrowsError(try ImageCodec.validate(corrupt))
+        // Cut after the image data: every pixel decodes, but the file has no IEND.
+        let noEnd = Array(png.dropLast(12))
+        XCTAssertThrowsError(try ImageCodec.validate(noEnd)) { e in
+            XCTAssertEqual((e as? ImageError)?.kind, .truncated)
+            XCTAssertTrue((e as? ImageError)?.message.contains("IEND") == true)
+        }
+        XCTAssertNoThrow(try ImageCodec.validate(png), "the whole file")
     }
 
     func testHeaderClaimingAbsurdDimensionsIsRefusedBeforeDecoding() throws {

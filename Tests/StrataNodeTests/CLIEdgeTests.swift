@@ -89,6 +89,24 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertFalse(try cli(node, ["meta", "p.png"]).out.isEmpty)
         XCTAssertEqual(try cli(node, ["set", "t", "text"]).code, 0)
         XCTAssertFalse(try cli(node, ["meta", "t"]).out.contains("image"), "not an image: no image line")
+        // META reads the value's headers without counting a hit (§7.13.1).
+        let c = try node.connect()
+        let before = try nodeStats(c)
+        for _ in 0..<3 { XCTAssertEqual(try cli(node, ["meta", "p.png"]).code, 0) }
+        let after = try nodeStats(c)
+        for k in ["memory_hits", "disk_hits", "memory_misses", "disk_misses"] {
+            XCTAssertEqual(after[k] as? Int, before[k] as? Int, k)
+        }
+        // A negative entry (a cached load failure) is no image: not found for image commands.
+        var neg = SetRequest(key: b("n.png"), value: png)
+        neg.negative = true
+        XCTAssertEqual(try c.set(neg).statusCode, .ok)
+        XCTAssertEqual(try c.call(.imageInfo(namespace: [], key: b("n.png"))).statusCode, .notFound)
+        XCTAssertEqual(try c.call(.imageVariant(VariantRequest(key: b("n.png"), maxWidth: 8, maxHeight: 8))).statusCode, .notFound)
+        // get --ttl alone would do nothing: refused.
+        let ttl = try cli(node, ["get", "t", "--ttl", "5"])
+        XCTAssertEqual(ttl.code, 2, ttl.err)
+        XCTAssertTrue(ttl.err.contains("touch"), ttl.err)
     }
 
     func testQuitIsAnsweredBeforeAuthentication() throws {
