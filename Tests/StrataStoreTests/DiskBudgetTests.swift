@@ -105,6 +105,20 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(try f.store.get(bytes("zeros"), tiers: .disk)?.value.count, 6 << 20)
     }
 
+    /// A large value (under the largest a limit takes) is never evicted to make room for
+    /// itself: the older items go (an outside review saw a second 5 MB value under a 16 MiB
+    /// limit evict both, itself included).
+    func testALargeValueIsNotEvictedForItself() throws {
+        let f = try StoreFixture { $0.diskByteLimit = 16 << 20 }
+        for (i, k) in ["a", "b", "c"].enumerated() {
+            let v = Self.noise(10 + i, 5_000_000)
+            XCTAssertNoThrow(try f.store.set(bytes(k), v, options: SetOptions(tiers: .disk)), k)
+            try f.store.sync()
+            XCTAssertEqual(try f.store.get(bytes(k), tiers: .disk)?.value, v, "\(k), just answered, was evicted")
+        }
+        XCTAssertNil(try f.store.get(bytes("a"), tiers: .disk), "the oldest made room")
+    }
+
     /// Once full, eviction takes the store down to the low-water mark in one go, so the
     /// writes after it evict nothing until the budget fills again.
     func testTrimmingGoesDownToTheLowWaterMark() throws {

@@ -77,25 +77,31 @@ extension DiskTier {
                 let perRow = max(64, pages / max(1, rows))
                 n = max(16, (used - bytes + perRow - 1) / perRow)
             } else if n == 0 { break }
-            let removed = try deleteVictims(db, min(n, rows), rows: rows)
+            // The byte limit spares this batch's rows (a value is never evicted to make room
+            // for itself: a large one may hold the directory over the limit until it settles);
+            // the count limit is exact and does not.
+            let removed = try deleteVictims(db, min(n, rows), rows: rows, sparing: bytes < Int.max ? staged.minVersion : .max)
             if removed == 0 { break }
             staged.rowDelta -= removed
             staged.evicted += removed
         }
     }
 
-    /// Deletes `n` rows in eviction order; returns how many went.
-    func deleteVictims(_ db: SQLiteConnection, _ n: Int, rows: Int) throws -> Int {
+    /// Deletes `n` rows in eviction order, none of version `sparing` or newer (the batch being
+    /// written); returns how many went.
+    func deleteVictims(_ db: SQLiteConnection, _ n: Int, rows: Int, sparing: UInt64 = .max) throws -> Int {
         guard n > 0 else { return 0 }
+        let spare = Int64(bitPattern: min(sparing, UInt64(Int64.max)))
         if config.diskEviction == .oldest {
             // Row ids grow with every write (an overwrite is a delete and an insert), so the
             // smallest are the oldest writes: exact, through the table's own order.
-            let s = try db.prepared("DELETE FROM items WHERE id IN (SELECT id FROM items ORDER BY id LIMIT ?)")
-            s.bind(1, n)
+            let s = try db.prepared("DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? ORDER BY id LIMIT ?)")
+            s.bind(1, spare)
+            s.bind(2, n)
             try s.run()
             return db.changes
         }
-        return try deleteLeastRecentlyUsed(db, n, rows: rows)
+        return try deleteLeastRecentlyUsed(db, n, rows: rows, sparing: spare)
     }
 
     /// Tables up to this many rows are read whole when evicting: exact LRU order.
@@ -107,22 +113,22 @@ extension DiskTier {
     /// per row to evict, at least 256, read in runs of 16 from random rowids — and the oldest go
     /// (Redis's approximated LRU). A table of at most `exactEvictionRows` rows is read whole,
     /// so a small store evicts in exact LRU order. Writer thread.
-    func deleteLeastRecentlyUsed(_ db: SQLiteConnection, _ n: Int, rows: Int) throws -> Int {
+    func deleteLeastRecentlyUsed(_ db: SQLiteConnection, _ n: Int, rows: Int, sparing: Int64 = .max) throws -> Int {
         guard n > 0 else { return 0 }
         var candidates: [Int64: Int64] = [:] // id → access
         if rows <= Self.exactEvictionRows {
-            let all = try db.prepared("SELECT id, access FROM items")
+            let all = try db.prepared("SELECT id, access, version FROM items")
             defer { all.reset() }
-            while try all.step() { candidates[all.int(0)] = all.int(1) }
+            while try all.step() { if all.int(2) < sparing { candidates[all.int(0)] = all.int(1) } }
         } else {
             let maxID = try db.scalarInt("SELECT max(id) FROM items") ?? 0
             guard maxID > 0 else { return 0 }
             let want = min(max(256, 8 * n), 1 << 20)
-            let run = try db.prepared("SELECT id, access FROM items WHERE id >= ? ORDER BY id LIMIT 16")
+            let run = try db.prepared("SELECT id, access, version FROM items WHERE id >= ? ORDER BY id LIMIT 16")
             var reads = 0
             while candidates.count < want && reads < want / 4 + 64 {
                 run.bind(1, Int64(evictionSampler.next() % UInt64(maxID)) + 1)
-                while try run.step() { candidates[run.int(0)] = run.int(1) }
+                while try run.step() { if run.int(2) < sparing { candidates[run.int(0)] = run.int(1) } }
                 run.reset()
                 reads += 1
             }

@@ -124,6 +124,9 @@ extension DiskTier {
         var stored = 0
         var evicted = 0
         var maxVersion: UInt64 = 0
+        /// The oldest version this batch stores: its rows (versions at or above it) are never
+        /// evicted to make room in the same batch — an answered write is not evicted for itself.
+        var minVersion: UInt64 = .max
         /// At most what this batch adds on disk: its stored bytes plus four pages per row
         /// (table leaf, two index leaves, one split) — the bytes-on-disk estimate's step.
         func bytesBound(pageSize: Int) -> Int { stored + rows * 4 * pageSize }
@@ -227,6 +230,7 @@ extension DiskTier {
                         staged.rowDelta += 1
                     }
                     staged.maxVersion = max(staged.maxVersion, state.version)
+                    staged.minVersion = min(staged.minVersion, state.version)
                     staged.stored += stored.count
                     staged.rows += 1
                 case .delete(let id):
