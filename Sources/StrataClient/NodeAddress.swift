@@ -40,9 +40,13 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
     private static func parseList(_ list: String, option: String, inFile: String?) throws -> [NodeAddress] {
         var nodes: [NodeAddress] = []
         let from = inFile.map { " (in \($0))" } ?? ""
-        for part in list.split(whereSeparator: { $0 == "," || $0.isNewline }) {
+        // In a file, `#` starts a comment that runs to the end of its line.
+        let text = inFile == nil ? list : list.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
+            .map { $0.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? "" }
+            .joined(separator: "\n")
+        for part in text.split(whereSeparator: { $0 == "," || $0.isNewline }) {
             let item = part.trimmedOfBlanks()
-            if inFile != nil && (item.isEmpty || item.hasPrefix("#")) { continue }
+            if inFile != nil && item.isEmpty { continue }
             if item.hasPrefix("file:") {
                 let path = String(item.dropFirst(5))
                 guard inFile == nil else {

@@ -11,8 +11,12 @@ public struct SyncRequest: Equatable, Sendable {
     public var maxVersion: UInt64
     /// SYNC_KEYS only: the buckets whose entries are wanted, in the order they are answered.
     public var buckets: [UInt32]
-    public init(requester: [UInt8], bucketBits: UInt8, maxVersion: UInt64, buckets: [UInt32] = []) {
+    /// The requester's member-list digest (§7.19 "Member lists"), or nil when it sent none
+    /// (the extras' optional last field): a node whose own differs refuses the request.
+    public var members: UInt64?
+    public init(requester: [UInt8], bucketBits: UInt8, maxVersion: UInt64, buckets: [UInt32] = [], members: UInt64? = nil) {
         self.requester = requester; self.bucketBits = bucketBits; self.maxVersion = maxVersion; self.buckets = buckets
+        self.members = members
     }
 
     public static let minBits: UInt8 = 4
@@ -40,12 +44,13 @@ extension SyncRequest {
         var r = ExtrasReader(f.extras, name)
         let bits = try r.u8()
         let maxVersion = try r.u64()
+        let members: UInt64? = f.extras.count > 9 ? try r.u64() : nil
         try r.end()
         guard bits >= minBits && bits <= maxBits else {
             throw WireError(.invalidArgument, "\(name): bucket bits \(bits) is out of range \(minBits)…\(maxBits)")
         }
         guard !f.key.isEmpty else { throw WireError(.invalidArgument, "\(name): the key must be the requester's node name") }
-        var s = SyncRequest(requester: f.key, bucketBits: bits, maxVersion: maxVersion)
+        var s = SyncRequest(requester: f.key, bucketBits: bits, maxVersion: maxVersion, members: members)
         if keys {
             guard f.value.count % 4 == 0, !f.value.isEmpty, f.value.count / 4 <= maxBuckets else {
                 throw WireError(.invalidArgument, "sync_keys: the value must be 1…\(maxBuckets) u32 bucket numbers")
@@ -66,6 +71,7 @@ extension SyncRequest {
         f.key = requester
         f.extras.append(bucketBits)
         f.extras.appendBE(maxVersion)
+        if let m = members { f.extras.appendBE(m) }
         for b in buckets { f.value.appendBE(b) }
     }
 }

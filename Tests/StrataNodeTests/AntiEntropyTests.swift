@@ -350,6 +350,23 @@ final class AntiEntropyTests: XCTestCase {
     /// applies it without a restart — the new member is filled by anti-entropy, later writes
     /// reach it by handoff, the change is audited and counted — and a list that drops the node
     /// itself, or cannot be read, keeps the members it has.
+    /// §7.19 "Member lists": a node restarted with a smaller list does not call itself caught
+    /// up with peers still on the old one (a round would compare none of the keys it newly
+    /// holds: an outside review read stale values unflagged); once a peer runs the same list,
+    /// the two sync.
+    func testANodeOnANewMemberListStaysUnverifiedUntilItsPeersRunTheSameList() throws {
+        let c = try SyncCluster(count: 3, replicas: 2)
+        XCTAssertTrue(eventually(20, interval: 0.1) { (0..<3).allSatisfy(c.verified) }, "the nodes synced at start")
+        c.nodes[0]!.terminate()
+        try c.start(0, members: [0, 1]) // node 2 removed here only: 1 and 2 still list 0, 1, 2
+        usleep(3_000_000) // several rounds at --sync-interval 0.5
+        XCTAssertFalse(c.verified(0), "node 0 must not be verified while its peers run another list")
+        XCTAssertTrue(c.nodes[0]!.stderr.contains("member lists differ"), c.nodes[0]!.stderr)
+        c.nodes[1]!.terminate()
+        try c.start(1, members: [0, 1])
+        XCTAssertTrue(eventually(20, interval: 0.1) { c.verified(0) && c.verified(1) }, "the same list on both: synced")
+    }
+
     func testAFileMemberListChangedWhileRunningIsApplied() throws {
         let cluster = try SyncCluster(count: 2, members: [])
         let lists = TempDir()

@@ -53,4 +53,17 @@ final class AntiEntropyUnitTests: XCTestCase {
             XCTAssertEqual(ClusterView.digest(namespace: ns, key: key, version: v, tombstone: t), XXH64.hash(b))
         }
     }
+
+    /// §7.19 "Member lists": the digest is the specified bytes, the same whatever the order or
+    /// repeats of the list, and differs with a member or the replica count.
+    func testTheMembersDigestIsTheSpecifiedBytes() {
+        let names = ["10.0.0.2:7400", "10.0.0.1:7400", "10.0.0.3:7400"]
+        let expected = XXH64.hash(Array("10.0.0.1:7400\n10.0.0.2:7400\n10.0.0.3:7400\nreplicas=2".utf8))
+        XCTAssertEqual(ClusterView.membersDigest(names: names, replicas: 2), expected)
+        XCTAssertEqual(ClusterView.membersDigest(names: names + ["10.0.0.1:7400"], replicas: 2), expected)
+        XCTAssertNotEqual(ClusterView.membersDigest(names: Array(names.prefix(2)), replicas: 2), expected)
+        XCTAssertNotEqual(ClusterView.membersDigest(names: names, replicas: 3), expected)
+        let view = ClusterView(members: names.map { NodeAddress.parse($0)! }, selfName: names[0], replicas: 2)
+        XCTAssertEqual(view.membersDigest, expected)
+    }
 }

@@ -13,10 +13,11 @@ final class MembershipUnitTests: XCTestCase {
     func testAFileListHoldsEntriesByLineOrCommaWithComments() throws {
         let dir = TempDir()
         let path = dir.path + "/members"
-        try "# the cache\r\n10.0.0.1:7400\n\n  10.0.0.2:7400 , 10.0.0.3:7400\n# end\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "# the cache\r\n10.0.0.1:7400\n\n  10.0.0.2:7400 , 10.0.0.3:7400\n10.0.0.4:7400  # the new one, 10.0.0.5:7400\n# end\n"
+            .write(toFile: path, atomically: true, encoding: .utf8)
         XCTAssertEqual(try NodeAddress.parseList("file:\(path)", option: "--cluster").map(\.name),
-                       ["10.0.0.1:7400", "10.0.0.2:7400", "10.0.0.3:7400"])
-        XCTAssertEqual(try NodeAddress.parseList("10.0.0.9:7400,file:\(path)", option: "--nodes").count, 4)
+                       ["10.0.0.1:7400", "10.0.0.2:7400", "10.0.0.3:7400", "10.0.0.4:7400"], "a comment runs to the end of its line")
+        XCTAssertEqual(try NodeAddress.parseList("10.0.0.9:7400,file:\(path)", option: "--nodes").count, 5)
         XCTAssertTrue(NodeAddress.listCanChange("10.0.0.9:7400, file:\(path)"))
         XCTAssertTrue(NodeAddress.listCanChange("dns:strata.local:7400"))
         XCTAssertFalse(NodeAddress.listCanChange("10.0.0.9:7400,10.0.0.8:7400"))

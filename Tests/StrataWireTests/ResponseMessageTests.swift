@@ -52,3 +52,23 @@ final class RequestFieldTests: XCTestCase {
         XCTAssertEqual(seven, 7)
     }
 }
+
+/// §7.19 "Member lists": the optional last field of SYNC_DIGEST's and SYNC_KEYS's extras.
+final class SyncMembersFieldTests: XCTestCase {
+    func testTheMembersDigestIsOptionalAndRoundTrips() throws {
+        for members in [nil, UInt64(0x0123_4567_89AB_CDEF)] as [UInt64?] {
+            let digest = Request.syncDigest(SyncRequest(requester: Array("n1:1".utf8), bucketBits: 4, maxVersion: 9, members: members))
+            let f = digest.frame(id: 1)
+            XCTAssertEqual(f.extras.count, members == nil ? 9 : 17)
+            guard case .syncDigest(let back) = try Request.parse(f) else { return XCTFail("not a sync digest") }
+            XCTAssertEqual(back.members, members)
+            let keys = Request.syncKeys(SyncRequest(requester: Array("n1:1".utf8), bucketBits: 4, maxVersion: 9, buckets: [1, 2], members: members))
+            guard case .syncKeys(let k) = try Request.parse(keys.frame(id: 2)) else { return XCTFail("not sync keys") }
+            XCTAssertEqual(k.members, members)
+            XCTAssertEqual(k.buckets, [1, 2])
+        }
+        var bad = Request.syncDigest(SyncRequest(requester: Array("n1:1".utf8), bucketBits: 4, maxVersion: 9)).frame(id: 3)
+        bad.extras += [1, 2, 3]
+        XCTAssertThrowsError(try Request.parse(bad), "12 bytes of extras: neither form")
+    }
+}

@@ -158,7 +158,7 @@ final class AntiEntropy: @unchecked Sendable {
         let t0 = monotonicSeconds()
         do {
             let bits = bucketBits()
-            let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion)
+            let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, members: view.membersDigest)
             let f = try conn.call(.syncDigest(req))
             try NodeConnection.check(f, allow: [.ok])
             let theirs = try Responses.parseSyncDigest(f, bits: bits)
@@ -210,7 +210,8 @@ final class AntiEntropy: @unchecked Sendable {
         var rest = buckets.map { UInt32($0) }
         while !rest.isEmpty {
             let chunk = Array(rest.prefix(SyncRequest.maxBuckets))
-            let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, buckets: chunk)
+            let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, buckets: chunk,
+                                  members: view.membersDigest)
             let f = try conn.call(.syncKeys(req))
             try NodeConnection.check(f, allow: [.ok])
             let page = try Responses.parseSyncKeys(f)

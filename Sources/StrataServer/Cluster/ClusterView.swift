@@ -40,10 +40,14 @@ final class ClusterView: @unchecked Sendable {
         let peers: [NodeAddress]
         let pointMasks: [UInt64]?
         let memberBits: [String: UInt64]
+        /// PROTOCOL.md §7.19 "Member lists": XXH64 of the ring names, sorted and unique, each
+        /// followed by a newline, then "replicas=R".
+        let digest: UInt64
 
         init(members: [NodeAddress], selfName: String, replicas: Int) {
             let ring = HashRing(members: members.map { HashRing.Member(name: $0.name) })
             self.ring = ring
+            digest = ClusterView.membersDigest(names: members.map(\.name), replicas: replicas)
             var seen = Set<String>()
             peers = members.filter { $0.name != selfName && seen.insert($0.name).inserted }.sorted { $0.name < $1.name }
             if ring.members.count <= 64 {
@@ -68,6 +72,17 @@ final class ClusterView: @unchecked Sendable {
 
     /// The ring of the current member list.
     var ring: HashRing { lock.withLock { membership.ring } }
+    /// The current member list's digest (§7.19 "Member lists").
+    var membersDigest: UInt64 { lock.withLock { membership.digest } }
+
+    /// The digest of a member list: XXH64 of the sorted, unique ring names, each followed by
+    /// "\n", then "replicas=R" (§7.19 "Member lists").
+    static func membersDigest(names: [String], replicas: Int) -> UInt64 {
+        var bytes: [UInt8] = []
+        for n in Set(names).sorted() { bytes += Array(n.utf8); bytes.append(0x0A) }
+        bytes += Array("replicas=\(replicas)".utf8)
+        return XXH64.hash(bytes)
+    }
     /// Every member but this node, in ring-name order (the current list).
     var peers: [NodeAddress] { lock.withLock { membership.peers } }
 

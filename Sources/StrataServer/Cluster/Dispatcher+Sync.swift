@@ -5,7 +5,15 @@ import StrataWire
 // The node's side of anti-entropy (PROTOCOL.md §7.19) and the UNVERIFIED flag on reads.
 extension Dispatcher {
     /// Why a SYNC request names no peer of this node's cluster.
-    private func syncRefusal(_ s: SyncRequest) -> String? { syncRefusal(requester: s.requester) }
+    private func syncRefusal(_ s: SyncRequest) -> String? {
+        if let why = syncRefusal(requester: s.requester) { return why }
+        // Different member lists (a change being rolled out): the two would compare different
+        // key sets, and the requester could call itself caught up on keys neither listed.
+        if let theirs = s.members, let c = cluster, theirs != c.membersDigest {
+            return "member lists differ: this node's (\(c.ring.members.count) members, \(c.replicas) replicas) is not the requester's; the two sync once both run the same --cluster list"
+        }
+        return nil
+    }
 
     private func syncRefusal(requester: [UInt8]) -> String? {
         guard let c = cluster else { return "this node has no --cluster: it takes part in no anti-entropy" }
