@@ -74,7 +74,9 @@ extension ClusterClient {
         }
         if !failures.isEmpty { hint(s.namespace, s.key, s.version) }
         guard acked.count >= needed(nodes.count), !acked.isEmpty else {
-            throw ClusterError(message: "write of \(keyText(s.key)) reached \(acked.count) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+            // Where it landed too: the write may or may not take effect (an indeterminate write).
+            let on = acked.isEmpty ? "" : " (\(acked.map(\.name).joined(separator: ", ")))"
+            throw ClusterError(message: "write of \(keyText(s.key)) reached \(acked.count) of \(nodes.count) nodes\(on); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
                                failures: failures)
         }
         return ClusterWriteReport(outcome: .stored(version: s.version), acknowledged: acked,
@@ -90,12 +92,13 @@ extension ClusterClient {
         let results = fanOut(nodes) { i, node in try node.run { try $0.call(request(i == 0 ? 0 : 2, version)) } }
         var acks = 0, found = false
         var failures: [(String, String)] = []
+        var acked: [String] = []
         for (node, r) in zip(nodes, results) {
             switch r {
             case .success(let f):
                 switch f.statusCode {
-                case .ok: acks += 1; found = true
-                case .notFound, .superseded: acks += 1
+                case .ok: acks += 1; found = true; acked.append(node.address.name)
+                case .notFound, .superseded: acks += 1; acked.append(node.address.name)
                 default: failures.append((node.address.name, "\(f.statusCode)"))
                 }
             case .failure(let e): failures.append((node.address.name, "\(e)"))
@@ -103,7 +106,8 @@ extension ClusterClient {
         }
         if !failures.isEmpty { hint(namespace, key, version) }
         guard acks >= needed(nodes.count), acks > 0 else {
-            throw ClusterError(message: "\(what) of \(keyText(key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+            let on = acked.isEmpty ? "" : " (\(acked.joined(separator: ", ")))"
+            throw ClusterError(message: "\(what) of \(keyText(key)) reached \(acks) of \(nodes.count) nodes\(on); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
                                failures: failures)
         }
         return found
