@@ -82,8 +82,9 @@ public final class ClusterClient: @unchecked Sendable {
     private var hints: [ItemKey: UInt64] = [:]
 
     public init(configuration: ClusterConfiguration) throws {
-        guard !configuration.nodes.isEmpty else { throw ClusterError(message: "no nodes given", failures: []) }
-        guard configuration.replicas >= 1 else { throw ClusterError(message: "replicas must be at least 1", failures: []) }
+        // A bad configuration is the caller's error (INVALID_ARGUMENT), not an unreachable node.
+        guard !configuration.nodes.isEmpty else { throw WireError(.invalidArgument, "the cluster configuration names no nodes") }
+        guard configuration.replicas >= 1 else { throw WireError(.invalidArgument, "replicas must be at least 1, got \(configuration.replicas)") }
         self.configuration = configuration
         ring = HashRing(members: configuration.nodes.map { .init(name: $0.name) }, pointsPerWeight: configuration.pointsPerWeight)
         var h: [String: NodeHandle] = [:]

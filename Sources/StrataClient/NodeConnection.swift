@@ -81,6 +81,10 @@ public final class NodeConnection {
         guard s.sendAll(bytes) else { throw ClientError(.connection, "sending to \(address) failed or timed out") }
     }
 
+    /// True once the node answered MALFORMED or TOO_LARGE: for a frame it refused from its
+    /// header (PROTOCOL.md §2.2) it then closes the connection, so a pool must not reuse it.
+    public private(set) var mayBeClosedByNode = false
+
     /// Reads the next response frame, whatever its id.
     public func readFrame() throws -> Frame {
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
@@ -88,6 +92,7 @@ public final class NodeConnection {
             do {
                 if let (f, used) = try decoder.decode(buffer) {
                     buffer.removeFirst(used)
+                    if f.statusCode == .malformed || f.statusCode == .tooLarge { mayBeClosedByNode = true }
                     return f
                 }
             } catch {

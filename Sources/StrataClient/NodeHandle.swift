@@ -68,7 +68,7 @@ final class NodeHandle: @unchecked Sendable {
             lock.withLock {
                 failures = 0
                 backoff = 1
-                if idle.count < maxIdle { idle.append(conn) }
+                if idle.count < maxIdle && !conn.mayBeClosedByNode { idle.append(conn) } else { conn.close() }
             }
             return r
         } catch let e as ClientError where e.kind != .server {

@@ -65,6 +65,9 @@ extension ClusterClient {
     ///
     /// Cost: one GET with LEASE for a fresh hit (no version comparison across replicas unless
     /// the owner restarted recently); a miss adds the load and one replicated SET. Blocking.
+    /// (Disfavored: in async code a closure fits both forms, and the async one is the one to
+    /// take there — without this, README's snippet was ambiguous inside an async function.)
+    @_disfavoredOverload
     public func getOrLoad(_ key: [UInt8], namespace: [UInt8] = [], ttl: WireExpiry = .storeDefault,
                           options: LoadOptions = LoadOptions(), loader: () throws -> [UInt8]) throws -> LoadedValue {
         let r = try loadFlights.run(ItemKey(namespace: namespace, key: key)) { try readThrough(key, namespace, ttl, options, loader) }

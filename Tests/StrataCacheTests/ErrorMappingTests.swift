@@ -7,6 +7,20 @@ import StrataWire
 /// `CacheError.mapping`: every lower layer's error becomes one code and, where there is one,
 /// the protocol's status.
 final class ErrorMappingTests: XCTestCase {
+    /// A cluster configuration without nodes or replicas is the caller's error, not an
+    /// unreachable cluster (a caller retrying `.unavailable` would retry it forever).
+    func testABadClusterConfigurationIsAnInvalidArgument() {
+        for config in [ClusterConfiguration(nodes: []), {
+            var c = ClusterConfiguration(nodes: [NodeAddress(host: "127.0.0.1", port: 1)])
+            c.replicas = 0
+            return c
+        }()] {
+            XCTAssertThrowsError(try StrataCache(.cluster(config))) { e in
+                XCTAssertEqual((e as? CacheError)?.code, .invalidArgument, "\(e)")
+            }
+        }
+    }
+
     func testClientErrorsKeepTheNodesStatus() {
         let server = CacheError.mapping(ClientError(.server, "TOO_LARGE: value is 9 MiB", status: .tooLarge))
         XCTAssertEqual(server.code, .tooLarge)

@@ -40,6 +40,24 @@ final class Cluster {
 }
 
 final class ClusterTests: XCTestCase {
+    /// A value over the node's frame limit is refused from its header and the node closes
+    /// that connection: the client must not put it back in its pool (an outside review saw the
+    /// next small writes fail, one per node, and count toward marking the node dead).
+    func testAnOversizedValueDoesNotBreakTheNextWrite() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--max-item", "1MiB"])
+        var c = ClusterConfiguration(nodes: [NodeAddress(host: "127.0.0.1", port: node.port)])
+        c.replicas = 1
+        let client = try ClusterClient(configuration: c)
+        XCTAssertEqual(try client.set(b("warm"), b("v")), .stored(version: try XCTUnwrap(client.get(b("warm"))?.version)))
+        XCTAssertThrowsError(try client.set(b("huge"), [UInt8](repeating: 1, count: 3 << 20))) { e in
+            XCTAssertTrue("\(e)".contains("TOO_LARGE") || "\(e)".contains("tooLarge"), "\(e)")
+        }
+        for i in 0..<10 {
+            XCTAssertNoThrow(try client.set(b("small\(i)"), b("v")), "write \(i) after the refused one")
+        }
+    }
+
     func testReplicationPutsOwnerInAllTiersAndReplicaOnDiskOnly() throws {
         let cluster = try Cluster()
         let client = try cluster.client()

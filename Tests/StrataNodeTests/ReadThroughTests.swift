@@ -14,6 +14,21 @@ final class ReadThroughTests: XCTestCase {
         return try ClusterClient(configuration: c)
     }
 
+    /// README's `getOrLoad` snippet, inside an async function: it compiles (one overload
+    /// fits: the async one) and loads once. An outside review found it ambiguous.
+    func testGetOrLoadInAsyncCodeTakesTheAsyncForm() async throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let cluster = try oneNodeClient(node)
+        @Sendable func fetchUserFromDatabase(_ id: Int) throws -> [UInt8] { Array("user \(id)".utf8) }
+        let v = try await cluster.getOrLoad(Array("user:42".utf8), ttl: .seconds(300),
+                                            options: LoadOptions(negativeTTL: 30, refreshAhead: 10)) {
+            try fetchUserFromDatabase(42)
+        }
+        XCTAssertEqual(v.value, Array("user 42".utf8))
+        XCTAssertEqual(v.origin, .loaded)
+    }
+
     func testLeaseProtocolOnOneNode() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)
