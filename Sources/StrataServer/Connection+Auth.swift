@@ -10,7 +10,7 @@ extension Connection {
     func authenticate(_ token: [UInt8], _ f: Frame) -> Bool {
         guard let users = node.credentials.current else { return true }
         guard let u = users.authenticate(token) else {
-            let answer = Responses.error(to: f, .authFailed, "wrong token")
+            let answer = Responses.error(to: f, .authFailed, token.isEmpty ? "no token given: this node needs one (HELLO with the token)" : "wrong token")
             closeAfterFlush = true
             let delay = node.authenticationFailed(peer: peer, connection: id, protocol: "binary")
             if delay > 0 {

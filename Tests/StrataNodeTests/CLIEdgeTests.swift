@@ -115,6 +115,10 @@ final class CLIEdgeTests: XCTestCase {
         let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--auth-token-file", dir.path + "/token"])
         let c = try NodeConnection(host: "127.0.0.1", port: node.port, timeout: 5)
         XCTAssertEqual(try c.call(.get(GetRequest(key: b("k")))).statusCode, .authRequired)
+        let empty = try NodeConnection(host: "127.0.0.1", port: node.port, timeout: 5)
+        let refused = try empty.call(.hello(minVersion: 1, maxVersion: 1, token: []))
+        XCTAssertEqual(refused.statusCode, .authFailed)
+        XCTAssertTrue(String(decoding: refused.value, as: UTF8.self).hasPrefix("no token given"), String(decoding: refused.value, as: UTF8.self))
         XCTAssertEqual(try c.call(.quit).statusCode, .ok, "an unauthenticated client may close politely")
         XCTAssertThrowsError(try c.readFrame(), "the node closed the connection")
     }
