@@ -230,7 +230,7 @@ final class DiskTier: @unchecked Sendable {
         }
         if strata_flock_exclusive_nonblocking(fd) != 0 {
             Glibc.close(fd)
-            throw StoreError(.locked, "data directory \(directory) is already open — by another process, or by another store in this one (lock file \(lockPath))")
+            throw StoreError(.locked, "data directory \(directory) is in use — by another process, or by another store open in this one (lock file \(lockPath))")
         }
         lockFD = fd
     }
