@@ -234,6 +234,10 @@ public final class ClusterClient: @unchecked Sendable {
                 return r
             } catch let e as ClusterError {
                 throw e
+            } catch let e as ClientError where e.kind == .server && e.status != .shuttingDown && e.status != .busy {
+                // The node answered (NOT_A_NUMBER, INVALID_ARGUMENT, …): that is the answer, not
+                // a node to skip — another replica would say the same.
+                throw e
             } catch {
                 failures.append((node.address.name, "\(error)"))
             }

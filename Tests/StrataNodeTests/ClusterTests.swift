@@ -58,6 +58,20 @@ final class ClusterTests: XCTestCase {
         }
     }
 
+    /// A node's answer (NOT_A_NUMBER) is the answer, not a node to skip: the error says so
+    /// rather than "no node could serve".
+    func testACounterOnAWordSaysNotANumber() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        var c = ClusterConfiguration(nodes: [NodeAddress(host: "127.0.0.1", port: node.port)])
+        c.replicas = 1
+        let client = try ClusterClient(configuration: c)
+        _ = try client.set(b("word"), b("abc"))
+        XCTAssertThrowsError(try client.counter(b("word"), delta: 1)) { e in
+            XCTAssertEqual((e as? ClientError)?.status, .notANumber, "\(e)")
+        }
+    }
+
     func testReplicationPutsOwnerInAllTiersAndReplicaOnDiskOnly() throws {
         let cluster = try Cluster()
         let client = try cluster.client()
