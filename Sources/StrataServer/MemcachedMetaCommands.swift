@@ -331,13 +331,12 @@ extension MemcachedListener {
 
     /// `ma` with C: the counter changes only while the item's version is `c` — read, checked,
     /// then written back as a CAS set of the new digits (a racing write makes it EX, as a
-    /// changed CAS does). Counter rules as the store's: 1–20 digits, increments wrap at 2^64,
-    /// decrements stop at 0; flags and expiry kept.
+    /// changed CAS does), with the store's counter rules; flags and expiry kept.
     private func casCounter(_ key: [UInt8], compare c: UInt64, delta: UInt64, increment: Bool) throws -> CasCounter {
         guard let item = try store.get(key, namespace: namespace, tiers: tiers), !item.negative else { return .outcome(.notFound) }
         guard item.version == c else { return .mismatch }
         guard let current = TieredCache.counterValue(item.value) else { return .outcome(.notANumber) }
-        let next = increment ? current &+ delta : (current >= delta ? current - delta : 0)
+        let next = TieredCache.counterNext(current, delta: delta, decrement: !increment)
         var o = SetOptions()
         o.flags = item.flags
         o.extended = item.extended

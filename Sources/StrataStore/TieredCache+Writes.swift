@@ -72,6 +72,11 @@ extension TieredCache {
     /// A counter's value as INCR/DECR read it (1–20 ASCII digits fitting 64 bits), or nil.
     public static func counterValue(_ bytes: [UInt8]) -> UInt64? { WriteRules.parseCounter(bytes) }
 
+    /// A counter's next value as INCR/DECR make it (increments wrap at 2^64, decrements stop at 0).
+    public static func counterNext(_ current: UInt64, delta: UInt64, decrement: Bool) -> UInt64 {
+        WriteRules.nextCounter(current, delta: delta, decrement: decrement)
+    }
+
     /// Subtracts `delta` from a decimal counter, stopping at 0 (memcached semantics).
     public func decrement(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
                           initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {

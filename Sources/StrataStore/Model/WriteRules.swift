@@ -86,13 +86,17 @@ enum WriteRules {
                 return (.counter(.value(start, version: newVersion)), .store(state))
             }
             guard let current = parseCounter(l.value) else { return (.counter(.notANumber), .none) }
-            // memcached semantics: increments wrap at 2^64, decrements stop at 0.
-            let next = decrement ? (current >= delta ? current - delta : 0) : current &+ delta
+            let next = nextCounter(current, delta: delta, decrement: decrement)
             l.value = Array(String(next).utf8)
             l.version = newVersion
             l.marks = 0
             return (.counter(.value(next, version: newVersion)), .store(l))
         }
+    }
+
+    /// memcached semantics: increments wrap at 2^64, decrements stop at 0.
+    static func nextCounter(_ current: UInt64, delta: UInt64, decrement: Bool) -> UInt64 {
+        decrement ? (current >= delta ? current - delta : 0) : current &+ delta
     }
 
     /// A decimal counter: 1–20 ASCII digits that fit in a UInt64.
