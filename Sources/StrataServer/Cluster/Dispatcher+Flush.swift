@@ -41,7 +41,7 @@ extension Dispatcher {
         // would be dropped at once (marks live as long as tombstones): refused, rather than
         // acknowledged and forgotten.
         let floors = m.floors()
-        let held = ns.map { floors.floor($0) } ?? (floors.all > floors.expired ? floors.all : 0)
+        let held = floors.held(ns)
         if held > 0 && held >= version { return false }
         if version <= floors.expired {
             throw StoreError(.invalidArgument, "FLUSH version \(version) is older than the tombstone lifetime (\(Int(store.configuration.tombstoneTTL)) s): a flush mark that old is not kept")

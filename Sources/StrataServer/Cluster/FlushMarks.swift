@@ -44,6 +44,12 @@ final class FlushMarks: @unchecked Sendable {
             return v > expired ? v : 0
         }
 
+        /// The mark in force for `namespace`, or for FLUSH ALL (nil): 0 when none.
+        func held(_ namespace: [UInt8]?) -> UInt64 {
+            guard let ns = namespace else { return all > expired ? all : 0 }
+            return floor(ns)
+        }
+
         /// True for an entry the flush of its namespace superseded, or a tombstone the sweep
         /// left at the flush's version (never a mark itself).
         func hides(_ e: SyncEntry) -> Bool {
