@@ -92,8 +92,9 @@ public final class NodeClient: @unchecked Sendable {
     /// with the token when one is set).
     private func connectIfNeeded() throws -> (ClientSocket, Int) {
         if let open: (ClientSocket, Int) = lock.withLock({ socket.map { ($0, generation) } }) { return open }
-        guard let address = SocketAddress(host: host, port: port) else {
-            throw ClientError(.connection, "\(host) is not a numeric address")
+        let address: SocketAddress
+        do { address = try SocketAddress.resolving(host: host, port: port) } catch {
+            throw ClientError(.connection, "\(error)")
         }
         var clientTLS: ClientTLS? = lock.withLock { loadedTLS }
         if clientTLS == nil, let t = tls {

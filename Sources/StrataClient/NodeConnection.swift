@@ -40,10 +40,10 @@ public final class NodeConnection {
 
     /// With a TLS configuration already loaded (a pool's connections share one).
     init(host: String, port: UInt16, timeout: Double, token: [UInt8]?, hello: Bool, clientTLS: ClientTLS?) throws {
-        guard let a = SocketAddress(host: host, port: port) else {
-            throw ClientError(.connection, "\(host) is not a numeric address (or localhost)")
+        do { address = try SocketAddress.resolving(host: host, port: port) } catch {
+            throw ClientError(.connection, "\(error)")
         }
-        address = a
+        let a = address
         socket = try ClientSocket(a, timeout: timeout, tls: clientTLS)
         self.token = token
         if token != nil || hello { try sayHello() }

@@ -34,12 +34,66 @@ public struct SocketAddress: Sendable, CustomStringConvertible {
         return nil
     }
 
+    /// `host` as `init?` takes it, or else the first address the system resolver gives for
+    /// the name (`/etc/hosts`, DNS: a Kubernetes pod's stable name), IPv4 before IPv6. `host`
+    /// stays the name (it is what a TLS certificate is checked against). Blocks for the lookup.
+    public static func resolving(host: String, port: UInt16) throws(ResolveError) -> SocketAddress {
+        if let numeric = SocketAddress(host: host, port: port) { return numeric }
+        guard !host.isEmpty, !host.contains(where: { $0 == " " || $0 == "/" }) else {
+            throw ResolveError(host: host, reason: "not a host name")
+        }
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var res: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, nil, &hints, &res)
+        guard rc == 0, let first = res else { throw ResolveError(host: host, reason: String(cString: gai_strerror(rc))) }
+        defer { freeaddrinfo(first) }
+        var found: SocketAddress?
+        var p: UnsafeMutablePointer<addrinfo>? = first
+        while let ai = p {
+            let family = ai.pointee.ai_family
+            if family == AF_INET || (family == AF_INET6 && found == nil), let a = ai.pointee.ai_addr {
+                var address = SocketAddress(name: host, port: port)
+                let length = Int(ai.pointee.ai_addrlen)
+                withUnsafeMutableBytes(of: &address.storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: a, count: length)) }
+                address.length = socklen_t(length)
+                if family == AF_INET {
+                    withUnsafeMutableBytes(of: &address.storage) { $0.storeBytes(of: port.bigEndian, toByteOffset: MemoryLayout<sockaddr_in>.offset(of: \.sin_port)!, as: UInt16.self) }
+                    return address
+                }
+                withUnsafeMutableBytes(of: &address.storage) { $0.storeBytes(of: port.bigEndian, toByteOffset: MemoryLayout<sockaddr_in6>.offset(of: \.sin6_port)!, as: UInt16.self) }
+                found = address
+            }
+            p = ai.pointee.ai_next
+        }
+        guard let found else { throw ResolveError(host: host, reason: "no IPv4 or IPv6 address") }
+        return found
+    }
+
+    private init(name: String, port: UInt16) {
+        self.host = name
+        self.port = port
+    }
+
+    /// Why a host name could not be turned into an address.
+    public struct ResolveError: Error, CustomStringConvertible, Sendable {
+        public let host: String
+        public let reason: String
+        public var description: String { "cannot resolve \(host): \(reason)" }
+    }
+
     public var family: Int32 { Int32(storage.ss_family) }
 
-    /// True for 127.0.0.0/8, ::1 and localhost.
+    /// True for 127.0.0.0/8 and ::1 (and so localhost).
     public var isLoopback: Bool {
-        if host == "localhost" || host == "::1" { return true }
-        return host.hasPrefix("127.")
+        withUnsafeBytes(of: storage) { raw in
+            if family == AF_INET {
+                return raw.load(fromByteOffset: MemoryLayout<sockaddr_in>.offset(of: \.sin_addr)!, as: UInt8.self) == 127
+            }
+            guard family == AF_INET6 else { return false }
+            let a = raw.baseAddress! + MemoryLayout<sockaddr_in6>.offset(of: \.sin6_addr)!
+            return (0..<15).allSatisfy { a.load(fromByteOffset: $0, as: UInt8.self) == 0 } && a.load(fromByteOffset: 15, as: UInt8.self) == 1
+        }
     }
 
     public var description: String { family == AF_INET6 ? "[\(host)]:\(port)" : "\(host):\(port)" }

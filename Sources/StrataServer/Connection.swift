@@ -180,7 +180,7 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// loop (every connection on it) or piling frames onto workers; the tick starts it again
     /// once the applier made room.
     func mayStart(_ r: Request) -> Bool {
-        if case .set(let s) = r, s.tiers != 1, !node.store.logHasRoom { return false } // tiers 1 = memory only
+        if case .set(let s) = r, s.tiers != 1, !node.store.logHasRoom(for: s.value.count) { return false } // tiers 1 = memory only
         return !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
     }
 

@@ -12,10 +12,7 @@ public struct Logger: Sendable {
     public func log(_ l: LogLevel, _ event: String, _ fields: [(String, String)] = []) {
         guard l >= level else { return }
         var line = "ts=\(isoNow()) level=\(l.name) event=\(event)"
-        for (k, v) in fields {
-            let needsQuotes = v.contains(" ") || v.contains("=") || v.isEmpty
-            line += " \(k)=" + (needsQuotes ? "\"" + v.replacingQuotes() + "\"" : v)
-        }
+        for (k, v) in fields { line += " \(k)=" + Self.value(v) }
         line += "\n"
         line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
     }
@@ -25,10 +22,7 @@ public struct Logger: Sendable {
     /// membership changes).
     public func audit(_ action: String, user: String, peer: String, _ fields: [(String, String)] = []) {
         var line = "ts=\(isoNow()) level=audit event=audit"
-        for (k, v) in [("action", action), ("user", user), ("peer", peer)] + fields {
-            let needsQuotes = v.contains(" ") || v.contains("=") || v.isEmpty
-            line += " \(k)=" + (needsQuotes ? "\"" + v.replacingQuotes() + "\"" : v)
-        }
+        for (k, v) in [("action", action), ("user", user), ("peer", peer)] + fields { line += " \(k)=" + Self.value(v) }
         line += "\n"
         line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
     }
@@ -44,8 +38,34 @@ public struct Logger: Sendable {
             return
         }
         guard l >= level else { return }
-        var out = "ts=\(isoNow()) " + line + "\n"
+        var out = "ts=\(isoNow()) " + Self.oneLine(line) + "\n"
         out.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    }
+
+    /// A field's value as written: quoted when it holds a space, `=` or nothing (`"` inside
+    /// becomes `'`), control characters escaped (`\n`, `\r`, `\t`, `\xNN`) so every event is one line.
+    static func value(_ v: String) -> String {
+        let flat = oneLine(v)
+        let needsQuotes = flat.contains(" ") || flat.contains("=") || flat.isEmpty || flat != v
+        return needsQuotes ? "\"" + flat.replacingQuotes() + "\"" : flat
+    }
+
+    /// `text` with its control characters escaped (a SQLite quick_check report spans lines).
+    static func oneLine(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) else { return text }
+        var out = ""
+        for u in text.unicodeScalars {
+            switch u {
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where u.value < 0x20 || u.value == 0x7f:
+                let h = String(u.value, radix: 16)
+                out += "\\x" + (h.count < 2 ? "0" : "") + h
+            default: out.unicodeScalars.append(u)
+            }
+        }
+        return out
     }
 
     public func info(_ e: String, _ f: [(String, String)] = []) { log(.info, e, f) }

@@ -96,9 +96,14 @@ final class MemcachedListener: Sendable {
     func memoryGet(_ keys: [[UInt8]], cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Int {
         let now = store.clock.nowMicros()
         var answered = 0
+        let start = out.count
         for k in keys {
             guard k.withUnsafeBytes({ appendMemoryHit(key: $0, cas: cas, now: now, memo: &memo, into: &out) }) else { break }
             answered += 1
+            if out.count - start > maxGetAnswer {
+                getTooLarge(from: start, into: &out)
+                return keys.count
+            }
         }
         getHits.add(answered)
         guard answered == keys.count else { return answered }
@@ -175,7 +180,7 @@ final class MemcachedListener: Sendable {
         o.tiers = tiers
         // At the log's limit the set goes to the connection's worker (which may wait for room;
         // the connection stops reading meanwhile), never blocking the event loop.
-        guard TieredCache.submitsWithoutBlocking(o), store.logHasRoom else { return .notEligible }
+        guard TieredCache.submitsWithoutBlocking(o), store.logHasRoom(for: s.value.count) else { return .notEligible }
         count(.store(s))
         do {
             try store.submitSet(s.key, s.value, namespace: namespace, options: o, quickCompletion: true, flushLater: true) { [self] result in
@@ -310,8 +315,21 @@ final class MemcachedListener: Sendable {
         return true
     }
 
+    /// The most one get/gets/gat/gats answers: the binary protocol's frame limit (`--max-item`
+    /// + 64 KiB). A get naming one large value a thousand times would otherwise build an
+    /// answer of gigabytes on the loop before any output bound could act.
+    var maxGetAnswer: Int { maxValue + (64 << 10) }
+
+    /// Replaces what a get appended from `start` with its error line.
+    func getTooLarge(from start: Int, into out: inout [UInt8]) {
+        out.removeLast(out.count - start)
+        error("SERVER_ERROR the answer would be over \(maxGetAnswer) bytes (--max-item + 64 KiB): ask for fewer keys", into: &out)
+    }
+
     private func retrieve(_ keys: [[UInt8]], cas: Bool, touch: Expiry?, into out: inout [UInt8]) throws {
+        let start = out.count
         for k in keys {
+            if out.count - start > maxGetAnswer { return getTooLarge(from: start, into: &out) }
             if touch != nil {
                 if let v = try store.touchVersioned(k, namespace: namespace, expiry: touch!, tiers: tiers), v > 0 { touchHits.add() } else { touchMisses.add() }
             }
@@ -322,6 +340,7 @@ final class MemcachedListener: Sendable {
                 getMisses.add()
             }
         }
+        if out.count - start > maxGetAnswer { return getTooLarge(from: start, into: &out) }
         out.append(contentsOf: MemcachedResponse.end)
     }
 

@@ -9,8 +9,11 @@ import StrataNet
 /// 127.0.0.1: it has no authentication) and `--metrics-port`.
 ///
 /// Guarantees: up to `maxConnections` (16) connections are served at once, each on its own
-/// deadline, so idle or slow clients cannot delay another's `/healthz`; one more connection is
-/// answered 503 at once and closed. A request must arrive in full within `requestTimeout`
+/// deadline, so idle or slow clients cannot delay another's `/healthz`. At the bound a new
+/// connection takes the place of the oldest one that is not sending an answer (one still
+/// waiting for its request, or one whose answer was all sent): so idle connections, however
+/// many and however often reopened, cannot keep a probe out. Only when all 16 are sending an
+/// answer is the new one answered 503 at once and closed. A request must arrive in full within `requestTimeout`
 /// (2 s) of the accept and be at most 8 KiB (431 otherwise); the answer must be taken within
 /// `responseTimeout` (5 s). One request per connection (`Connection: close`); anything but
 /// GET or HEAD gets 405, another path 404.
@@ -77,9 +80,15 @@ final class MetricsServer: @unchecked Sendable {
             switch Sys.acceptOne(fd) {
             case .none: return
             case .connection(let c):
-                guard open.count < Self.maxConnections else {
-                    if tls { Sys.close(c) } else { Self.refuseBusy(c) }
-                    continue
+                if open.count >= Self.maxConnections {
+                    // The oldest connection not sending an answer makes room (an outside review
+                    // held /healthz at 503 with 24 idle connections, reopened as they closed).
+                    if let victim = open.values.filter(\.mayBeReplaced).min(by: { $0.acceptedAt < $1.acceptedAt }) {
+                        victim.close()
+                    } else {
+                        if tls { Sys.close(c) } else { Self.refuseBusy(c) }
+                        continue
+                    }
                 }
                 var session: TLSSession? = nil
                 if tls {
@@ -161,7 +170,7 @@ private final class HTTPConnection: EventHandler {
     let fd: Int32
     unowned let server: MetricsServer
     private let tls: TLSSession?
-    private let acceptedAt: Double
+    let acceptedAt: Double
     private var request: [UInt8] = []
     private var response: [UInt8] = []
     private var sent = 0
@@ -222,6 +231,10 @@ private final class HTTPConnection: EventHandler {
         case .success(.wantRead), .success(.wantWrite): return .wouldBlock
         }
     }
+
+    /// Not sending an answer: still waiting for (the rest of) its request, or its answer was
+    /// all sent and it only waits for the client to close.
+    var mayBeReplaced: Bool { answeredAt == nil || sent >= response.count }
 
     func checkDeadlines(now: Double) {
         if let t = tls, !t.handshakeDone, now - acceptedAt > MetricsServer.requestTimeout {

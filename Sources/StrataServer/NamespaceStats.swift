@@ -60,8 +60,8 @@ enum NamespaceStats {
         }
     }
 
-    /// The `strata_namespace_*` metric families: the listed namespaces labelled `ns="NAME"`,
-    /// the rest summed under `other="true"` (always present, so the series set is stable).
+    /// The `strata_namespace_*` metric families: the listed namespaces labelled `ns="NAME"`
+    /// (`ns_hex="HEX"` when the name is not UTF-8), the rest summed under `other="true"` (always present, so the series set is stable).
     static func prometheus(store: TieredCache, limit: Int, usage: [[UInt8]: (items: Int, bytes: Int)]) -> String {
         let counters = store.namespaceCounters()
         let (top, rest) = rank(counters, limit: limit)
@@ -84,7 +84,7 @@ enum NamespaceStats {
         for (name, type, help, value) in families {
             out += "# HELP strata_\(name) \(help) One series (label ns) for each of the \(limit) busiest namespaces by hits + misses + sets; other=\"true\" sums the rest.\n"
             out += "# TYPE strata_\(name) \(type)\n"
-            for (ns, n) in top { out += "strata_\(name){ns=\"\(labelValue(ns))\"} \(value(n, ns))\n" }
+            for (ns, n) in top { out += "strata_\(name){\(label(ns))} \(value(n, ns))\n" }
             out += "strata_\(name){other=\"true\"} \(value(other, nil))\n"
         }
         return out
@@ -103,6 +103,12 @@ enum NamespaceStats {
             }
         }
         return out + "\""
+    }
+
+    /// The label naming one namespace: `ns="NAME"` when its bytes are UTF-8, else
+    /// `ns_hex="HEX"` (replacing the bytes that are not would give two namespaces one series).
+    static func label(_ b: [UInt8]) -> String {
+        String(validating: b, as: UTF8.self) != nil ? "ns=\"\(labelValue(b))\"" : "ns_hex=\"\(hex(b))\""
     }
 
     /// A Prometheus label value: `\`, `"` and newlines escaped (text format 0.0.4).

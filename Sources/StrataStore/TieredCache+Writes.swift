@@ -185,7 +185,10 @@ extension TieredCache {
     func decideAndLog(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
                               loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
                               preEncoded: (ValueEncoding, [UInt8])?, flushedByCaller: Bool) throws -> (WriteResult, UInt64?) {
-        log.waitForRoom()
+        var incoming = 0
+        if case .set(let value, _, _, let extended, _, _, _) = op { incoming = (preEncoded?.1.count ?? value.count) + extended.count }
+        let promise = log.waitForRoom(bytes: incoming)
+        defer { log.release(promise) }
         let id = ItemKey(namespace: namespace, key: key)
         let lock = writeLocks[Int(loc.hash & 255)]
         lock.lock()
@@ -256,6 +259,10 @@ extension TieredCache {
     /// for room (back-pressure). A caller that must not block (an event loop) hands its writes
     /// to a thread that may while this is false.
     public var logHasRoom: Bool { log.hasRoom }
+
+    /// Whether a set of a value of `bytes` would not wait for room in the log now (a large
+    /// value waits for more room than a small one: see `DurabilityLog.waitForRoom`).
+    public func logHasRoom(for bytes: Int) -> Bool { log.hasRoom(for: bytes) }
 
     /// Whether `submitSet` with these options completes without blocking the caller: writes to
     /// memory only, and unconditional sets with a node-assigned version (they need no read of

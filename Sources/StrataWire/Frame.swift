@@ -48,7 +48,7 @@ public struct Frame: Sendable, Equatable {
     /// Appends the encoded frame to `out`. Lengths must be within the field sizes (the
     /// encoder's callers check the protocol's limits first).
     public func encode(into out: inout [UInt8]) {
-        out.reserveCapacity(out.count + encodedSize)
+        out.reserveForAppending(encodedSize)
         encodeHead(into: &out)
         out.append(contentsOf: value)
     }

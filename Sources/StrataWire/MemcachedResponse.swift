@@ -16,7 +16,7 @@ public enum MemcachedResponse {
 
     /// The same, from bytes in place (the memory tier's record, while its lock is held).
     public static func value(key: UnsafeRawBufferPointer, flags: UInt32, data: UnsafeRawBufferPointer, cas: UInt64?, into out: inout [UInt8]) {
-        out.reserveCapacity(out.count + key.count + data.count + 64)
+        out.reserveForAppending(key.count + data.count + 64)
         out.append(contentsOf: "VALUE ".utf8)
         out.append(contentsOf: key)
         out.append(0x20)

@@ -174,12 +174,19 @@ public struct MemcachedParser: Sendable {
             let verb = MemcachedStoreVerb(rawValue: name)!
             let fixed = verb == .cas ? 6 : 5
             guard tokens.count == fixed || tokens.count == fixed + 1 else { return fail("ERROR") }
-            guard let length = Self.int64(buf, tokens[4]), length >= 0, Self.validKey(buf, tokens[1]),
-                  let flags = Self.uint64(buf, tokens[2]), flags <= UInt64(UInt32.max) else { return fail(Self.badFormat) }
-            guard let exptime = Self.int64(buf, tokens[3]) else { return fail(Self.badFormat) }
+            // A refused line whose length is a number drops its data block too: the value must
+            // not be run as commands (memcached runs it; a value of `flush_all` would flush).
+            let claimed = Self.int64(buf, tokens[4])
+            func refuse() -> MemcachedParse {
+                guard let l = claimed, l >= 0 else { return fail(Self.badFormat) }
+                return .error(Self.badFormat, consumed: lineBytes, swallow: l > Int64(Int.max - 2) ? Int.max : Int(l) + 2, close: false)
+            }
+            guard let length = claimed, length >= 0, Self.validKey(buf, tokens[1]),
+                  let flags = Self.uint64(buf, tokens[2]), flags <= UInt64(UInt32.max) else { return refuse() }
+            guard let exptime = Self.int64(buf, tokens[3]) else { return refuse() }
             var cas: UInt64?
             if verb == .cas {
-                guard let c = Self.uint64(buf, tokens[5]) else { return fail(Self.badFormat) }
+                guard let c = Self.uint64(buf, tokens[5]) else { return refuse() }
                 cas = c
             }
             let noreply = tokens.count == fixed + 1 && noreply

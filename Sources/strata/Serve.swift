@@ -32,7 +32,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
 
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
-name in upper case with _ for -), then flags; the later wins. Sizes accept B, KiB, MiB, GiB;
+name in upper case with _ for -), then flags; the later wins. Sizes are bytes or take B, KiB,
+MiB, GiB (K/KB, M/MB, G/GB are read as KiB, MiB, GiB);
 durations are seconds from 0 to 2147483647; switches given as STRATA_* variables take true/false,
 1/0, yes/no or on/off. --group-commit-window (0…0.1) is accepted for old configurations and has
 no effect since the durability log.
@@ -182,9 +183,16 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     }
     if let v = s["data"] { c.dataDirectory = v }
     if let v = try size("memory-limit") { c.memoryLimit = v }
-    if let v = try size("disk-limit") { c.diskLimit = v }
+    if let v = try size("disk-limit") {
+        // 0: no byte limit. Under 1 MiB the WAL's and the log's room alone would not fit.
+        guard v == 0 || v >= 1 << 20 else { throw UsageError(message: "--disk-limit must be 0 (no limit) or at least 1MiB, got '\(s["disk-limit"]!)'") }
+        c.diskLimit = v
+    }
     if let v = try size("max-item") {
-        guard v > 0 else { throw UsageError(message: "--max-item must be positive") }
+        // A frame's body length is 32 bits, and frames may be 64 KiB larger than the value.
+        guard v > 0 && v <= Int(UInt32.max) - (64 << 10) else {
+            throw UsageError(message: "--max-item must be 1B…4194240KiB (a frame's length is 32 bits), got '\(s["max-item"]!)'")
+        }
         c.maxItem = v
     }
     if let v = try seconds("default-ttl") { c.defaultTTL = v > 0 ? v : nil }
@@ -226,8 +234,14 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try bool("tls-only") { c.tlsOnly = v }
     if let v = try bool("metrics-tls") { c.metricsTLS = v }
     if let v = try seconds("idle-timeout") { c.idleTimeout = v > 0 ? v : nil }
-    if let v = try seconds("frame-timeout") { c.frameTimeout = v }
-    if let v = try size("output-cap") { c.outputCap = v }
+    if let v = try seconds("frame-timeout") {
+        guard v > 0 else { throw UsageError(message: "--frame-timeout must be more than 0 seconds") }
+        c.frameTimeout = v
+    }
+    if let v = try size("output-cap") {
+        guard v >= 64 << 10 else { throw UsageError(message: "--output-cap must be at least 64KiB, got '\(s["output-cap"]!)'") }
+        c.outputCap = v
+    }
     if let v = try seconds("drain-time") { c.drainTime = v }
     if let v = try seconds("lease-timeout") {
         guard v > 0 else { throw UsageError(message: "--lease-timeout must be more than 0 seconds") }
@@ -318,26 +332,58 @@ func readToken(_ path: String) throws -> [UInt8] {
     return bytes
 }
 
-/// Reads a JSON object whose keys are the serve flags' names (with - or _) plus `insecure`.
-func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
-    guard let data = FileManager.default.contents(atPath: path) else {
-        throw UsageError(message: "cannot read the config file '\(path)'")
+/// One value of the config file, as JSON wrote it: `true` is not the number 1, and `1` is not
+/// `true` (Foundation's JSONSerialization gives both as one NSNumber: an outside review's
+/// `"port": true` bound port 1).
+enum ConfigValue: Decodable {
+    case bool(Bool), string(String), number(String), other
+
+    init(from decoder: Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let i = try? c.decode(Int64.self) { self = .number(String(i)) }
+        else if let d = try? c.decode(Double.self) { self = .number(String(d)) }
+        else { self = .other }
     }
-    guard let obj = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
-        throw UsageError(message: "the config file '\(path)' is not a JSON object")
+}
+
+/// Why JSON could not be read, with the place when the decoder names it.
+func describeJSONError(_ error: Error) -> String {
+    switch error {
+    case DecodingError.dataCorrupted(let c):
+        if let u = c.underlyingError as NSError?, let d = u.userInfo[NSDebugDescriptionErrorKey] as? String { return d }
+        return c.debugDescription
+    case DecodingError.typeMismatch(_, let c): return c.debugDescription
+    default: return "\(error)"
+    }
+}
+
+/// Reads a JSON object whose keys are the serve flags' names (with - or _) plus `insecure`.
+/// Switches take `true`/`false`; every other key a string or a number.
+func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
+    let data: Data
+    do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+        let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { "\($0)" } ?? error.localizedDescription
+        throw UsageError(message: "cannot read the config file '\(path)': \(reason)")
+    }
+    let obj: [String: ConfigValue]
+    do { obj = try JSONDecoder().decode([String: ConfigValue].self, from: data) } catch {
+        throw UsageError(message: "the config file '\(path)' is not a JSON object of settings: \(describeJSONError(error))")
     }
     var out: [String: String] = [:]
     var insecure: Bool? = nil
     for (k, v) in obj {
         let name = k.replacingOccurrences(of: "_", with: "-")
         if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" || name == "metrics-tls" {
-            guard let b = v as? Bool else { throw UsageError(message: "config '\(k)' must be true or false") }
+            guard case .bool(let b) = v else { throw UsageError(message: "config '\(k)' must be true or false") }
             if name == "insecure" { insecure = b } else { out[name] = b ? "true" : "false" }
             continue
         }
         guard serveSettings.contains(name) else { throw UsageError(message: "unknown config key '\(k)' in '\(path)'") }
-        if let s = v as? String { out[name] = s } else if let n = v as? NSNumber { out[name] = n.stringValue } else {
-            throw UsageError(message: "config '\(k)' must be a string or a number")
+        switch v {
+        case .string(let s), .number(let s): out[name] = s
+        case .bool, .other: throw UsageError(message: "config '\(k)' must be a string or a number")
         }
     }
     return (out, insecure)

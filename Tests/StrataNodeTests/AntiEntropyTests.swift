@@ -13,9 +13,13 @@ final class SyncCluster {
     var nodes: [NodeProcess?]
     let extra: [String]
     let replicas: Int
+    /// How the members are named in `--cluster` (a host name, resolved at each connection, or
+    /// the address).
+    let host: String
 
     /// `count` nodes; those in `members` (default all) are started with a `--cluster` of `members`.
-    init(count: Int = 3, members: [Int]? = nil, replicas: Int = 2, extra: [String] = []) throws {
+    init(count: Int = 3, members: [Int]? = nil, replicas: Int = 2, host: String = "127.0.0.1", extra: [String] = []) throws {
+        self.host = host
         dirs = (0..<count).map { _ in TempDir() }
         var ps: [UInt16] = []
         while ps.count < count {
@@ -30,13 +34,13 @@ final class SyncCluster {
         for i in m { try start(i, members: m) }
     }
 
-    func name(_ i: Int) -> String { "127.0.0.1:\(ports[i])" }
+    func name(_ i: Int) -> String { "\(host):\(ports[i])" }
     func list(_ members: [Int]) -> String { members.map(name).joined(separator: ",") }
 
     func start(_ i: Int, members: [Int], more: [String] = []) throws {
         nodes[i] = try NodeProcess(dataDir: dirs[i].path, port: ports[i],
                                    extra: ["--cluster", list(members), "--replicas", String(replicas), "--sync-interval", "0.5",
-                                           "--pause-threshold", "0.5"] + extra + more)
+                                           "--pause-threshold", "0.5"] + (host == "127.0.0.1" ? [] : ["--advertise", name(i)]) + extra + more)
     }
 
     func kill(_ i: Int) {

@@ -53,6 +53,52 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertTrue(node.startupLines.contains("memory only"), node.startupLines)
     }
 
+    /// The config file is read by JSON type (an operator's review: `"port": true` bound port 1,
+    /// `"data": true` made a directory `./1`, `"insecure": 1` turned insecure on).
+    func testConfigFileValuesAreReadByTheirJSONType() throws {
+        let dir = TempDir()
+        func serve(_ json: String) throws -> (code: Int32, err: String) {
+            let path = dir.path + "/c.json"
+            try json.write(toFile: path, atomically: true, encoding: .utf8)
+            let r = try runCLI(["serve", "--config", path, "--data", TempDir().path, "--port", "0"])
+            return (r.code, r.err)
+        }
+        for (json, says) in [("{\"port\": true}", "'port' must be a string or a number"),
+                             ("{\"data\": false}", "'data' must be a string or a number"),
+                             ("{\"memory_limit\": true}", "'memory_limit' must be a string or a number"),
+                             ("{\"insecure\": 1}", "'insecure' must be true or false"),
+                             ("{\"tls_only\": \"true\"}", "'tls_only' must be true or false"),
+                             ("{\"port\": 7400", "is not a JSON object of settings"),
+                             ("[1, 2]", "is not a JSON object of settings")] {
+            let r = try serve(json)
+            XCTAssertEqual(r.code, 2, "\(json): \(r.err)")
+            XCTAssertTrue(r.err.contains(says), "\(json): \(r.err)")
+        }
+        let missing = try runCLI(["serve", "--config", dir.path + "/none.json", "--data", TempDir().path])
+        XCTAssertEqual(missing.code, 2)
+        XCTAssertTrue(missing.err.contains("cannot read the config file") && missing.err.lowercased().contains("no such file"), missing.err)
+        // Numbers and strings both work where a value is expected.
+        try "{\"max_connections\": 77, \"memory_limit\": \"64MiB\", \"insecure\": false}".write(toFile: dir.path + "/ok.json", atomically: true, encoding: .utf8)
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--config", dir.path + "/ok.json"])
+        let stats = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(try node.connect().stats().utf8)) as? [String: Any])
+        XCTAssertEqual(stats["max_connections"] as? Int, 77)
+    }
+
+    /// Settings that would make a node useless are refused at start, as their siblings are.
+    func testSettingsThatWouldDisableTheNodeAreRefused() throws {
+        for (args, says) in [(["--output-cap", "0"], "--output-cap must be at least 64KiB"),
+                             (["--frame-timeout", "0"], "--frame-timeout must be more than 0"),
+                             (["--disk-limit", "1"], "--disk-limit must be 0 (no limit) or at least 1MiB"),
+                             (["--max-item", "5GiB"], "--max-item must be 1B…4194240KiB")] {
+            let r = try runCLI(["serve", "--port", "0", "--data", TempDir().path] + args)
+            XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
+            XCTAssertTrue(r.err.contains(says), "\(args): \(r.err)")
+        }
+        // 0 for the disk limit is no limit: the node starts and stores.
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--disk-limit", "0"])
+        XCTAssertEqual(try cli(node, ["set", "k", "v"]).code, 0)
+    }
+
     func testCheckLeavesAStoppedNodesDirectoryAsItWas() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)

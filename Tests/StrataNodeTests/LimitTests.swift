@@ -233,29 +233,44 @@ final class MetricsResponderTests: XCTestCase {
         XCTAssertEqual(httpGet("127.0.0.1", port, "/metrics").status, 200)
     }
 
-    func testPastTheBoundA503AtOnceAndIdleConnectionsClosedAtTheRequestTimeout() throws {
+    /// Past the bound a new connection takes the place of the oldest idle one, so idle
+    /// connections — however many, reopened as they close — cannot hold /healthz out (an
+    /// outside review made 30 of 30 probes fail with 24). Idle ones end without an answer, at
+    /// the request timeout or when replaced.
+    func testIdleConnectionsPastTheBoundAreReplacedAndCannotHoldAProbeOut() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path, extra: ["--metrics-port", "0"])
         let port = try XCTUnwrap(node.metricsPort)
         let opened = monotonicSeconds()
-        let idle = try idleConnections(16, "127.0.0.1", port)
+        var idle = try idleConnections(24, "127.0.0.1", port)
         defer { idle.forEach(Sys.close) }
-        // Once the responder has taken all 16, the next one is answered 503 at once.
-        var busy = (status: 0, seconds: 0.0)
-        XCTAssertTrue(eventually(1.5) { busy = httpGet("127.0.0.1", port, "/healthz"); return busy.status == 503 }, "\(busy)")
-        XCTAssertLessThan(busy.seconds, 1)
-        // Each idle connection ends at the request timeout (2 s): read sees end of stream.
-        for fd in idle {
+        var worst = 0.0
+        for round in 0..<10 {
+            let probe = httpGet("127.0.0.1", port, "/healthz")
+            XCTAssertEqual(probe.status, 200, "probe \(round) with 24 idle connections")
+            worst = max(worst, probe.seconds)
+            // The attacker reopens what was closed.
+            for (i, fd) in idle.enumerated() {
+                var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                if poll(&p, 1, 0) == 1 {
+                    var byte: UInt8 = 0
+                    XCTAssertLessThanOrEqual(read(fd, &byte, 1), 0, "an idle connection ends without an answer")
+                    Sys.close(fd)
+                    idle[i] = try Socket.connect(XCTUnwrap(SocketAddress(host: "127.0.0.1", port: port)), timeout: 5)
+                }
+            }
+        }
+        XCTAssertLessThan(worst, 1)
+        // Left alone, the idle ones still end at the request timeout (2 s).
+        let last = idle
+        for fd in last {
             var byte: UInt8 = 0
             var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             XCTAssertEqual(poll(&p, 1, 5000), 1)
             XCTAssertLessThanOrEqual(read(fd, &byte, 1), 0, "closed without an answer")
         }
-        let closed = monotonicSeconds() - opened
-        XCTAssertGreaterThanOrEqual(closed, 2 - 0.05)
-        XCTAssertLessThan(closed, 2 + 0.1 + 2, "bound: 2 s + one tick + 2 s for a loaded machine")
         XCTAssertEqual(httpGet("127.0.0.1", port, "/healthz").status, 200)
-        reportFigure("metrics bound", "16 idle connections: a 17th answered 503 in \(String(format: "%.1f", busy.seconds * 1000)) ms; the idle ones closed \(String(format: "%.2f", closed)) s after opening (request timeout 2 s)")
+        reportFigure("metrics bound", "24 idle connections, reopened as they closed: 10 /healthz probes all 200, the slowest in \(String(format: "%.1f", worst * 1000)) ms; the last idle ones closed within \(String(format: "%.2f", monotonicSeconds() - opened)) s")
     }
 
     func testMetricsHostIsHonouredAndMetricsDoNotFollowHost() throws {

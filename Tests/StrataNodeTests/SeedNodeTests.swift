@@ -177,6 +177,20 @@ final class SeedNodeTests: XCTestCase {
         XCTAssertTrue(hits.contains("strata_namespace_hits_total{ns=\"user7\"} 3"), "\(hits)")
         XCTAssertTrue(metrics.contains("strata_namespace_items{other=\"true\"} 295\n"))
         XCTAssertTrue(metrics.contains("strata_namespaces 300\n"))
+
+        // Namespaces that are not UTF-8 get their own series each (an outside review saw
+        // ff fe, fe ff and ff fd all labelled "\u{FFFD}\u{FFFD}": duplicate series).
+        for ns: [UInt8] in [[0xff, 0xfe], [0xfe, 0xff], [0xff, 0xfd]] {
+            for _ in 0..<20 { XCTAssertEqual(try c.set(SetRequest(key: b("k"), value: b("v"), namespace: ns)).statusCode, .ok) }
+        }
+        let (status2, metrics2) = try runProcess("/usr/bin/python3", ["-c",
+            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:\(port)/metrics', timeout=5).read().decode())"])
+        XCTAssertEqual(status2, 0, metrics2)
+        let sets = metrics2.split(separator: "\n").filter { $0.hasPrefix("strata_namespace_sets_total{") }.map { $0.split(separator: " ")[0] }
+        XCTAssertEqual(Set(sets).count, sets.count, "duplicate series: \(sets)")
+        for hex in ["fffe", "feff", "fffd"] {
+            XCTAssertTrue(sets.contains("strata_namespace_sets_total{ns_hex=\"\(hex)\"}"), "\(sets)")
+        }
     }
 
     // MARK: The CLI reaches every flag

@@ -12,9 +12,16 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(small.walLimit, 128 << 10)
         XCTAssertEqual(small.logLimit, 256 << 10)
         XCTAssertEqual(small.logSegmentBytes, 64 << 10)
-        XCTAssertEqual(small.highWater, (16 << 20) - (256 << 10))
-        XCTAssertEqual(small.lowWater, Int(Double((16 << 20) - (256 << 10)) * 0.9))
-        XCTAssertEqual(small.maxStoredItem, ((16 << 20) - (256 << 10) - 4 * (128 << 10)) / 3)
+        XCTAssertEqual(small.maxStoredItem, ((16 << 20) - (256 << 10) - 4 * (128 << 10)) / 32)
+        // Room for the log's backlog, four WAL checkpoints and two more copies of the largest item.
+        XCTAssertEqual(small.transientRoom, (256 << 10) + 4 * (128 << 10) + 2 * small.maxStoredItem)
+        XCTAssertEqual(small.highWater, (16 << 20) - small.transientRoom)
+        XCTAssertEqual(small.lowWater, Int(Double(small.highWater) * 0.9))
+        XCTAssertGreaterThan(Double(small.highWater) / Double(16 << 20), 0.88, "most of a small limit holds items")
+        // A configured largest item smaller than the share sizes the room instead.
+        let capped = DiskBudget(limit: 16 << 20, walLimit: 16 << 20, logLimit: 64 << 20, logSegmentBytes: 16 << 20,
+                                trimTo: 0.9, maxItemBytes: 1000)
+        XCTAssertEqual(capped.transientRoom, (256 << 10) + 4 * (128 << 10) + 2000)
 
         let defaults = DiskBudget(StoreConfiguration(directory: "/unused"))
         XCTAssertEqual(defaults.walLimit, 16 << 20, "the default 4 GiB keeps the measured WAL size")
@@ -110,13 +117,67 @@ final class DiskBudgetTests: XCTestCase {
     /// limit evict both, itself included).
     func testALargeValueIsNotEvictedForItself() throws {
         let f = try StoreFixture { $0.diskByteLimit = 16 << 20 }
-        for (i, k) in ["a", "b", "c"].enumerated() {
-            let v = Self.noise(10 + i, 5_000_000)
-            XCTAssertNoThrow(try f.store.set(bytes(k), v, options: SetOptions(tiers: .disk)), k)
+        let size = f.store.disk.budget.maxStoredItem - 1000
+        var written: [String] = []
+        for i in 0..<40 {
+            let v = Self.noise(10 + i, size)
+            XCTAssertNoThrow(try f.store.set(bytes("k\(i)"), v, options: SetOptions(tiers: .disk)), "k\(i)")
             try f.store.sync()
-            XCTAssertEqual(try f.store.get(bytes(k), tiers: .disk)?.value, v, "\(k), just answered, was evicted")
+            XCTAssertEqual(try f.store.get(bytes("k\(i)"), tiers: .disk)?.value, v, "k\(i), just answered, was evicted")
+            written.append("k\(i)")
         }
-        XCTAssertNil(try f.store.get(bytes("a"), tiers: .disk), "the oldest made room")
+        XCTAssertNil(try f.store.get(bytes("k0"), tiers: .disk), "the oldest made room")
+    }
+
+    /// Samples the directory every 200 µs while `write` runs; returns the largest total seen.
+    func peakDirectoryBytes(_ path: String, during write: () throws -> Void) rethrows -> Int {
+        let stop = Completion<Void>(), done = Completion<Int>()
+        _ = startThread(name: "dir-sampler") {
+            var peak = 0
+            repeat { peak = max(peak, Self.directoryBytes(path)) } while stop.wait(seconds: 0.0002) == nil
+            done.fulfil(peak)
+        }
+        do { try write() } catch { stop.fulfil(()); _ = done.wait(); throw error }
+        usleep(300_000) // the applier's and the checkpoints' last steps
+        stop.fulfil(())
+        return done.wait()
+    }
+
+    /// The directory stays under `--disk-limit` with values up to the largest one the limit
+    /// takes, written one after another and by eight writers at once (an outside review saw
+    /// 5 MB values take a 16 MiB directory to 21–30 MB: the log kept applied segments, rows
+    /// were written before eviction made room, and eight writers could each add a value to
+    /// the log's backlog at once).
+    func testLargeValuesKeepTheDirectoryUnderTheLimit() throws {
+        let limit = 16 << 20
+        var figures: [String] = []
+        for (size, writers) in [(0, 1), (0, 8), (100_000, 1), (100_000, 8)] {
+            let f = try StoreFixture { $0.diskByteLimit = limit }
+            let value = size == 0 ? f.store.disk.budget.maxStoredItem - 1000 : size
+            let perWriter = limit * 2 / value / writers
+            let peak = try peakDirectoryBytes(f.dir.path) {
+                let failures = Counter()
+                let store = f.store!
+                let finished = (0..<writers).map { w in
+                    let done = Completion<Void>()
+                    _ = startThread(name: "writer-\(w)") {
+                        for i in 0..<perWriter {
+                            let k = w * perWriter + i
+                            do { _ = try store.set(bytes("k\(k)"), Self.noise(k, value), options: SetOptions(tiers: .disk)) } catch { failures.add() }
+                        }
+                        done.fulfil(())
+                    }
+                    return done
+                }
+                for d in finished { d.wait() }
+                XCTAssertEqual(failures.load(), 0)
+                try f.store.sync()
+            }
+            XCTAssertGreaterThan(f.store.stats().disk.evictions, 0, "twice the limit was written")
+            XCTAssertLessThanOrEqual(peak, limit, "\(value) B values, \(writers) writers: the directory reached \(peak) bytes")
+            figures.append("\(value) B × \(writers) writers: peak \(peak * 100 / limit) %")
+        }
+        reportFigure("disk budget with large values (16 MiB limit)", figures.joined(separator: "; "))
     }
 
     /// Once full, eviction takes the store down to the low-water mark in one go, so the
@@ -197,8 +258,8 @@ final class DiskBudgetTests: XCTestCase {
         let b = DiskBudget(StoreConfiguration(directory: "/unused"), filesystemBytes: 16 << 20)
         XCTAssertEqual(b.walLimit, 128 << 10)
         XCTAssertEqual(b.logLimit, 256 << 10)
-        XCTAssertEqual(b.highWater, (4 << 30) - (256 << 10), "eviction still follows the configured limit")
-        XCTAssertLessThan(b.maxStoredItem, 6 << 20)
+        XCTAssertEqual(b.highWater, (4 << 30) - b.transientRoom, "eviction still follows the configured limit")
+        XCTAssertEqual(b.maxStoredItem, ((16 << 20) - (256 << 10) - 4 * (128 << 10)) / 32, "the largest value fits the file system")
     }
 
     /// Large values are read a gate-full at a time: eight threads reading a 3 MiB value never
@@ -240,13 +301,14 @@ final class DiskBudgetTests: XCTestCase {
     /// a worker instead of blocking its event loop).
     func testLogHasRoomTurnsFalseAtTheLimitAndBackWhenApplied() throws {
         let f = try StoreFixture { $0.logLimit = 64 << 10; $0.applierDelayForTests = 0.3 }
-        XCTAssertTrue(f.store.logHasRoom)
+        XCTAssertTrue(f.store.logHasRoom(for: 4096))
         var i = 0
-        while f.store.logHasRoom && i < 1000 {
+        while f.store.logHasRoom(for: 4096) && i < 1000 {
             _ = try f.store.set(bytes("k\(i)"), Self.noise(i, 4096), options: SetOptions(tiers: .disk))
             i += 1
         }
-        XCTAssertFalse(f.store.logHasRoom, "\(i) writes of 4 KiB did not fill a 64 KiB backlog")
-        XCTAssertTrue(eventually(10) { f.store.logHasRoom }, "the applier made room again")
+        XCTAssertFalse(f.store.logHasRoom(for: 4096), "\(i) writes of 4 KiB did not fill a 64 KiB backlog")
+        XCTAssertLessThanOrEqual(i, 16, "a 4 KiB value (1/16 of the backlog) is promised its room: the backlog never passes 64 KiB")
+        XCTAssertTrue(eventually(10) { f.store.logHasRoom(for: 4096) }, "the applier made room again")
     }
 }

@@ -103,6 +103,29 @@ final class IntegrityTests: XCTestCase {
         XCTAssertEqual(try f.store.get(bytes("after"), tiers: .disk)?.value, bytes("v"))
     }
 
+    /// Two reports of one damage (a failed quick_check and a read that hit the same pages)
+    /// move the file aside once: the second names the file it saw, which is gone. An outside
+    /// review saw the fresh database quarantined too, 7 ms after the damaged one.
+    func testTwoReportsOfOneDamageQuarantineOnce() throws {
+        let f = try StoreFixture { $0.quickCheckOnOpen = false }
+        _ = try f.store.set(bytes("before"), bytes("v"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        let disk = f.store.disk
+        let epoch = disk.readerLock.withLock { disk.readerEpoch }
+        for reason in ["quick_check: damage", "SQLite reported corruption while reading: damage"] {
+            let done = Completion<Void>()
+            disk.enqueue(DiskJob(.quarantine(reason: reason, epoch: epoch), inline: true) { _ in done.fulfil(()) })
+            done.wait()
+        }
+        XCTAssertEqual(f.store.stats().quarantines, 1)
+        let moved = try FileManager.default.contentsOfDirectory(atPath: f.dir.path)
+            .filter { $0.hasPrefix("strata.db.corrupt-") && !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }
+        XCTAssertEqual(moved.count, 1, "\(moved)")
+        _ = try f.store.set(bytes("after"), bytes("v"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        XCTAssertEqual(try f.store.get(bytes("after"), tiers: .disk)?.value, bytes("v"), "the fresh database stays in use")
+    }
+
     func testNewerSchemaIsRefusedWithAClearError() throws {
         let dir = TempDir()
         do {

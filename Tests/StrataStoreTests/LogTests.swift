@@ -1,3 +1,4 @@
+import Foundation
 import XCTest
 import StrataCore
 @testable import StrataStore
@@ -229,7 +230,41 @@ final class LogFilesTests: XCTestCase {
         (log, seen) = try open(dir, from: positions[30])
         XCTAssertEqual(seen.map { $0.1 }, (30..<40).map { put($0, size: 4000) }, "nothing SQLite still needs was removed")
         log.removeSegments(before: UInt64.max)
-        XCTAssertEqual(try segmentNames(dir).count, 1, "the segment being appended to stays")
+        XCTAssertEqual(try segmentNames(dir), [LogSegment.fileName(start: log.end)],
+                       "once every record is applied the current segment goes too: a new, empty one starts at the end")
+        XCTAssertEqual(log.bytesOnDisk, LogSegment.headerBytes)
+        let after = try log.append([put(40)])
+        XCTAssertEqual(after, LogSegment.start(fromFileName: try segmentNames(dir)[0]))
+        log.close()
+        XCTAssertEqual(try open(dir, from: after).1.map { $0.1 }, [put(40)])
+    }
+
+    /// A segment that cannot be made (here a directory stands in its place; on a full disk,
+    /// ENOSPC) leaves the log as it was: appends go on in the current segment, and nothing
+    /// written is lost. (The old `rotate` closed the file first and then every append failed
+    /// as "the log is closed".)
+    func testAFailedRotationKeepsAppendingToTheCurrentSegment() throws {
+        let dir = TempDir().path + "-log"
+        var (log, _) = try open(dir, segmentBytes: 1 << 16)
+        var positions: [UInt64] = []
+        for i in 0..<16 { positions.append(try log.append([put(i, size: 4000)])) }
+        // Block the names of the segments the next records (and the end after them) would
+        // start, so every rotation from here fails.
+        var blocked = [log.end]
+        for i in 16..<24 { blocked.append(blocked.last! + UInt64(put(i, size: 4000).encoded(at: 0).count)) }
+        for p in blocked { XCTAssertEqual(mkdir(dir + "/" + LogSegment.fileName(start: p), 0o755), 0) }
+        let before = try segmentNames(dir).count
+        for i in 16..<24 { positions.append(try log.append([put(i, size: 4000)])) }
+        XCTAssertEqual(Array(positions.suffix(8)), Array(blocked.prefix(8)))
+        XCTAssertEqual(try segmentNames(dir).count, before, "no new segment, no error")
+        log.removeSegments(before: UInt64.max) // an eager rotation fails the same way
+        XCTAssertEqual(try segmentNames(dir).count, before)
+        log.close()
+        for p in blocked { rmdir(dir + "/" + LogSegment.fileName(start: p)) }
+        let seen: [(UInt64, LogRecord)]
+        (log, seen) = try open(dir)
+        XCTAssertEqual(seen.suffix(8).map { $0.1 }, (16..<24).map { put($0, size: 4000) })
+        XCTAssertEqual(seen.suffix(8).map { $0.0 }, Array(positions.suffix(8)))
         log.close()
     }
 

@@ -119,7 +119,43 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(parse("get \(ok)\r\n"), .command(.get(keys: [k(ok)], cas: false), consumed: 256))
         XCTAssertEqual(parse("get \(ok)k\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 257, swallow: 0, close: false))
         XCTAssertEqual(parse("delete a\u{7}b\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 12, swallow: 0, close: false))
-        XCTAssertEqual(parse("set a\tb 0 0 1\r\nx\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 15, swallow: 0, close: false))
+        XCTAssertEqual(parse("set a\tb 0 0 1\r\nx\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 15, swallow: 3, close: false))
+    }
+
+    /// A refused storage line whose length is a number drops its data block as it arrives, so
+    /// the value is never run as commands (an attacker's review stored `flush_all` under a
+    /// 251-byte key and the namespace was flushed).
+    func testARefusedStorageLineDropsItsDataBlock() {
+        let long = String(repeating: "k", count: 251)
+        XCTAssertEqual(parse("set \(long) 0 0 9\r\nflush_all\r\n"),
+                       .error("CLIENT_ERROR bad command line format", consumed: 263, swallow: 11, close: false))
+        XCTAssertEqual(parse("set k x 0 5\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 7, close: false))
+        XCTAssertEqual(parse("set k 0 x 5\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 7, close: false))
+        XCTAssertEqual(parse("cas k 0 0 5 x\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 15, swallow: 7, close: false))
+        XCTAssertEqual(parse("set k 0 0 x\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 0, close: false),
+                       "no length to go by: nothing dropped")
+    }
+
+    /// Building a long answer grows its buffer geometrically (an exact reserve before every
+    /// append made a 10 MB multi-get quadratic: 2 s of loop time).
+    func testAnswersGrowTheirBufferGeometrically() {
+        var out: [UInt8] = []
+        var reallocations = 0
+        let value = [UInt8](repeating: 0x78, count: 10_000)
+        for _ in 0..<1000 {
+            let before = out.capacity
+            MemcachedResponse.value(key: Array("b".utf8), flags: 0, data: value, cas: nil, into: &out)
+            if out.capacity != before { reallocations += 1 }
+        }
+        XCTAssertLessThan(reallocations, 40, "10 MB in 1,000 appends")
+        var frames: [UInt8] = []
+        reallocations = 0
+        for i in 0..<10_000 {
+            let before = frames.capacity
+            Frame(magic: Wire.responseMagic, opcode: 1, requestID: UInt32(i)).encode(into: &frames)
+            if frames.capacity != before { reallocations += 1 }
+        }
+        XCTAssertLessThan(reallocations, 40)
     }
 
     func testOtherCommands() {

@@ -11,7 +11,9 @@ extension DiskTier {
 
     func runControl(_ job: DiskJob) {
         guard writer != nil else { finish(job, .failure(StoreError(.io, "disk tier is not open"))); return }
-        if case .quarantine(let reason) = job.kind { quarantineAndReopen(reason: reason) }
+        if case .quarantine(let reason, let epoch) = job.kind, epoch == readerLock.withLock({ readerEpoch }) {
+            quarantineAndReopen(reason: reason)
+        }
         finish(job, .success(nil))
     }
 
@@ -46,6 +48,13 @@ extension DiskTier {
         let limit = max(16, config.walLimit / pageSize)
         let frames = db.walFrames
         switch copyState.load(ordering: .acquiring) {
+        case 0 where frames >= 2 * limit:
+            // One batch filled the WAL twice over (a large value): copying it now keeps the WAL
+            // file, and the log segments the checkpoint lets go, within the room the disk
+            // budget gives them; with the copier the next batches piled on top first (eight
+            // writers of 500 KB values took a 16 MiB directory 2 % over its limit).
+            if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
+            counters.writerCheckpoints.add(1, ordering: .relaxed)
         case 0 where frames >= limit:
             if copierStarted {
                 copyState.store(1, ordering: .releasing)

@@ -30,17 +30,30 @@ extension DiskTier {
         return pages * pageSize + walBytes() + (logBytes?() ?? 0)
     }
 
-    /// What the byte limit is held against: pages holding data (free pages are reused by the
-    /// next inserts before the file grows, so the file stays at the size this reached), the
-    /// WAL and the log's segments.
+    /// What the byte limit is held against: the database's pages that hold data, plus what
+    /// the WAL and the log's segments hold beyond the room `DiskBudget.transientRoom` keeps for
+    /// them. Free pages do not count: eviction runs before a batch's rows are written, so the
+    /// rows reuse the pages it frees and the file does not grow past the size this reached.
     func bytesInUse(_ db: SQLiteConnection) throws -> Int {
         let pages = Int(try db.scalarInt("PRAGMA page_count") ?? 0) - Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
-        return pages * pageSize + walBytes() + (logBytes?() ?? 0)
+        return pages * pageSize + max(0, walBytes() + (logBytes?() ?? 0) - budget.transientRoom)
     }
 
-    /// Inside a transaction, before its commit: evicts what the limits require. The count
-    /// limit is exact; the byte limit trims from `budget.highWater` down to `budget.lowWater`
-    /// in one go (see `DiskBudget`); the free-space floor gives back about 1 % of the rows.
+    /// Before a batch writes its rows: evicts (down to `budget.lowWater`) when the rows to
+    /// come — at most `pending` bytes — would take the bytes in use past `budget.highWater`, so
+    /// the new rows fill the pages the old ones leave instead of growing the file.
+    func makeRoom(_ db: SQLiteConnection, _ staged: inout Staged, for pending: Int) throws {
+        guard budget.isLimited && bytesEstimate + pending > budget.highWater else { return }
+        if try bytesInUse(db) + pending > budget.highWater {
+            try evict(db, &staged, untilCount: Int.max, bytes: budget.lowWater, pendingBytes: pending)
+        }
+        bytesEstimate = try bytesInUse(db)
+    }
+
+    /// Inside a transaction, after its rows were written and before its commit: evicts what
+    /// the limits require. The count limit is exact; the byte limit trims from
+    /// `budget.highWater` down to `budget.lowWater` in one go (see `DiskBudget`; `makeRoom`
+    /// ran before the rows); the free-space floor gives back about 1 % of the rows.
     func enforceLimits(_ db: SQLiteConnection, _ staged: inout Staged) throws {
         if rowCount + staged.rowDelta > config.diskCountLimit {
             try evict(db, &staged, untilCount: config.diskCountLimit, bytes: Int.max)
@@ -48,8 +61,8 @@ extension DiskTier {
         // Measuring bytes on disk costs two PRAGMAs and a stat: only when the estimate (last
         // measurement + an upper bound of each row's page writes since) could be over the limit.
         if budget.isLimited && bytesEstimate + staged.bytesBound(pageSize: pageSize) > budget.highWater {
-            if try bytesInUse(db) + staged.bytesBound(pageSize: pageSize) > budget.highWater {
-                try evict(db, &staged, untilCount: Int.max, bytes: budget.lowWater, pendingBytes: staged.bytesBound(pageSize: pageSize))
+            if try bytesInUse(db) > budget.highWater {
+                try evict(db, &staged, untilCount: Int.max, bytes: budget.lowWater)
             }
             bytesEstimate = try bytesInUse(db)
         }
@@ -72,10 +85,12 @@ extension DiskTier {
             if n == 0 && bytes < Int.max {
                 let used = try bytesInUse(db) + pendingBytes
                 guard used > bytes else { break }
-                // Enough rows, at the file's average size, to cover the excess (at least 16).
+                // Enough rows, at the file's average size, to cover the excess (at least 16 of
+                // small rows; with large ones — 500 KB under a 16 MiB limit — 16 rows were half
+                // the store, so no more than the excess needs).
                 let pages = (Int(try db.scalarInt("PRAGMA page_count") ?? 0) - Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)) * pageSize
                 let perRow = max(64, pages / max(1, rows))
-                n = max(16, (used - bytes + perRow - 1) / perRow)
+                n = max(max(1, min(16, (64 << 10) / perRow)), (used - bytes + perRow - 1) / perRow)
             } else if n == 0 { break }
             // The byte limit spares this batch's rows (a value is never evicted to make room
             // for itself: a large one may hold the directory over the limit until it settles);

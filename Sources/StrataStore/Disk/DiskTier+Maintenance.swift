@@ -18,6 +18,8 @@ extension DiskTier {
         do {
             try sweepStep(db)
             try vacuumIfWorthIt(db)
+            // The pages a vacuum moved are in the WAL: copy them out in time, as after a batch.
+            checkpointIfDue()
             bytesEstimate = try bytesInUse(db)
             counters.bytesOnDisk.store(try bytesOnDisk(db), ordering: .relaxed)
         } catch let e as SQLiteError {

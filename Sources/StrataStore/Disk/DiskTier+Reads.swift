@@ -32,7 +32,7 @@ extension DiskTier {
             return try body(db)
         } catch let e as SQLiteError {
             if e.isCorruption {
-                enqueue(DiskJob(.quarantine(reason: "SQLite reported corruption while reading: \(e.message)"), inline: true) { _ in })
+                enqueue(DiskJob(.quarantine(reason: "SQLite reported corruption while reading: \(e.message)", epoch: epoch), inline: true) { _ in })
             }
             throw mapError(e, doing: "reading")
         }

@@ -217,6 +217,16 @@ extension DiskTier {
             var staged = Staged()
             let now = clock.nowMicros()
             try db.beginImmediate()
+            // Room first, so the new rows take the pages the evicted ones leave (evicting after
+            // them grew the file by the batch: with 5 MB values under a 16 MiB limit the
+            // directory reached 30 MB).
+            var incoming = 0
+            for w in items {
+                guard case let .put(_, state, _, stored) = w.kind else { continue }
+                incoming += stored.count + 4 * pageSize
+                staged.minVersion = min(staged.minVersion, state.version)
+            }
+            try makeRoom(db, &staged, for: incoming)
             for w in items {
                 switch w.kind {
                 case let .put(id, state, encoding, stored):

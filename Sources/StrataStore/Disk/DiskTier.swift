@@ -26,7 +26,9 @@ final class DiskJob: @unchecked Sendable {
     enum Kind {
         case trim(count: Int, bytes: Int)
         case removeIfChecksum(nsID: Int64, key: [UInt8], checksum: Int64)
-        case quarantine(reason: String)
+        /// `epoch`: the `readerEpoch` of the file the damage was seen in; a file replaced since
+        /// (another report of the same damage got there first) is not moved aside again.
+        case quarantine(reason: String, epoch: Int)
         /// Writes from the durability log, committed in one transaction together with `end`
         /// as the applied log position (a flush alone in its batch).
         case applyLog([LoggedWrite], end: UInt64?)
@@ -388,10 +390,11 @@ final class DiskTier: @unchecked Sendable {
         guard quickCheckRunning.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
         let started = startThread(name: "strata-qcheck") { [self] in
             defer { quickCheckRunning.store(false, ordering: .releasing) }
+            let epoch = readerLock.withLock { readerEpoch }
             guard let db = try? SQLiteConnection(path: dbPath, readOnly: true) else { return }
             let rows = (try? db.textRows("PRAGMA quick_check")) ?? ["quick_check could not run"]
             if rows != ["ok"] {
-                enqueue(DiskJob(.quarantine(reason: "quick_check: " + rows.prefix(3).joined(separator: "; ")), inline: true) { _ in })
+                enqueue(DiskJob(.quarantine(reason: "quick_check: " + rows.prefix(3).joined(separator: "; "), epoch: epoch), inline: true) { _ in })
             }
         }
         if !started { quickCheckRunning.store(false, ordering: .releasing) }

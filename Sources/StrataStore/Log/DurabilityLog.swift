@@ -201,23 +201,56 @@ final class DurabilityLog: @unchecked Sendable {
     /// (removals still go through: they are what frees space).
     var refusal: StoreError? { cond.withLock { stuck } }
 
-    /// Whether a writer would pass `waitForRoom` without waiting now (a hint: others may fill
-    /// the room first).
-    var hasRoom: Bool { cond.withLock { next - applied <= UInt64(limitBytes) } }
+    /// Whether a writer of a record of about `bytes` would pass `waitForRoom` without waiting
+    /// now (a hint: others may fill the room first).
+    var hasRoom: Bool { hasRoom(for: 0) }
+    func hasRoom(for bytes: Int) -> Bool { cond.withLock { roomFor(UInt64(max(0, bytes))) } }
 
-    /// Blocks while the backlog is over the limit (back-pressure: the applier catches up).
-    func waitForRoom() {
+    /// Bytes promised to large writers that passed `waitForRoom` and have not appended yet.
+    private var promised: UInt64 = 0
+
+    /// A record at least this large is promised its room (see `waitForRoom`).
+    var largeRecord: Int { max(1, limitBytes / 16) }
+
+    private func roomFor(_ bytes: UInt64) -> Bool {
+        let taken = next - applied + promised
+        if bytes < UInt64(largeRecord) { return taken <= UInt64(limitBytes) }
+        return taken == 0 || taken + bytes <= UInt64(limitBytes)
+    }
+
+    /// Blocks while the backlog leaves no room for a record of about `bytes` (back-pressure:
+    /// the applier catches up). A small record waits while the backlog is over the limit; a
+    /// large one (`largeRecord` or more) until it fits beside the backlog and the room promised
+    /// to other large writers — or alone, when it is larger than the whole room — and is then
+    /// promised its room, so concurrent large writers cannot all pass at once and pile the
+    /// log past the limit (an attack on `--disk-limit`). Returns the promise: hand it back with
+    /// `release` once the record is appended (or will not be).
+    @discardableResult
+    func waitForRoom(bytes: Int = 0) -> UInt64 {
+        let want = UInt64(max(0, bytes))
         cond.lock()
         var counted = false
-        while next - applied > UInt64(limitBytes) && !stopping && !applierGaveUp {
+        while !roomFor(want) && !stopping && !applierGaveUp {
             if !counted { backpressureWaits.add(); counted = true }
             cond.unlock()
             wakeApplier()
             cond.lock()
-            if next - applied <= UInt64(limitBytes) { break }
+            if roomFor(want) { break }
             cond.wait(seconds: 0.1)
         }
+        let promise = want >= UInt64(largeRecord) ? want : 0
+        promised += promise
         cond.unlock()
+        return promise
+    }
+
+    /// Hands back a promise from `waitForRoom`.
+    func release(_ promise: UInt64) {
+        guard promise > 0 else { return }
+        cond.withLock {
+            promised -= promise
+            cond.broadcast()
+        }
     }
 
     /// Appends a record for a decided write (the caller holds the item's write lock, so records

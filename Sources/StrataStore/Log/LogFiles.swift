@@ -120,7 +120,7 @@ final class LogFiles: @unchecked Sendable {
     private func appendLocked(_ bytes: [UInt8], at position: UInt64) throws {
         guard fd >= 0 else { throw StoreError(.closed, "the log is closed") }
         guard position == end else { throw StoreError(.io, "internal: log batch at \(position), the log ends at \(end)") }
-        if let current = segments.last, end - current >= UInt64(segmentBytes) { try rotate() }
+        if let current = segments.last, end - current >= UInt64(segmentBytes) { rotate() }
         try writeAll(bytes)
         end += UInt64(bytes.count)
         dirty = true
@@ -160,27 +160,46 @@ final class LogFiles: @unchecked Sendable {
     }
 
     /// Starts a new segment at `end`. The old one is synced first (except with `.no`), so a
-    /// segment once closed is whole on the device.
-    private func rotate() throws {
-        if policy != .no { try syncLocked() }
+    /// segment once closed is whole on the device. When the new file cannot be made (a full
+    /// disk), nothing changes: appends go on in the current segment, which grows past
+    /// `segmentBytes` until a later rotation succeeds.
+    private func rotate() {
+        if policy != .no { try? syncLocked() }
+        guard let f = try? makeSegment(start: end) else { return }
         Glibc.close(fd)
-        fd = -1
-        try createSegment(start: end)
+        fd = f
+        segments.append(end)
+        dirty = true
     }
 
     private func createSegment(start: UInt64) throws {
+        fd = try makeSegment(start: start)
+        segments.append(start)
+        end = start
+        dirty = true
+    }
+
+    /// Creates the segment file that starts at `start`, with its header, and returns it open
+    /// for appends; on failure no file is left behind.
+    private func makeSegment(start: UInt64) throws -> Int32 {
         let path = directory + "/" + LogSegment.fileName(start: start)
         let f = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o644)
         guard f >= 0 else { throw StoreError(errno == ENOSPC ? .diskFull : .io, "cannot create \(path): \(String(cString: strerror(errno)))") }
-        fd = f
-        segments.append(start)
-        end = start
-        do { try writeAll(LogSegment.header(start: start)) } catch {
-            Glibc.close(f); fd = -1; unlink(path); segments.removeLast()
-            throw error
+        let header = LogSegment.header(start: start)
+        var done = 0
+        while done < header.count {
+            let n = header.withUnsafeBytes { Glibc.write(f, $0.baseAddress! + done, header.count - done) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                let e = errno
+                Glibc.close(f)
+                unlink(path)
+                throw StoreError(e == ENOSPC || e == EDQUOT ? .diskFull : .io, "cannot write the header of \(path): \(String(cString: strerror(e)))")
+            }
+            done += n
         }
-        dirty = true
         syncDirectory()
+        return f
     }
 
     /// A new or removed file's name is durable only once its directory is synced.
@@ -214,9 +233,13 @@ final class LogFiles: @unchecked Sendable {
     // MARK: Segments SQLite has absorbed
 
     /// Removes every segment whose records all stand before `position` (the position SQLite
-    /// has applied, checkpointed into its database file and synced). Never the current one.
+    /// has applied, checkpointed into its database file and synced). When that is every record
+    /// written, the current segment is closed first (a new one starts at `end`) so it goes too:
+    /// the log keeps no applied record past a checkpoint, whatever the segment size (a 5 MB
+    /// value under a 16 MiB disk limit otherwise stayed until the next write).
     func removeSegments(before position: UInt64) {
         lock.withLock {
+            if position >= end, let current = segments.last, end > current, fd >= 0 { rotate() }
             var removed = false
             while segments.count >= 2 && segments[1] <= position {
                 unlink(directory + "/" + LogSegment.fileName(start: segments[0]))

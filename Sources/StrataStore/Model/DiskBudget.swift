@@ -17,15 +17,18 @@ public enum DiskEviction: String, Sendable, CaseIterable {
 ///   `logLimit`: at most 1/128 and 1/64 of the limit (never below 128 KiB), and never more
 ///   than the configured values. A 16 MiB limit gets a 128 KiB WAL and a 256 KiB backlog; the
 ///   default 4 GiB keeps the configured 16 MiB of each.
-/// - Items are trimmed when the database file, the WAL and the log's segments together pass
-///   `highWater` (the limit less room for a full backlog, which is appended before the
-///   applier can evict), down to `lowWater` (`trimTo` × `highWater`) in one batch — so a full
-///   store does not evict on every write. On disk, usage stays under the limit (by at most one
-///   item while a batch is applied).
-/// - A value whose stored (compressed) size passes `maxStoredItem` is refused at once
-///   (`TOO_LARGE`): it is written three times before the copies settle (the log, the WAL, the
-///   database file), so more could not fit however much were evicted — an accepted write is
-///   never evicted to make room for itself.
+/// - `transientRoom` is kept free for what comes and goes: the log's backlog, the WAL (SQLite
+///   keeps up to four checkpoints' worth of it on disk), and one more copy of the largest item
+///   in each (a value is in the log and in the WAL before it settles in the database file).
+/// - Items are trimmed when the database's pages in use (plus whatever the WAL and the log
+///   hold beyond their room) pass `highWater` (the limit less `transientRoom`), down to
+///   `lowWater` (`trimTo` × `highWater`) in one batch, before the batch's rows are written — so
+///   a full store does not evict on every write, and new rows reuse the freed pages instead of
+///   growing the file. On disk, the directory stays under the limit.
+/// - A value whose stored (compressed) size passes `maxStoredItem` (1/32 of the limit less the
+///   log's and the WAL's room) is refused at once (`TOO_LARGE`), so the room kept for its
+///   copies stays a small share of the limit; an accepted write is never evicted to make room
+///   for itself.
 public struct DiskBudget: Sendable, Equatable {
     /// 0 or `Int.max`: no byte limit (nothing below is adjusted).
     public let limit: Int
@@ -40,9 +43,15 @@ public struct DiskBudget: Sendable, Equatable {
     /// holding the data when that is smaller (a 16 MiB disk under the default 4 GiB limit).
     public let sizedFor: Int
 
-    public init(limit: Int, walLimit: Int, logLimit: Int, logSegmentBytes: Int, trimTo: Double, filesystemBytes: Int? = nil) {
+    /// The largest value the configuration lets in (`maxItemBytes`): the room kept for a
+    /// value's transient copies is sized from the smaller of it and `maxStoredItem`.
+    public let maxItemBytes: Int
+
+    public init(limit: Int, walLimit: Int, logLimit: Int, logSegmentBytes: Int, trimTo: Double,
+                maxItemBytes: Int = Int.max, filesystemBytes: Int? = nil) {
         self.limit = limit
         self.trimTo = min(1, max(0.05, trimTo))
+        self.maxItemBytes = maxItemBytes
         let limited = limit > 0 && limit < Int.max
         let size = min(limited ? limit : Int.max, filesystemBytes ?? Int.max)
         sizedFor = size
@@ -59,20 +68,30 @@ public struct DiskBudget: Sendable, Equatable {
 
     public init(_ c: StoreConfiguration, filesystemBytes: Int? = nil) {
         self.init(limit: c.diskByteLimit, walLimit: c.walLimit, logLimit: c.logLimit,
-                  logSegmentBytes: c.logSegmentBytes, trimTo: c.diskTrimTo, filesystemBytes: filesystemBytes)
+                  logSegmentBytes: c.logSegmentBytes, trimTo: c.diskTrimTo, maxItemBytes: c.maxItemBytes,
+                  filesystemBytes: filesystemBytes)
     }
 
     public var isLimited: Bool { limit > 0 && limit < Int.max }
 
-    /// Past this, items are trimmed (bytes of the database file, the WAL and the log's segments).
-    public var highWater: Int { isLimited ? max(0, limit - logLimit) : Int.max }
+    /// Room kept free for the log's backlog, the WAL (up to four checkpoints' worth stays on
+    /// disk: SQLite's `journal_size_limit`) and a second and third copy of the largest item.
+    public var transientRoom: Int {
+        guard sizedFor < Int.max else { return 0 }
+        return logLimit + 4 * walLimit + 2 * min(maxStoredItem, maxItemBytes)
+    }
+
+    /// Past this, items are trimmed (the database's pages in use, and what the WAL and the
+    /// log hold beyond `transientRoom`).
+    public var highWater: Int { isLimited ? max(0, limit - transientRoom) : Int.max }
 
     /// Trimming stops here.
     public var lowWater: Int { isLimited ? Int(Double(highWater) * trimTo) : Int.max }
 
-    /// The largest stored (compressed) value the disk tier accepts.
+    /// The largest stored (compressed) value the disk tier accepts: 1/32 of what the limit
+    /// (or the file system, when smaller) leaves after the log's and the WAL's room.
     public var maxStoredItem: Int {
-        sizedFor < Int.max ? max(0, (sizedFor - logLimit - 4 * walLimit) / 3) : Int.max
+        sizedFor < Int.max ? max(0, (sizedFor - logLimit - 4 * walLimit) / 32) : Int.max
     }
 
     /// Free pages worth giving back to the file system: past the room a trim leaves plus a
@@ -80,7 +99,7 @@ public struct DiskBudget: Sendable, Equatable {
     /// them fills the WAL: a 16 MiB budget's WAL grew to 3.7 MiB). Without any size, any.
     public var vacuumThreshold: Int {
         guard sizedFor < Int.max else { return 0 }
-        let high = max(0, sizedFor - logLimit)
+        let high = max(0, sizedFor - transientRoom)
         return high - Int(Double(high) * trimTo) + high / 4
     }
 }
