@@ -96,6 +96,16 @@ public final class Node: @unchecked Sendable {
         guard let address = SocketAddress(host: config.host, port: config.port) else {
             throw NodeError(exitCode: 2, "--host must be a numeric IPv4/IPv6 address or localhost, got '\(config.host)'")
         }
+        // Settings that only mean something beside another are refused alone, as the TLS files
+        // are without a TLS port (an operator's review found them ignored without a word).
+        if config.cluster.isEmpty && config.clusterSource == nil {
+            if config.advertise != nil { throw NodeError(exitCode: 2, "--advertise needs --cluster") }
+            if config.clusterTLSCA != nil { throw NodeError(exitCode: 2, "--cluster-tls-ca needs --cluster") }
+        }
+        if config.memcachedPort == nil && config.memcachedTLSPort == nil {
+            if !config.memcachedNamespace.isEmpty { throw NodeError(exitCode: 2, "--memcached-namespace needs --memcached-port or --memcached-tls-port") }
+            if config.memcachedMemoryOnly { throw NodeError(exitCode: 2, "--memcached-memory-only needs --memcached-port or --memcached-tls-port") }
+        }
         if !address.isLoopback && config.authToken == nil && config.credentialsFile == nil && !config.insecure {
             throw NodeError(exitCode: 2, "refusing to listen on \(address) without an auth token: set --auth-token-file or --credentials, or pass --insecure to allow it")
         }

@@ -90,6 +90,7 @@ public final class TieredCache: @unchecked Sendable {
         do {
             try disk.start()
             try log.start()
+            try Self.applyReplayedFlushes(log)
         } catch {
             log.close()
             disk.close()
@@ -100,6 +101,24 @@ public final class TieredCache: @unchecked Sendable {
         openedVersion = hlc.next()
         openedWithData = disk.openedWithRows || log.replayedRecords > 0
         startThread(name: "strata-sweeper") { [self] in sweepLoop() }
+    }
+
+    /// Before the store answers anything, the flushes replayed from the log are applied: until
+    /// then SQLite still holds the flushed namespaces' rows (and the index the writes logged
+    /// before the flush), and a read would serve them — an outside review read a namespace's
+    /// 20 flushed items after a SIGKILL that caught its FLUSH in flight, gone 50 ms later. The
+    /// backlog up to the last flush is at most `--log-limit` of records. While SQLite cannot
+    /// write (a full disk) it is retried for up to 30 s, then the open fails with DISK_FULL.
+    static func applyReplayedFlushes(_ log: DurabilityLog) throws {
+        guard let end = log.replayedFlushEnd else { return }
+        let until = monotonicSeconds() + 30
+        while true {
+            do { return try log.waitApplied(end) } catch let e as StoreError where e.code == .diskFull && monotonicSeconds() < until {
+                usleep(200_000)
+            } catch let e as StoreError {
+                throw StoreError(e.code, "the log holds a FLUSH that SQLite could not apply, and it must be in effect before anything is served: \(e.message)")
+            }
+        }
     }
 
     /// A version taken when the store opened: every item with an older version was written

@@ -6,7 +6,12 @@ struct UsageError: Error { let message: String }
 struct ParsedOptions {
     var values: [String: String] = [:]
     var switches: Set<String> = []
+    /// Every switch given, with its value: `--flag` is true; `--flag=false` (any of
+    /// true/false, 1/0, yes/no, on/off) turns off what the environment or a config file set.
+    var switchValues: [String: Bool] = [:]
     var positionals: [String] = []
+
+    func switchValue(_ name: String) -> Bool? { switchValues[name] }
 
     /// Parses `args` against the names a command accepts. `--name=value` works too.
     init(_ args: [String], valued: Set<String>, switches allowed: Set<String>, maxPositionals: Int) throws {
@@ -30,8 +35,10 @@ struct ParsedOptions {
                     i += 2
                     continue
                 }
-                if allowed.contains(a) && inline == nil {
-                    switches.insert(a)
+                if allowed.contains(a) {
+                    let on = try inline.map { try parseBool($0, name: a) } ?? true
+                    switchValues[a] = on
+                    if on { switches.insert(a) } else { switches.remove(a) }
                     i += 1
                     continue
                 }

@@ -35,7 +35,8 @@ STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, �
 name in upper case with _ for -), then flags; the later wins. Sizes are bytes or take B, KiB,
 MiB, GiB (K/KB, M/MB, G/GB are read as KiB, MiB, GiB);
 durations are seconds from 0 to 2147483647; switches given as STRATA_* variables take true/false,
-1/0, yes/no or on/off. --group-commit-window (0…0.1) is accepted for old configurations and has
+1/0, yes/no or on/off, and so does a switch flag written --flag=VALUE (--insecure=false turns
+off what the environment or the file turned on). --group-commit-window (0…0.1) is accepted for old configurations and has
 no effect since the durability log.
 Binding an address other than loopback needs --auth-token-file, --credentials or --insecure.
 --credentials names users with roles (admin, readwrite, readonly) and namespaces; write it with
@@ -109,11 +110,10 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     if let v = env["STRATA_TLS_ONLY"] { settings["tls-only"] = v }
     if let v = env["STRATA_METRICS_TLS"] { settings["metrics-tls"] = v }
     for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
-    if opts.switches.contains("--validate-images") { settings["validate-images"] = "true" }
-    if opts.switches.contains("--memcached-memory-only") { settings["memcached-memory-only"] = "true" }
-    if opts.switches.contains("--tls-only") { settings["tls-only"] = "true" }
-    if opts.switches.contains("--metrics-tls") { settings["metrics-tls"] = "true" }
-    if opts.switches.contains("--insecure") { insecure = true }
+    for name in ["validate-images", "memcached-memory-only", "tls-only", "metrics-tls"] {
+        if let on = opts.switchValue("--" + name) { settings[name] = on ? "true" : "false" }
+    }
+    if let on = opts.switchValue("--insecure") { insecure = on }
 
     var config = NodeConfiguration()
     config.insecure = insecure
@@ -130,7 +130,8 @@ func serveCommand(_ args: [String]) throws -> Int32 {
 
     let node = try Node(config: config)
     try node.start()
-    printOut("strata \(Node.version) listening on \(config.host):\(config.tlsOnly ? node.tlsPort! : node.port), data in \(config.dataDirectory)")
+    let listenHost = config.host.contains(":") ? "[\(config.host)]" : config.host // an IPv6 address in brackets
+    printOut("strata \(Node.version) listening on \(listenHost):\(config.tlsOnly ? node.tlsPort! : node.port), data in \(config.dataDirectory)")
     if let tp = node.tlsPort {
         let h = config.host.contains(":") ? "[\(config.host)]" : config.host
         printOut("tls on \(h):\(tp) (\(config.tlsCA == nil ? "no client certificates" : "client certificates required")\(config.tlsOnly ? ", TLS only" : ""))")

@@ -47,6 +47,12 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertTrue(bad.err.contains("--tls-only") && bad.err.contains("maybe"), bad.err)
         let insecure = try runCLI(["serve", "--port", "0", "--data", TempDir().path], env: ["STRATA_INSECURE": "enabled"])
         XCTAssertEqual(insecure.code, 2, insecure.err)
+        // A flag turns off what the environment turned on.
+        let off = try NodeProcess(dataDir: TempDir().path, extra: ["--memcached-port", "0", "--memcached-memory-only=false"],
+                                  env: ["STRATA_MEMCACHED_MEMORY_ONLY": "true"])
+        XCTAssertFalse(off.startupLines.contains("memory only"), off.startupLines)
+        let badSwitch = try runCLI(["serve", "--port", "0", "--data", TempDir().path, "--insecure=maybe"])
+        XCTAssertEqual(badSwitch.code, 2, badSwitch.err)
         // "on" is true: the memcached listener says it is memory only.
         let node = try NodeProcess(dataDir: TempDir().path, extra: ["--memcached-port", "0"], env: ["STRATA_MEMCACHED_MEMORY_ONLY": "on"])
         XCTAssertNotNil(node.memcachedPort)
@@ -89,7 +95,9 @@ final class CLIEdgeTests: XCTestCase {
         for (args, says) in [(["--output-cap", "0"], "--output-cap must be at least 64KiB"),
                              (["--frame-timeout", "0"], "--frame-timeout must be more than 0"),
                              (["--disk-limit", "1"], "--disk-limit must be 0 (no limit) or at least 1MiB"),
-                             (["--max-item", "5GiB"], "--max-item must be 1B…4194240KiB")] {
+                             (["--max-item", "5GiB"], "--max-item must be 1B…4194240KiB"),
+                             (["--advertise", "n1:7400"], "--advertise needs --cluster"),
+                             (["--memcached-memory-only"], "--memcached-memory-only needs --memcached-port")] {
             let r = try runCLI(["serve", "--port", "0", "--data", TempDir().path] + args)
             XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
             XCTAssertTrue(r.err.contains(says), "\(args): \(r.err)")

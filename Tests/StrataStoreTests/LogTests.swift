@@ -239,6 +239,27 @@ final class LogFilesTests: XCTestCase {
         XCTAssertEqual(try open(dir, from: after).1.map { $0.1 }, [put(40)])
     }
 
+    /// `strata check` finds records missing between segments (a segment removed or cut by
+    /// hand: no crash makes a gap), which it used to call clean.
+    func testVerifyReportsAGapBetweenSegments() throws {
+        let dir = TempDir().path + "-log"
+        let (log, _) = try open(dir, segmentBytes: 1 << 16)
+        for i in 0..<60 { try log.append([put(i, size: 4000)]) }
+        log.close()
+        let names = try segmentNames(dir)
+        XCTAssertGreaterThanOrEqual(names.count, 3)
+        XCTAssertTrue(LogFiles.verify(directory: dir, applied: 0).damage.isEmpty)
+        XCTAssertEqual(unlink(dir + "/" + names[1]), 0)
+        let v = LogFiles.verify(directory: dir, applied: 0)
+        XCTAssertEqual(v.damage.count, 1, "\(v.damage)")
+        XCTAssertTrue(v.damage.first?.contains("are missing") == true, "\(v.damage)")
+        // Records SQLite never got before the first segment are missing too.
+        let first = LogSegment.start(fromFileName: names[2])!
+        XCTAssertEqual(unlink(dir + "/" + names[0]), 0)
+        XCTAssertTrue(LogFiles.verify(directory: dir, applied: first).damage.isEmpty, "the first segment holds the applied position")
+        XCTAssertEqual(LogFiles.verify(directory: dir, applied: first - 10).damage.count, 1)
+    }
+
     /// A segment that cannot be made (here a directory stands in its place; on a full disk,
     /// ENOSPC) leaves the log as it was: appends go on in the current segment, and nothing
     /// written is lost. (The old `rotate` closed the file first and then every append failed

@@ -106,6 +106,8 @@ final class DurabilityLog: @unchecked Sendable {
     private(set) var replayedRecords = 0
     /// The namespaces of the records replayed at open.
     private(set) var replayedNamespaces: Set<[UInt8]> = []
+    /// Where the last flush record replayed at open ends (nil: none was replayed).
+    private(set) var replayedFlushEnd: UInt64?
 
     /// Opens the log in `directory`, replaying every record at or after `applied` (the position
     /// SQLite recorded) into the index and the applier's queue; `decode` turns a put's stored
@@ -154,6 +156,7 @@ final class DurabilityLog: @unchecked Sendable {
         toApply = replayed
         replayedRecords = replayed.count
         replayedNamespaces = Set(replayed.compactMap { $0.item?.namespace })
+        replayedFlushEnd = replayed.last { $0.item == nil }?.end
         replayedMaxVersion = maxVersion
         next = files.end
         written = files.end

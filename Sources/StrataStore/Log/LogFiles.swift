@@ -264,14 +264,18 @@ final class LogFiles: @unchecked Sendable {
 
     /// The start positions of the segment files in `directory`, in order.
     static func segmentStarts(in directory: String) -> [UInt64] {
+        fileNames(in: directory).compactMap(LogSegment.start(fromFileName:)).sorted()
+    }
+
+    /// The names of the entries in `directory` (none when it cannot be read).
+    static func fileNames(in directory: String) -> [String] {
         guard let dir = opendir(directory) else { return [] }
         defer { closedir(dir) }
-        var starts: [UInt64] = []
+        var names: [String] = []
         while let e = readdir(dir) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if let s = LogSegment.start(fromFileName: name) { starts.append(s) }
+            names.append(withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) })
         }
-        return starts.sorted()
+        return names
     }
 
     private func replay(from: UInt64, clock: any Clock, visit: (UInt64, LogRecord) throws -> Void) throws -> OpenReport {
@@ -369,10 +373,22 @@ final class LogFiles: @unchecked Sendable {
     static func verify(directory: String, applied: UInt64) -> Verification {
         var v = Verification()
         let starts = segmentStarts(in: directory)
+        // The first segment holds the applied position (or starts at it): before that are
+        // records SQLite never got. (Not after a damage the node already handled: it moved the
+        // damaged part aside as *.damaged-* and went on past every position it used.)
+        let handledDamage = fileNames(in: directory).contains { $0.contains(".damaged-") }
+        var expected: UInt64? = handledDamage ? nil : starts.first.map { $0 > applied && applied > 0 ? applied : $0 }
         for (i, start) in starts.enumerated() {
             let path = directory + "/" + LogSegment.fileName(start: start)
             guard let bytes = try? readWholeFile(path) else { v.damage.append("\(path): cannot be read"); continue }
             v.segments += 1
+            // Segments follow one another: each starts where the one before it ends. A gap is
+            // records lost (a segment cut short or removed by hand), which no crash makes.
+            if let e = expected, e != start, bytes.count >= LogSegment.headerBytes, !handledDamage {
+                v.damage.append(e < start ? "\(path): positions \(e)..<\(start) are missing before it (a segment cut short or removed)"
+                                          : "\(path): starts at \(start), inside the segment before it (which ends at \(e))")
+            }
+            expected = start + UInt64(max(0, bytes.count - LogSegment.headerBytes))
             let end = bytes.withUnsafeBytes { raw in
                 LogSegment.scan(raw, expectedStart: start) { position, _ in
                     v.records += 1
