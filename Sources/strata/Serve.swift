@@ -35,8 +35,8 @@ STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, �
 name in upper case with _ for -), then flags; the later wins. Sizes are bytes or take B, KiB,
 MiB, GiB (K/KB, M/MB, G/GB are read as KiB, MiB, GiB);
 durations are seconds from 0 to 2147483647; switches given as STRATA_* variables take true/false,
-1/0, yes/no or on/off, and so does a switch flag written --flag=VALUE (--insecure=false turns
-off what the environment or the file turned on). --group-commit-window (0…0.1) is accepted for old configurations and has
+1/0, yes/no or on/off, and so does a switch given a value after = on the command line
+(--insecure=false turns off what the environment or the file turned on). --group-commit-window (0…0.1) is accepted for old configurations and has
 no effect since the durability log.
 Binding an address other than loopback needs --auth-token-file, --credentials or --insecure.
 --credentials names users with roles (admin, readwrite, readonly) and namespaces; write it with

@@ -258,6 +258,9 @@ final class LogFilesTests: XCTestCase {
         XCTAssertEqual(unlink(dir + "/" + names[0]), 0)
         XCTAssertTrue(LogFiles.verify(directory: dir, applied: first).damage.isEmpty, "the first segment holds the applied position")
         XCTAssertEqual(LogFiles.verify(directory: dir, applied: first - 10).damage.count, 1)
+        // A stray file named like a segment but out of range is ignored by the node: reported.
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir + "/99999999999999999999.seg", contents: Data([1, 2, 3])))
+        XCTAssertTrue(LogFiles.verify(directory: dir, applied: first).damage.contains { $0.contains("not a segment name") })
     }
 
     /// A segment that cannot be made (here a directory stands in its place; on a full disk,

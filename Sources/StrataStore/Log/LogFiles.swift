@@ -376,7 +376,13 @@ final class LogFiles: @unchecked Sendable {
         // The first segment holds the applied position (or starts at it): before that are
         // records SQLite never got. (Not after a damage the node already handled: it moved the
         // damaged part aside as *.damaged-* and went on past every position it used.)
-        let handledDamage = fileNames(in: directory).contains { $0.contains(".damaged-") }
+        let names = fileNames(in: directory)
+        let handledDamage = names.contains { $0.contains(".damaged-") }
+        // A file that looks like a segment but is not one the node would read (a name out of
+        // range): it is ignored at open, so what it holds is never replayed.
+        for n in names where n.hasSuffix(".seg") && LogSegment.start(fromFileName: n) == nil {
+            v.damage.append("\(directory)/\(n): not a segment name the node reads (20 digits within 0…2^64−1); it is ignored")
+        }
         var expected: UInt64? = handledDamage ? nil : starts.first.map { $0 > applied && applied > 0 ? applied : $0 }
         for (i, start) in starts.enumerated() {
             let path = directory + "/" + LogSegment.fileName(start: start)
