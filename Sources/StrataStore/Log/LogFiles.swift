@@ -163,8 +163,8 @@ final class LogFiles: @unchecked Sendable {
     /// segment once closed is whole on the device. When the new file cannot be made (a full
     /// disk), nothing changes: appends go on in the current segment, which grows past
     /// `segmentBytes` until a later rotation succeeds.
-    private func rotate() {
-        if policy != .no { try? syncLocked() }
+    private func rotate(syncingTheOld sync: Bool = true) {
+        if sync && policy != .no { try? syncLocked() }
         guard let f = try? makeSegment(start: end) else { return }
         Glibc.close(fd)
         fd = f
@@ -239,7 +239,8 @@ final class LogFiles: @unchecked Sendable {
     /// value under a 16 MiB disk limit otherwise stayed until the next write).
     func removeSegments(before position: UInt64) {
         lock.withLock {
-            if position >= end, let current = segments.last, end > current, fd >= 0 { rotate() }
+            // (No sync of the old one: SQLite holds every record in it, synced, and it goes now.)
+            if position >= end, let current = segments.last, end > current, fd >= 0 { rotate(syncingTheOld: false) }
             var removed = false
             while segments.count >= 2 && segments[1] <= position {
                 unlink(directory + "/" + LogSegment.fileName(start: segments[0]))
