@@ -24,8 +24,20 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
     /// `#` comments skipped; no `file:` inside) — as the CLI's `--nodes` and the node's
     /// `--cluster` take it. Throws a message naming the bad entry (`.connection` when a name
     /// does not resolve or a file cannot be read, `.protocolViolation` for bad syntax).
+    /// Port 0 is refused, and so is a member named twice — host names compared without case,
+    /// as DNS compares them (`vm:7400,VM:7400` would be two ring members that are one node).
     public static func parseList(_ list: String, option: String) throws -> [NodeAddress] {
-        try parseList(list, option: option, inFile: nil)
+        let nodes = try parseList(list, option: option, inFile: nil)
+        var seen: [String: String] = [:]
+        for n in nodes {
+            guard n.port != 0 else { throw ClientError(.protocolViolation, "\(option) entry '\(n.name)': port 0 is not a member's port") }
+            let folded = n.name.lowercased()
+            if let first = seen[folded] {
+                throw ClientError(.protocolViolation, "\(option) names one member twice: '\(first)' and '\(n.name)' (host names are compared without case)")
+            }
+            seen[folded] = n.name
+        }
+        return nodes
     }
 
     /// Whether `list` has entries (`dns:`, `file:`) whose members can change while the same

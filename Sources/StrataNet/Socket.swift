@@ -125,6 +125,14 @@ public enum Socket {
         return (fd, boundPort(fd))
     }
 
+    /// Makes the kernel hand over a listening socket's connections only once their first
+    /// bytes arrived (or after about `seconds`, when it gives up waiting): TCP_DEFER_ACCEPT. A
+    /// client that connects and sends nothing reaches `accept` late and last.
+    public static func deferAccept(_ fd: Int32, seconds: Int32) {
+        var s = seconds
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_DEFER_ACCEPT, &s, socklen_t(MemoryLayout<Int32>.size))
+    }
+
     static func boundPort(_ fd: Int32) -> UInt16 {
         var ss = sockaddr_storage()
         var len = socklen_t(MemoryLayout<sockaddr_storage>.size)

@@ -175,12 +175,20 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// Whether `r` may start now. OutputBudget: any request while the node is under its
     /// output bound; past it, only a request with a small answer on a connection with nothing
     /// unsent and nothing in flight (so PING, HELLO, STATS and writes from other clients are
-    /// still served). The durability log: a SET to the disk tier waits while the log's backlog
-    /// is at `--log-limit` — held here, with reading paused, rather than blocking the event
-    /// loop (every connection on it) or piling frames onto workers; the tick starts it again
-    /// once the applier made room.
+    /// still served). The durability log: a SET of a small value to the disk tier waits while
+    /// the log's backlog is at `--log-limit` — held here, with reading paused, rather than
+    /// blocking the event loop (every connection on it) or piling frames onto workers; the
+    /// tick starts it again once the applier made room. A large value goes to a worker instead
+    /// (`runOnWorker`), which waits for its room and is woken when the applier makes it.
     func mayStart(_ r: Request) -> Bool {
-        if case .set(let s) = r, s.tiers != 1, !node.store.logHasRoom(for: s.value.count) { return false } // tiers 1 = memory only
+        // tiers 1 = memory only. A large value is not held here while nothing else of its
+        // connection is in flight: it goes to a worker, which waits for its room and is woken as
+        // soon as the applier makes it (held here, it waited for the loop's next tick: 200 ms per
+        // 500 KB SET under a 16 MiB disk limit).
+        // One such set in flight per connection, so the frames it holds stay bounded.
+        if case .set(let s) = r, s.tiers != 1, !node.store.logHasRoom(for: s.value.count) {
+            guard node.store.isLargeLogRecord(s.value.count), inFlight == 0 else { return false }
+        }
         return !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
     }
 

@@ -9,11 +9,13 @@ import StrataNet
 /// 127.0.0.1: it has no authentication) and `--metrics-port`.
 ///
 /// Guarantees: up to `maxConnections` (16) connections are served at once, each on its own
-/// deadline, so idle or slow clients cannot delay another's `/healthz`. At the bound a new
-/// connection takes the place of the oldest one that is not sending an answer (one still
-/// waiting for its request, or one whose answer was all sent): so idle connections, however
-/// many and however often reopened, cannot keep a probe out. Only when all 16 are sending an
-/// answer is the new one answered 503 at once and closed. A request must arrive in full within `requestTimeout`
+/// deadline, so idle or slow clients cannot delay another's `/healthz`. The kernel hands a
+/// connection over once its request has arrived (TCP_DEFER_ACCEPT; a silent one after about a
+/// second), so a probe is accepted with its request and answered at once. At the bound a new
+/// connection takes the place of an open one that is not sending an answer (`makeRoom`); a
+/// silent one never replaces a young one; only when none can be replaced is the new one
+/// answered 503 at once and closed. So idle connections, however many and however often
+/// reopened, cannot keep a probe out. A request must arrive in full within `requestTimeout`
 /// (2 s) of the accept and be at most 8 KiB (431 otherwise); the answer must be taken within
 /// `responseTimeout` (5 s). One request per connection (`Connection: close`); anything but
 /// GET or HEAD gets 405, another path 404.
@@ -32,6 +34,10 @@ final class MetricsServer: @unchecked Sendable {
     static let requestTimeout = 2.0
     static let responseTimeout = 5.0
     static let maxRequestBytes = 8192
+    /// Connections accepted per loop iteration.
+    static let acceptBatch = 4
+    /// Seconds a connection is spared from being replaced while others are not.
+    static let replaceableAfter = 0.5
 
     unowned let node: Node
     let fd: Int32
@@ -53,6 +59,9 @@ final class MetricsServer: @unchecked Sendable {
         do { (fd, self.port) = try Socket.listen(a, backlog: 64) } catch {
             throw NodeError(exitCode: 3, "cannot listen for metrics on \(a): \(error)")
         }
+        // Connections that send their request (a probe, a scrape) are accepted with it at once;
+        // silent ones wait in the kernel (about a second), so they cannot crowd probes out.
+        Socket.deferAccept(fd, seconds: 1)
         do { loop = try EventLoop(index: 0) } catch {
             Sys.close(fd)
             throw NodeError(exitCode: 3, "cannot start the metrics loop: \(error)")
@@ -76,19 +85,17 @@ final class MetricsServer: @unchecked Sendable {
     }
 
     fileprivate func acceptAll() {
-        while !listenerPaused {
+        // A few at a time (the listener is level-triggered: the rest wait for the next loop
+        // iteration), so the requests of those just accepted are read before more come.
+        var accepted = 0
+        while !listenerPaused && accepted < Self.acceptBatch {
+            accepted += 1
             switch Sys.acceptOne(fd) {
             case .none: return
             case .connection(let c):
-                if open.count >= Self.maxConnections {
-                    // The oldest connection not sending an answer makes room (an outside review
-                    // held /healthz at 503 with 24 idle connections, reopened as they closed).
-                    if let victim = open.values.filter(\.mayBeReplaced).min(by: { $0.acceptedAt < $1.acceptedAt }) {
-                        victim.close()
-                    } else {
-                        if tls { Sys.close(c) } else { Self.refuseBusy(c) }
-                        continue
-                    }
+                if open.count >= Self.maxConnections && !makeRoom(for: c) {
+                    if tls { Sys.close(c) } else { Self.refuseBusy(c) }
+                    continue
                 }
                 var session: TLSSession? = nil
                 if tls {
@@ -101,6 +108,8 @@ final class MetricsServer: @unchecked Sendable {
                     continue
                 }
                 open[c] = h
+                // A request that came with the connection is answered now.
+                h.handle(readable: true, writable: false, hangup: false)
             case .outOfDescriptors(let e), .failed(let e):
                 // Out of descriptors (or refused by the kernel): stop looking for a moment so
                 // the loop does not spin on a queue it cannot take from.
@@ -117,6 +126,28 @@ final class MetricsServer: @unchecked Sendable {
     }
 
     fileprivate func closed(_ c: HTTPConnection) { open[c.fd] = nil }
+
+    /// At the bound: closes one open connection so `newcomer` may take its place, or returns
+    /// false (the newcomer is refused). An outside review held /healthz out with idle
+    /// connections reopened as they closed, so the choice is by behaviour: every waiting
+    /// connection first reads what arrived (a probe's request is answered, not replaced); then
+    /// one whose answer was all sent goes, else one open `replaceableAfter` or longer, else —
+    /// only for a newcomer whose request (or TLS hello) already arrived — the oldest that is not
+    /// sending an answer. A silent newcomer never replaces a young connection, so a flood of
+    /// silent connections cannot push out a probe whose request is still on its way.
+    private func makeRoom(for newcomer: Int32) -> Bool {
+        for w in open.values where w.mayBeReplaced && !w.answerSent { w.handle(readable: true, writable: false, hangup: false) }
+        var byte: UInt8 = 0
+        let hasData = recv(newcomer, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) > 0
+        let now = monotonicSeconds()
+        let candidates = open.values.filter(\.mayBeReplaced)
+        let sent = candidates.filter(\.answerSent)
+        let settled = candidates.filter { now - $0.acceptedAt >= Self.replaceableAfter }
+        let pool = !sent.isEmpty ? sent : !settled.isEmpty ? settled : hasData ? candidates : []
+        guard let victim = pool.min(by: { $0.acceptedAt < $1.acceptedAt }) else { return false }
+        victim.close()
+        return true
+    }
 
     /// Over the bound: 503 with one non-blocking send, after taking whatever request bytes
     /// already arrived (closing with unread input would reset the connection, and the client
@@ -235,6 +266,8 @@ private final class HTTPConnection: EventHandler {
     /// Not sending an answer: still waiting for (the rest of) its request, or its answer was
     /// all sent and it only waits for the client to close.
     var mayBeReplaced: Bool { answeredAt == nil || sent >= response.count }
+    /// Its answer was all handed to the socket.
+    var answerSent: Bool { answeredAt != nil && sent >= response.count }
 
     func checkDeadlines(now: Double) {
         if let t = tls, !t.handshakeDone, now - acceptedAt > MetricsServer.requestTimeout {

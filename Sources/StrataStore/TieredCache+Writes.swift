@@ -264,6 +264,10 @@ extension TieredCache {
     /// value waits for more room than a small one: see `DurabilityLog.waitForRoom`).
     public func logHasRoom(for bytes: Int) -> Bool { log.hasRoom(for: bytes) }
 
+    /// Whether a value of `bytes` is a large record for the log (it is promised its room, and
+    /// may wait for more of it than a small one: `DurabilityLog.waitForRoom`).
+    public func isLargeLogRecord(_ bytes: Int) -> Bool { bytes >= log.largeRecord }
+
     /// Whether `submitSet` with these options completes without blocking the caller: writes to
     /// memory only, and unconditional sets with a node-assigned version (they need no read of
     /// the stored item). The wait for room in the log (back-pressure, see `logHasRoom`) may

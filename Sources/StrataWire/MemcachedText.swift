@@ -173,7 +173,12 @@ public struct MemcachedParser: Sendable {
         case "set", "add", "replace", "append", "prepend", "cas":
             let verb = MemcachedStoreVerb(rawValue: name)!
             let fixed = verb == .cas ? 6 : 5
-            guard tokens.count == fixed || tokens.count == fixed + 1 else { return fail("ERROR") }
+            // The wrong number of words: where its data block ends cannot be known, so nothing
+            // after it can be trusted to be a command (`set k 0 0 9 junk x` then `flush_all`
+            // as its value would flush): ERROR, and the connection closes.
+            guard tokens.count == fixed || tokens.count == fixed + 1 else {
+                return .error("ERROR", consumed: lineBytes, swallow: 0, close: true)
+            }
             // A refused line whose length is a number drops its data block too: the value must
             // not be run as commands (memcached runs it; a value of `flush_all` would flush).
             let claimed = Self.int64(buf, tokens[4])

@@ -35,6 +35,12 @@ final class MembershipUnitTests: XCTestCase {
         let bad = try XCTUnwrap(failure("file:\(dir.path)/bad"))
         XCTAssertEqual(bad.kind, .protocolViolation)
         XCTAssertTrue(bad.message.contains("'not-an-entry' (in \(dir.path)/bad)"), bad.message)
+        // One member named twice (host names without case, as DNS compares them), and port 0,
+        // are refused: an outside review's `vm:P,VM:P` made "two copies" that were one node.
+        XCTAssertTrue(try XCTUnwrap(failure("vm:7400,VM:7400,10.0.0.1:7400")).message.contains("names one member twice"))
+        XCTAssertTrue(try XCTUnwrap(failure("10.0.0.1:7400,file:\(path)")).message.contains("names one member twice"))
+        XCTAssertTrue(try XCTUnwrap(failure("vm:0")).message.contains("port 0"))
+        XCTAssertEqual(try NodeAddress.parseList("vm:7400,VM:7401", option: "--nodes").count, 2, "other ports are other members")
     }
 
     func testReplacingTheMembersMakesANewRingAndUnsyncsEveryPeer() {

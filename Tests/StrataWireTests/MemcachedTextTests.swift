@@ -132,6 +132,10 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(parse("set k x 0 5\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 7, close: false))
         XCTAssertEqual(parse("set k 0 x 5\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 7, close: false))
         XCTAssertEqual(parse("cas k 0 0 5 x\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 15, swallow: 7, close: false))
+        // The wrong number of words: its block's end cannot be known, so the connection closes.
+        XCTAssertEqual(parse("set victim 0 0 9 junk extra\r\nflush_all\r\n"), .error("ERROR", consumed: 29, swallow: 0, close: true))
+        XCTAssertEqual(parse("set a b c 0 0 9\r\n"), .error("ERROR", consumed: 17, swallow: 0, close: true))
+        XCTAssertEqual(parse("set k 0 0\r\n"), .error("ERROR", consumed: 11, swallow: 0, close: true))
         XCTAssertEqual(parse("set k 0 0 x\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 0, close: false),
                        "no length to go by: nothing dropped")
     }
