@@ -124,6 +124,9 @@ final class NodeStats: Sendable {
     let handoffCopied = Counter()
     let handoffDropped = Counter()
     let handoffFailures = Counter()
+    /// Writes to the disk tier of a key this node is not a replica of under its `--cluster`
+    /// list: a client on another member list (or a rolling change in progress).
+    let foreignWrites = Counter()
 
     func recordOp(_ opcode: UInt8, micros: Double) {
         ops[Int(opcode)].add(1)

@@ -34,6 +34,18 @@ final class HostNameTests: XCTestCase {
             XCTAssertEqual(r.code, 0, r.err)
             XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "v")
         }
+        // A client naming the same nodes by address places keys by another ring: the nodes
+        // count the writes of keys they do not replicate under their own list.
+        let three = try SyncCluster(count: 3, host: "LOCALHOST")
+        let other = (0..<3).map { "127.0.0.1:\(three.ports[$0])" }.joined(separator: ",")
+        for i in 0..<40 { XCTAssertEqual(try runCLI(["set", "f\(i)", "v", "--nodes", other]).code, 0) }
+        let foreign = try (0..<3).reduce(0) { sum, i in sum + ((try nodeStats(three.connect(i))["foreign_writes"] as? Int) ?? 0) }
+        XCTAssertGreaterThan(foreign, 0, "writes placed by another spelling of the list are counted")
+        let none = try SyncCluster(count: 3, host: "LOCALHOST")
+        for i in 0..<40 { XCTAssertEqual(try runCLI(["set", "f\(i)", "v", "--nodes", none.list([0, 1, 2])]).code, 0) }
+        XCTAssertEqual(try (0..<3).reduce(0) { sum, i in sum + ((try nodeStats(none.connect(i))["foreign_writes"] as? Int) ?? 0) }, 0,
+                       "the nodes' own list: none")
+
         let bad = try runCLI(["get", "k", "--server", "no-such-host.invalid:7400"])
         XCTAssertEqual(bad.code, 3)
         XCTAssertTrue(bad.err.contains("cannot resolve no-such-host.invalid"), bad.err)

@@ -59,6 +59,8 @@ final class Handoff: @unchecked Sendable {
     /// peer's queue gone, in the same critical section, so `update` never starts a second one.
     private var delivering: Set<String> = []
 
+    private let foreignWriteLog = LogRateLimiter(interval: 60)
+
     init(view: ClusterView, stats: NodeStats, log: Logger, maxHints: Int = 100_000,
          connect: @escaping @Sendable (NodeAddress) throws -> NodeConnection,
          copy: @escaping @Sendable ([ItemKey], NodeAddress, NodeConnection) throws -> Int,
@@ -77,7 +79,19 @@ final class Handoff: @unchecked Sendable {
     /// a hint.
     func accepted(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool = false) {
         let set = view.replicaSet(namespace: namespace, key: key)
-        guard set.count > 1, set.contains(view.selfName) else { return }
+        guard set.contains(view.selfName) else {
+            // Not this node's key by its own list: the client placed it by another list (one
+            // node named two ways, a `dns:` list beside written names, a rolling change). Its
+            // real replicas never hear of it: counted, and logged once a minute.
+            stats.foreignWrites.add()
+            if foreignWriteLog.admit(now: monotonicSeconds()) != nil {
+                log.warn("foreign_write", [("namespace_hex", NamespaceStats.hex(namespace)), ("key_hex", NamespaceStats.hex(Array(key.prefix(64)))),
+                                           ("replicas", set.joined(separator: ",")),
+                                           ("hint", "the client's member list differs from this node's --cluster: give clients the nodes' list, each node named the same way")])
+            }
+            return
+        }
+        guard set.count > 1 else { return }
         let id = ItemKey(namespace: namespace, key: key)
         var dropped = 0, wake = false
         cond.lock()

@@ -167,6 +167,7 @@ extension Node {
             NodeNumber("handoff_dropped", .counter, "Hints dropped past the bound of 100,000 per peer (anti-entropy delivers them).", stats.handoffDropped.load()),
             NodeNumber("handoff_failures", .counter, "Handoff batches that failed (retried with backoff).", stats.handoffFailures.load()),
             NodeNumber("handoff_pending", .gauge, "Hints waiting to be sent.", handoff?.pending ?? 0),
+            NodeNumber("foreign_writes", .counter, "Writes of keys this node is not a replica of under its --cluster list (a client on another member list).", stats.foreignWrites.load()),
         ]
     }
 }
