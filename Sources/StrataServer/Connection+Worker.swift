@@ -1,6 +1,7 @@
 import StrataCore
 import StrataStore
 import StrataWire
+import Synchronization
 
 // A request that may touch SQLite (Connection.run's second half): an unconditional durable SET
 // decided on the loop and logged with the iteration's batch; anything else run by a worker
@@ -67,7 +68,15 @@ extension Connection {
         // being made when the bound is crossed are at most one per busy worker.
         let mayHold = Self.answersWithValues(request)
         let budget = node.outputBudget
+        // A large SET the log has no room for yet waits at the worker: counted node-wide.
+        var waitsForLog = false
+        if case .set(let s) = request, s.tiers != 1, !node.store.logHasRoom(for: s.value.count) {
+            waitsForLog = true
+            node.largeSetsAtWorkers.add(1, ordering: .relaxed)
+        }
+        let owner = node
         let accepted = pool.submit { [self] in
+            defer { if waitsForLog { owner.largeSetsAtWorkers.add(-1, ordering: .relaxed) } }
             if gone.load(ordering: .relaxed) {
                 loop.execute { [self] in completed(nil, scope) }
                 return
@@ -86,6 +95,7 @@ extension Connection {
             loop.execute { [self] in completed(resp, scope, inTransit: size) }
         }
         if !accepted {
+            if waitsForLog { owner.largeSetsAtWorkers.add(-1, ordering: .relaxed) }
             release(scope)
             node.stats.busyRefusals.add(1, ordering: .relaxed)
             send(Responses.error(to: f, .busy, imageCheck ? "the image pool is full; retry later" : "too much disk work queued; retry later"))

@@ -185,9 +185,11 @@ final class Connection: EventHandler, @unchecked Sendable {
         // connection is in flight: it goes to a worker, which waits for its room and is woken as
         // soon as the applier makes it (held here, it waited for the loop's next tick: 200 ms per
         // 500 KB SET under a 16 MiB disk limit).
-        // One such set in flight per connection, so the frames it holds stay bounded.
+        // One such set in flight per connection and `Node.maxLargeSetsAtWorkers` node-wide, so
+        // the values they hold stay bounded (64 connections of 8 MiB SETs reached 2.8 GiB).
         if case .set(let s) = r, s.tiers != 1, !node.store.logHasRoom(for: s.value.count) {
-            guard node.store.isLargeLogRecord(s.value.count), inFlight == 0 else { return false }
+            guard node.store.isLargeLogRecord(s.value.count), inFlight == 0,
+                  node.largeSetsAtWorkers.load(ordering: .relaxed) < Node.maxLargeSetsAtWorkers else { return false }
         }
         return !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
     }

@@ -109,7 +109,7 @@ final class MetricsServer: @unchecked Sendable {
                 }
                 open[c] = h
                 // A request that came with the connection is answered now.
-                h.handle(readable: true, writable: false, hangup: false)
+                h.process(readable: true, writable: false, hangup: false)
             case .outOfDescriptors(let e), .failed(let e):
                 // Out of descriptors (or refused by the kernel): stop looking for a moment so
                 // the loop does not spin on a queue it cannot take from.
@@ -136,15 +136,18 @@ final class MetricsServer: @unchecked Sendable {
     /// sending an answer. A silent newcomer never replaces a young connection, so a flood of
     /// silent connections cannot push out a probe whose request is still on its way.
     private func makeRoom(for newcomer: Int32) -> Bool {
-        for w in open.values where w.mayBeReplaced && !w.answerSent { w.handle(readable: true, writable: false, hangup: false) }
+        for w in open.values where w.mayBeReplaced && !w.answerSent { w.process(readable: true, writable: false, hangup: false) }
         var byte: UInt8 = 0
         let hasData = recv(newcomer, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) > 0
         let now = monotonicSeconds()
         let candidates = open.values.filter(\.mayBeReplaced)
         let sent = candidates.filter(\.answerSent)
-        let settled = candidates.filter { now - $0.acceptedAt >= Self.replaceableAfter }
+        // By the last time the peer sent anything, not the accept: a probe in the middle of its
+        // TLS handshake is active; a holder that sent a few bytes of a hello and went quiet is
+        // not (an outside review kept HTTPS probes out so).
+        let settled = candidates.filter { now - $0.lastActive >= Self.replaceableAfter }
         let pool = !sent.isEmpty ? sent : !settled.isEmpty ? settled : hasData ? candidates : []
-        guard let victim = pool.min(by: { $0.acceptedAt < $1.acceptedAt }) else { return false }
+        guard let victim = pool.min(by: { $0.lastActive < $1.lastActive }) else { return false }
         victim.close()
         return true
     }
@@ -215,9 +218,20 @@ private final class HTTPConnection: EventHandler {
         self.server = server
         self.tls = tls
         acceptedAt = now
+        lastActive = now
     }
 
+    /// When the peer last sent something (an event from the loop), or the accept.
+    private(set) var lastActive: Double
+
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
+        if readable { lastActive = monotonicSeconds() }
+        process(readable: readable, writable: writable, hangup: hangup)
+    }
+
+    /// `handle` without counting as the peer's activity (the server looking for a request that
+    /// arrived, before it picks a connection to replace).
+    func process(readable: Bool, writable: Bool, hangup: Bool) {
         if let t = tls, !t.handshakeDone {
             switch t.step() {
             case .done:

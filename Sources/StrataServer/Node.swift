@@ -74,6 +74,11 @@ public final class Node: @unchecked Sendable {
     /// Unauthenticated connections allowed at once (set by `start`).
     var maxUnauthenticated = 0
     /// One `accept_failed` line a second at most (the rest are counted in it).
+    /// Large disk SETs waiting at workers for room in the log (`Connection.mayStart`): at most
+    /// `maxLargeSetsAtWorkers` node-wide, each holding its value; the rest wait on their
+    /// connections with reading paused, as small ones do.
+    let largeSetsAtWorkers = Atomic<Int>(0)
+    static let maxLargeSetsAtWorkers = 4
     let acceptLogLimiter = LogRateLimiter(interval: 1)
     /// One `tls_handshake_failed` line a second at most.
     let tlsLogLimiter = LogRateLimiter(interval: 1)

@@ -67,7 +67,13 @@ extension MemcachedParser {
     /// A meta line (tokens already split; `lineBytes` includes the newline). Keys follow the
     /// text protocol's rules, or with `b` are base64 of 1…250 bytes of anything.
     func parseMeta(_ verb: MemcachedMeta.Verb, _ buf: UnsafeRawBufferPointer, _ tokens: [Range<Int>], lineBytes: Int) -> MemcachedParse {
-        func fail(_ m: String) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: 0, close: false) }
+        // A refused `ms` drops its data block when its length is a number, so the value is never
+        // run as commands (a value of `flush_all` after a bad key or flag would flush).
+        let blockBytes: Int = {
+            guard verb == .set, tokens.count >= 3, let l = Self.int64(buf, tokens[2]), l >= 0 else { return 0 }
+            return l > Int64(Int.max - 2) ? Int.max : Int(l) + 2
+        }()
+        func fail(_ m: String) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: blockBytes, close: false) }
         if verb == .noop { return .command(.meta(MemcachedMeta(verb: .noop, key: [])), consumed: lineBytes) }
         guard tokens.count >= 2 else { return fail("CLIENT_ERROR bad command line format") }
         let flagStart = verb == .set ? 3 : 2
@@ -91,7 +97,10 @@ extension MemcachedParser {
             return fail("CLIENT_ERROR bad command line format")
         }
         guard verb == .set else { return .command(.meta(MemcachedMeta(verb: verb, key: key, flags: flags)), consumed: lineBytes) }
-        guard let length = Self.int64(buf, tokens[2]), length >= 0 else { return fail("CLIENT_ERROR bad data chunk") }
+        // No length to go by: the block's end cannot be known, so the connection closes.
+        guard let length = Self.int64(buf, tokens[2]), length >= 0 else {
+            return .error("CLIENT_ERROR bad data chunk", consumed: lineBytes, swallow: 0, close: true)
+        }
         switch dataBlock(buf, lineBytes: lineBytes, length: length) {
         case .answer(let p): return p
         case .ready(let data):

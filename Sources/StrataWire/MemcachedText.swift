@@ -183,7 +183,9 @@ public struct MemcachedParser: Sendable {
             // not be run as commands (memcached runs it; a value of `flush_all` would flush).
             let claimed = Self.int64(buf, tokens[4])
             func refuse() -> MemcachedParse {
-                guard let l = claimed, l >= 0 else { return fail(Self.badFormat) }
+                // No length to go by (negative, not a number, past 2^63): where the block ends
+                // cannot be known, so nothing after it can be trusted to be a command: close.
+                guard let l = claimed, l >= 0 else { return .error(Self.badFormat, consumed: lineBytes, swallow: 0, close: true) }
                 return .error(Self.badFormat, consumed: lineBytes, swallow: l > Int64(Int.max - 2) ? Int.max : Int(l) + 2, close: false)
             }
             guard let length = claimed, length >= 0, Self.validKey(buf, tokens[1]),

@@ -101,7 +101,7 @@ final class MemcachedTextTests: XCTestCase {
                        .error("SERVER_ERROR object too large for cache", consumed: 16, swallow: 1027, close: false))
         XCTAssertEqual(parse("set k 0 0 99999999999999\r\n"),
                        .error("SERVER_ERROR object too large for cache", consumed: 26, swallow: 100_000_000_000_001, close: false))
-        XCTAssertEqual(parse("set k 0 0 -1\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 14, swallow: 0, close: false))
+        XCTAssertEqual(parse("set k 0 0 -1\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 14, swallow: 0, close: true))
     }
 
     func testALineWithoutNewlinePastTheBoundClosesTheConnection() {
@@ -136,8 +136,9 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(parse("set victim 0 0 9 junk extra\r\nflush_all\r\n"), .error("ERROR", consumed: 29, swallow: 0, close: true))
         XCTAssertEqual(parse("set a b c 0 0 9\r\n"), .error("ERROR", consumed: 17, swallow: 0, close: true))
         XCTAssertEqual(parse("set k 0 0\r\n"), .error("ERROR", consumed: 11, swallow: 0, close: true))
-        XCTAssertEqual(parse("set k 0 0 x\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 0, close: false),
-                       "no length to go by: nothing dropped")
+        XCTAssertEqual(parse("set k 0 0 x\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 13, swallow: 0, close: true),
+                       "no length to go by: the connection closes")
+        XCTAssertEqual(parse("ms k 99999999999999999999\r\nflush_all\r\n"), .error("CLIENT_ERROR bad data chunk", consumed: 27, swallow: 0, close: true))
     }
 
     /// Building a long answer grows its buffer geometrically (an exact reserve before every
@@ -233,6 +234,12 @@ final class MemcachedMetaTests: XCTestCase {
     func testBase64KeysAreDecodedAndMayHoldAnyByte() {
         XCTAssertEqual(parse("mg AP8K b v\r\n"), .command(.meta(MemcachedMeta(verb: .get, key: [0, 255, 10], flags: [.init("b"), .init("v")])), consumed: 13))
         XCTAssertEqual(parse("mg AP8 b\r\n"), .error("CLIENT_ERROR key decode failed", consumed: 10, swallow: 0, close: false))
+        // A refused `ms` drops its block: the value is never run as commands.
+        let long = String(repeating: "k", count: 251)
+        XCTAssertEqual(parse("ms \(long) 9\r\nflush_all\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 258, swallow: 11, close: false))
+        XCTAssertEqual(parse("ms AP8 9 b\r\nflush_all\r\n"), .error("CLIENT_ERROR key decode failed", consumed: 12, swallow: 11, close: false))
+        XCTAssertEqual(parse("ms k 9 !\r\nflush_all\r\n"), .error("CLIENT_ERROR invalid flag", consumed: 10, swallow: 11, close: false))
+        XCTAssertEqual(parse("ms k 9 T1 T2\r\nflush_all\r\n"), .error("CLIENT_ERROR duplicate flag", consumed: 14, swallow: 11, close: false))
         for n in 0..<40 {
             let bytes = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 73 &+ 5) }
             XCTAssertEqual(Base64.decode(Base64.encode(bytes)), bytes)
