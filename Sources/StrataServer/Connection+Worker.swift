@@ -36,7 +36,7 @@ extension Connection {
         // worker instead, which waits for the applier (woken as soon as it applies: holding it
         // on the loop until the next tick cost each 500 KB SET under a 16 MiB disk limit 200 ms).
         if case .set(let s) = request, !imageCheck, s.mode != .lease, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)),
-           node.store.logHasRoom(for: s.value.count) {
+           !node.store.isLargeLogRecord(s.value.count) || node.store.logHasRoom(for: s.value.count) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s),
                                          quickCompletion: true, flushLater: true) { [self] result in
@@ -70,7 +70,7 @@ extension Connection {
         let budget = node.outputBudget
         // A large SET the log has no room for yet waits at the worker: counted node-wide.
         var waitsForLog = false
-        if case .set(let s) = request, s.tiers != 1, !node.store.logHasRoom(for: s.value.count) {
+        if case .set(let s) = request, s.tiers != 1, node.store.isLargeLogRecord(s.value.count), !node.store.logHasRoom(for: s.value.count) {
             waitsForLog = true
             node.largeSetsAtWorkers.add(1, ordering: .relaxed)
         }

@@ -131,10 +131,11 @@ final class MetricsServer: @unchecked Sendable {
     /// false (the newcomer is refused). An outside review held /healthz out with idle
     /// connections reopened as they closed, so the choice is by behaviour: every waiting
     /// connection first reads what arrived (a probe's request is answered, not replaced); then
-    /// one whose answer was all sent goes, else one open `replaceableAfter` or longer, else —
-    /// only for a newcomer whose request (or TLS hello) already arrived — the oldest that is not
-    /// sending an answer. A silent newcomer never replaces a young connection, so a flood of
-    /// silent connections cannot push out a probe whose request is still on its way.
+    /// one whose answer was all sent goes, else one whose peer sent nothing for
+    /// `replaceableAfter` or longer, else — only for a newcomer whose request (or TLS hello)
+    /// already arrived — the one quiet longest that is not sending an answer. A silent newcomer
+    /// never replaces a recently active connection, so a flood of silent connections cannot push
+    /// out a probe whose request is still on its way.
     private func makeRoom(for newcomer: Int32) -> Bool {
         for w in open.values where w.mayBeReplaced && !w.answerSent { w.process(readable: true, writable: false, hangup: false) }
         var byte: UInt8 = 0

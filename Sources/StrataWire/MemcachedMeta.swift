@@ -71,7 +71,7 @@ extension MemcachedParser {
         // run as commands (a value of `flush_all` after a bad key or flag would flush).
         let blockBytes: Int = {
             guard verb == .set, tokens.count >= 3, let l = Self.int64(buf, tokens[2]), l >= 0 else { return 0 }
-            return l > Int64(Int.max - 2) ? Int.max : Int(l) + 2
+            return Self.blockBytes(l)
         }()
         func fail(_ m: String) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: blockBytes, close: false) }
         if verb == .noop { return .command(.meta(MemcachedMeta(verb: .noop, key: [])), consumed: lineBytes) }

@@ -186,7 +186,7 @@ public struct MemcachedParser: Sendable {
                 // No length to go by (negative, not a number, past 2^63): where the block ends
                 // cannot be known, so nothing after it can be trusted to be a command: close.
                 guard let l = claimed, l >= 0 else { return .error(Self.badFormat, consumed: lineBytes, swallow: 0, close: true) }
-                return .error(Self.badFormat, consumed: lineBytes, swallow: l > Int64(Int.max - 2) ? Int.max : Int(l) + 2, close: false)
+                return .error(Self.badFormat, consumed: lineBytes, swallow: Self.blockBytes(l), close: false)
             }
             guard let length = claimed, length >= 0, Self.validKey(buf, tokens[1]),
                   let flags = Self.uint64(buf, tokens[2]), flags <= UInt64(UInt32.max) else { return refuse() }
@@ -285,9 +285,14 @@ public struct MemcachedParser: Sendable {
     /// the claimed length alone (the block is dropped as it arrives), a block not ending in CRLF.
     enum DataBlock { case ready(Range<Int>), answer(MemcachedParse) }
 
+    /// The bytes a data block of `length` takes with its CRLF (what a refused command drops).
+    static func blockBytes(_ length: Int64) -> Int {
+        length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
+    }
+
     func dataBlock(_ buf: UnsafeRawBufferPointer, lineBytes: Int, length: Int64) -> DataBlock {
         guard length <= Int64(maxValue) else {
-            let drop = length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
+            let drop = Self.blockBytes(length)
             return .answer(.error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false))
         }
         let n = Int(length)

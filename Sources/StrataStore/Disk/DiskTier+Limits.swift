@@ -43,7 +43,15 @@ extension DiskTier {
     /// come — at most `pending` bytes — would take the bytes in use past `budget.highWater`, so
     /// the new rows fill the pages the old ones leave instead of growing the file.
     func makeRoom(_ db: SQLiteConnection, _ staged: inout Staged, for pending: Int) throws {
-        guard budget.isLimited && bytesEstimate + pending > budget.highWater else { return }
+        try trimBytes(db, &staged, estimatedGrowth: pending, pending: pending)
+    }
+
+    /// The byte limit: measuring bytes in use costs two PRAGMAs and a stat, so only when the
+    /// estimate (last measurement + `estimatedGrowth`, an upper bound of the page writes since)
+    /// could pass `budget.highWater`; then evicts to `budget.lowWater` if the measurement plus
+    /// `pending` (rows still to be written) does.
+    private func trimBytes(_ db: SQLiteConnection, _ staged: inout Staged, estimatedGrowth: Int, pending: Int) throws {
+        guard budget.isLimited && bytesEstimate + estimatedGrowth > budget.highWater else { return }
         if try bytesInUse(db) + pending > budget.highWater {
             try evict(db, &staged, untilCount: Int.max, bytes: budget.lowWater, pendingBytes: pending)
         }
@@ -58,14 +66,7 @@ extension DiskTier {
         if rowCount + staged.rowDelta > config.diskCountLimit {
             try evict(db, &staged, untilCount: config.diskCountLimit, bytes: Int.max)
         }
-        // Measuring bytes on disk costs two PRAGMAs and a stat: only when the estimate (last
-        // measurement + an upper bound of each row's page writes since) could be over the limit.
-        if budget.isLimited && bytesEstimate + staged.bytesBound(pageSize: pageSize) > budget.highWater {
-            if try bytesInUse(db) > budget.highWater {
-                try evict(db, &staged, untilCount: Int.max, bytes: budget.lowWater)
-            }
-            bytesEstimate = try bytesInUse(db)
-        }
+        try trimBytes(db, &staged, estimatedGrowth: staged.bytesBound(pageSize: pageSize), pending: 0)
         if config.freeDiskSpaceLimit > 0 && freeSpace() < config.freeDiskSpaceLimit {
             // Give back about 1 % of the rows; the space returns once the free pages are vacuumed.
             let target = max(0, rowCount + staged.rowDelta - max(16, (rowCount + staged.rowDelta) / 100))
