@@ -5,7 +5,8 @@ import StrataCore
 import StrataNet
 
 /// The metrics endpoint: a small HTTP/1.1 responder serving `/metrics` (Prometheus text format
-/// 0.0.4) and `/healthz` (200 while serving, 503 while draining) on `--metrics-host` (default
+/// 0.0.4), `/healthz` (200 while serving, 503 while draining) and `/readyz` (also 503 while a
+/// cluster node has not caught up with every peer, STATS `cluster_verified` 0) on `--metrics-host` (default
 /// 127.0.0.1: it has no authentication) and `--metrics-port`.
 ///
 /// Guarantees: up to `maxConnections` (16) connections are served at once, each on its own
@@ -170,12 +171,18 @@ final class MetricsServer: @unchecked Sendable {
         let parts = line.split(separator: " ")
         guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { return Self.httpResponse(400, "text/plain", "bad request\n") }
         let path = parts[1].split(separator: "?").first.map(String.init) ?? ""
-        guard path == "/metrics" || path == "/healthz" else { return Self.httpResponse(404, "text/plain", "not found\n") }
+        guard path == "/metrics" || path == "/healthz" || path == "/readyz" else { return Self.httpResponse(404, "text/plain", "not found\n") }
         guard parts[0] == "GET" || parts[0] == "HEAD" else {
             return Self.httpResponse(405, "text/plain", "method not allowed\n", allow: true)
         }
         if path == "/healthz" {
             return node.draining ? Self.httpResponse(503, "text/plain", "draining\n") : Self.httpResponse(200, "text/plain", "ok\n")
+        }
+        if path == "/readyz" {
+            if node.draining { return Self.httpResponse(503, "text/plain", "draining\n") }
+            let catchingUp = node.unsyncedPeers
+            return catchingUp.isEmpty ? Self.httpResponse(200, "text/plain", "ok\n")
+                : Self.httpResponse(503, "text/plain", "catching up with \(catchingUp.count) peer(s): \(catchingUp.prefix(16).joined(separator: ","))\n")
         }
         return Self.httpResponse(200, "text/plain; version=0.0.4; charset=utf-8", node.prometheusText(), head: parts[0] == "HEAD")
     }

@@ -14,9 +14,13 @@ public struct SyncRequest: Equatable, Sendable {
     /// The requester's member-list digest (§7.19 "Member lists"), or nil when it sent none
     /// (the extras' optional last field): a node whose own differs refuses the request.
     public var members: UInt64?
-    public init(requester: [UInt8], bucketBits: UInt8, maxVersion: UInt64, buckets: [UInt32] = [], members: UInt64? = nil) {
+    /// SYNC_DIGEST only: the requester's member list as text (§7.19 "Member lists"), sent when
+    /// the peer answered that the lists differ; empty when not sent. Needs `members`.
+    public var memberList: [UInt8]
+    public init(requester: [UInt8], bucketBits: UInt8, maxVersion: UInt64, buckets: [UInt32] = [], members: UInt64? = nil,
+                memberList: [UInt8] = []) {
         self.requester = requester; self.bucketBits = bucketBits; self.maxVersion = maxVersion; self.buckets = buckets
-        self.members = members
+        self.members = members; self.memberList = memberList
     }
 
     public static let minBits: UInt8 = 4
@@ -62,7 +66,8 @@ extension SyncRequest {
                 s.buckets.append(b)
             }
         } else if !f.value.isEmpty {
-            throw WireError(.invalidArgument, "sync_digest takes no value")
+            guard members != nil else { throw WireError(.invalidArgument, "sync_digest: a member list (the value) needs the members digest in the extras") }
+            s.memberList = f.value
         }
         return s
     }
@@ -73,6 +78,7 @@ extension SyncRequest {
         f.extras.appendBE(maxVersion)
         if let m = members { f.extras.appendBE(m) }
         for b in buckets { f.value.appendBE(b) }
+        f.value += memberList
     }
 }
 

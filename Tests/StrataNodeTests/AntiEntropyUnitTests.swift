@@ -65,5 +65,46 @@ final class AntiEntropyUnitTests: XCTestCase {
         XCTAssertNotEqual(ClusterView.membersDigest(names: names, replicas: 3), expected)
         let view = ClusterView(members: names.map { NodeAddress.parse($0)! }, selfName: names[0], replicas: 2)
         XCTAssertEqual(view.membersDigest, expected)
+        // The vector sync_digest_members (make_vectors.py's own XXH64) agrees.
+        XCTAssertEqual(ClusterView.membersDigest(names: ["10.0.0.4:7400", "10.0.0.2:7400", "10.0.0.1:7400"], replicas: 2), 0xAF5E_6C12_10AD_A5D5)
+    }
+
+    /// §7.19 "Member lists": a peer on another list (a rolling change) sends its list; this node
+    /// compares by that list's ring, and refuses a list that does not match its digest, has no
+    /// replica count, or repeats a member. A list sent once is known by its digest.
+    func testAPeersOtherListIsReadCheckedAndRemembered() {
+        let three = ["10.0.0.1:7400", "10.0.0.2:7400", "10.0.0.3:7400"], four = three + ["10.0.0.4:7400"]
+        let view = ClusterView(members: three.map { NodeAddress.parse($0)! }, selfName: three[0], replicas: 2)
+        let text = ClusterView.membersText(names: four, replicas: 2), digest = XXH64.hash(text)
+        XCTAssertEqual(view.membersText, ClusterView.membersText(names: three, replicas: 2))
+        XCTAssertEqual(XXH64.hash(view.membersText), view.membersDigest)
+
+        func failure(_ r: Result<ClusterView.RingDomain, ClusterView.ListError>) -> String? {
+            if case .failure(let e) = r { return e.message }
+            return nil
+        }
+        XCTAssertTrue(failure(view.domain(forList: digest, text: []))?.hasPrefix("member lists differ") == true, "unknown and not sent")
+        XCTAssertNotNil(failure(view.domain(forList: digest &+ 1, text: text)), "digest mismatch")
+        let noReplicas = Array("10.0.0.1:7400\n10.0.0.4:7400\n".utf8)
+        XCTAssertNotNil(failure(view.domain(forList: XXH64.hash(noReplicas), text: noReplicas)))
+        let twice = Array("10.0.0.1:7400\n10.0.0.1:7400\nreplicas=2".utf8)
+        XCTAssertNotNil(failure(view.domain(forList: XXH64.hash(twice), text: twice)))
+        let zero = Array("10.0.0.1:7400\nreplicas=0".utf8)
+        XCTAssertNotNil(failure(view.domain(forList: XXH64.hash(zero), text: zero)))
+
+        guard case .success(let d) = view.domain(forList: digest, text: text) else { return XCTFail("a good list was refused") }
+        XCTAssertTrue(d.names("10.0.0.4:7400") && d.names(three[0]))
+        guard case .success = view.domain(forList: digest, text: []) else { return XCTFail("the list sent before is not remembered") }
+        // The domain is the other list's ring: what node 4 and node 1 both hold by it.
+        let other = ClusterView(members: four.map { NodeAddress.parse($0)! }, selfName: "10.0.0.4:7400", replicas: 2)
+        let test = d.sharedTest(me: three[0], peer: "10.0.0.4:7400")
+        var rng = SplitMix(seed: 7)
+        var shared = 0
+        for _ in 0..<2_000 {
+            let key = Array("k\(rng.next())".utf8)
+            XCTAssertEqual(test([], key), other.shared([], key, with: three[0]))
+            if test([], key) { shared += 1 }
+        }
+        XCTAssertTrue(shared > 100, "R = 2 of 4: a sixth of the keys or so, got \(shared)")
     }
 }

@@ -671,6 +671,8 @@ final class DeployLintTests: XCTestCase {
         let yaml = try String(contentsOf: Self.root.appendingPathComponent("deploy/k8s/strata.yaml"), encoding: .utf8)
         XCTAssertTrue(yaml.contains("clusterIP: None"), "the Service must be headless")
         XCTAssertTrue(yaml.contains("path: /healthz"))
+        XCTAssertTrue(yaml.contains("path: /readyz"), "readiness waits for a node to catch up")
+        XCTAssertTrue(yaml.contains("publishNotReadyAddresses: true"), "peers must reach a pod that is not ready yet")
         XCTAssertTrue(yaml.contains("maxUnavailable: 1"))
         XCTAssertTrue(yaml.contains("volumeClaimTemplates"))
     }

@@ -26,6 +26,10 @@ final class VectorTests: XCTestCase {
         0x60, 0x82,
     ]
 
+    /// make_vectors.py's MEMBERS: a member list as §7.19 "Member lists" writes it (its XXH64,
+    /// 0xaf5e6c1210ada5d5, is checked against StrataCore's by the node's tests).
+    static let memberList = Array("10.0.0.1:7400\n10.0.0.2:7400\n10.0.0.4:7400\nreplicas=2".utf8)
+
     /// The derived key of logo.png's 128×128 contain WebP q80 variant at version V (§7.16).
     var variantKey: [UInt8] {
         Array("logo.png".utf8) + [0] + Array("variant:\(String(V, radix: 16)):w=128,h=128,fit=contain,fmt=webp,q=80".utf8)
@@ -82,6 +86,11 @@ final class VectorTests: XCTestCase {
                f.responseFlags |= ResponseFlags.unverified.rawValue
                return f }),
             ("sync_digest", .syncDigest(SyncRequest(requester: Array("10.0.0.2:7400".utf8), bucketBits: 4, maxVersion: V)),
+             { var d = [UInt64](repeating: 0, count: 16)
+               d[3] = 0x0123_4567_89AB_CDEF; d[9] = 0xFEDC_BA98_7654_3210
+               return Responses.syncDigest(to: $0, digests: d, entries: 2) }),
+            ("sync_digest_members", .syncDigest(SyncRequest(requester: Array("10.0.0.2:7400".utf8), bucketBits: 4, maxVersion: V,
+                                                             members: 0xAF5E_6C12_10AD_A5D5, memberList: Self.memberList)),
              { var d = [UInt64](repeating: 0, count: 16)
                d[3] = 0x0123_4567_89AB_CDEF; d[9] = 0xFEDC_BA98_7654_3210
                return Responses.syncDigest(to: $0, digests: d, entries: 2) }),

@@ -240,11 +240,51 @@ case("release_not_found", "RELEASE with a token that no longer holds the lease (
 case("get_unverified", "GET foo from a node that has not caught up with the key's other replicas since it started (§7.19): OK with response flag UNVERIFIED",
      frame(REQ, OPS["GET"], 130, key=b"foo"),
      frame(RESP, OPS["GET"], 130, tiers=2, cas=V, rflags=R_UNVERIFIED, extras=get_extras(0, 0), value=b"bar!!"), "version")
+
+MASK64 = (1 << 64) - 1
+P1, P2, P3, P4, P5 = 11400714785074694791, 14029467366897019727, 1609587929392839161, 9650029242287828579, 2870177450012600261
+
+def xxh64(data, seed=0):
+    """XXH64 (as xxhash.h specifies it), for the member-list digest of §7.19."""
+    rotl = lambda x, r: ((x << r) | (x >> (64 - r))) & MASK64
+    def rnd(acc, lane):
+        return (rotl((acc + lane * P2) & MASK64, 31) * P1) & MASK64
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + P1 + P2) & MASK64, (seed + P2) & MASK64, seed, (seed - P1) & MASK64]
+        while i + 32 <= n:
+            for j in range(4):
+                v[j] = rnd(v[j], struct.unpack_from("<Q", data, i + 8 * j)[0])
+            i += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & MASK64
+        for j in range(4):
+            h = ((h ^ rnd(0, v[j])) * P1 + P4) & MASK64
+    else:
+        h = (seed + P5) & MASK64
+    h = (h + n) & MASK64
+    while i + 8 <= n:
+        h = (rotl(h ^ rnd(0, struct.unpack_from("<Q", data, i)[0]), 27) * P1 + P4) & MASK64
+        i += 8
+    if i + 4 <= n:
+        h = (rotl(h ^ (struct.unpack_from("<I", data, i)[0] * P1 & MASK64), 23) * P2 + P3) & MASK64
+        i += 4
+    while i < n:
+        h = (rotl(h ^ (data[i] * P5 & MASK64), 11) * P1) & MASK64
+        i += 1
+    h ^= h >> 33; h = (h * P2) & MASK64
+    h ^= h >> 29; h = (h * P3) & MASK64
+    return h ^ (h >> 32)
+
 DIGESTS = [0] * 16
 DIGESTS[3], DIGESTS[9] = 0x0123456789ABCDEF, 0xFEDCBA9876543210
 case("sync_digest", "SYNC_DIGEST from peer 10.0.0.2:7400 with 16 buckets (4 bits), versions up to V: 2 entries, in buckets 3 and 9 (§7.19)",
      frame(REQ, OPS["SYNC_DIGEST"], 131, extras=struct.pack(">BQ", 4, V), key=b"10.0.0.2:7400"),
      frame(RESP, OPS["SYNC_DIGEST"], 131, extras=struct.pack(">I", 2), value=b"".join(struct.pack(">Q", d) for d in DIGESTS)),
+     "the digests, which are this node's entries' (and the entry count)")
+MEMBERS = b"10.0.0.1:7400\n10.0.0.2:7400\n10.0.0.4:7400\nreplicas=2"
+case("sync_digest_members", "SYNC_DIGEST from peer 10.0.0.2:7400 that runs another member list (a rolling change): the extras end with its list's digest, XXH64 of the value, which is the list (10.0.0.1:7400, 10.0.0.2:7400, 10.0.0.4:7400, replicas=2); this node (10.0.0.1:7400) answers the digests of what both hold by that list (§7.19 \"Member lists\")",
+     frame(REQ, OPS["SYNC_DIGEST"], 134, extras=struct.pack(">BQQ", 4, V, xxh64(MEMBERS)), key=b"10.0.0.2:7400", value=MEMBERS),
+     frame(RESP, OPS["SYNC_DIGEST"], 134, extras=struct.pack(">I", 2), value=b"".join(struct.pack(">Q", d) for d in DIGESTS)),
      "the digests, which are this node's entries' (and the entry count)")
 case("sync_keys", "SYNC_KEYS from peer 10.0.0.2:7400 for buckets 3 and 9 (4 bits): foo at version V, and alice's gone deleted at V + 1; both buckets covered (§7.19)",
      frame(REQ, OPS["SYNC_KEYS"], 132, extras=struct.pack(">BQ", 4, V + 1), key=b"10.0.0.2:7400", value=struct.pack(">II", 3, 9)),

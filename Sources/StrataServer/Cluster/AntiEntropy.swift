@@ -12,7 +12,8 @@ import Synchronization
 ///
 /// A round with peer P: HELLO; SYNC_DIGEST asks P for one XOR digest per bucket of the
 /// entries (namespace, key, version, tombstone) that P holds and that both nodes replicate by
-/// the ring; this node computes the same over its own entries; for the buckets that differ,
+/// this node's ring (when P runs another member list — a rolling change — P answers "member
+/// lists differ" and this node sends its list along, §7.19); this node computes the same over its own entries; for the buckets that differ,
 /// SYNC_KEYS lists P's entries, and each key newer on P (or only there) is read from P and
 /// written here with its version, each key newer here is written to P. Versions decide, so
 /// a copy that crosses a client's write is ignored (SUPERSEDED) — never an older value over a
@@ -158,8 +159,15 @@ final class AntiEntropy: @unchecked Sendable {
         let t0 = monotonicSeconds()
         do {
             let bits = bucketBits()
-            let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, members: view.membersDigest)
-            let f = try conn.call(.syncDigest(req))
+            var req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, members: view.membersDigest)
+            var f = try conn.call(.syncDigest(req))
+            if f.statusCode == .invalidArgument, String(decoding: f.value, as: UTF8.self).hasPrefix("member lists differ") {
+                // A rolling change: the peer runs another list. Send ours, so that it compares
+                // the keys both nodes hold by this node's ring (§7.19 "Member lists").
+                req.memberList = view.membersText
+                req.members = XXH64.hash(req.memberList) // the list of this moment, should it have changed
+                f = try conn.call(.syncDigest(req))
+            }
             try NodeConnection.check(f, allow: [.ok])
             let theirs = try Responses.parseSyncDigest(f, bits: bits)
             var ours = [UInt64](repeating: 0, count: 1 << Int(bits))

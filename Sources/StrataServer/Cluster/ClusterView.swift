@@ -30,37 +30,78 @@ final class ClusterView: @unchecked Sendable {
     private var synced: Set<String> = []
     private let everythingVerified = Atomic<Bool>(false)
 
-    /// One member list: the ring, the peers, and per ring point the replica set of the keys it
-    /// owns as a bit mask over `ring.members` (owner and the next `replicas − 1`; nil past 64
-    /// members), which lets anti-entropy's passes decide "both nodes hold this key" without a
-    /// ring walk or an allocation per row.
+    /// One member list: the ring, the peers, its digest and text (§7.19 "Member lists"), and the
+    /// ring's replica masks (`RingDomain`).
     private struct Membership {
-        let ring: HashRing
+        let domain: RingDomain
+        var ring: HashRing { domain.ring }
         /// Every member but this node, in ring-name order.
         let peers: [NodeAddress]
-        let pointMasks: [UInt64]?
-        let memberBits: [String: UInt64]
-        /// PROTOCOL.md §7.19 "Member lists": XXH64 of the ring names, sorted and unique, each
-        /// followed by a newline, then "replicas=R".
+        /// PROTOCOL.md §7.19 "Member lists": the ring names, sorted and unique, each followed by
+        /// a newline, then "replicas=R"; `digest` is its XXH64.
+        let text: [UInt8]
         let digest: UInt64
 
         init(members: [NodeAddress], selfName: String, replicas: Int) {
-            let ring = HashRing(members: members.map { HashRing.Member(name: $0.name) })
-            self.ring = ring
-            digest = ClusterView.membersDigest(names: members.map(\.name), replicas: replicas)
+            domain = RingDomain(names: members.map(\.name), replicas: replicas)
+            text = ClusterView.membersText(names: members.map(\.name), replicas: replicas)
+            digest = XXH64.hash(text)
             var seen = Set<String>()
             peers = members.filter { $0.name != selfName && seen.insert($0.name).inserted }.sorted { $0.name < $1.name }
+        }
+    }
+
+    /// A ring and, per ring point, the replica set of the keys it owns as a bit mask over
+    /// `ring.members` (owner and the next `replicas − 1`; nil past 64 members), which lets
+    /// anti-entropy's passes decide "both nodes hold this key" without a ring walk or an
+    /// allocation per row. Built for this node's list, and for a peer's other list during a
+    /// rolling change (`domain(forList:)`).
+    struct RingDomain {
+        let ring: HashRing
+        let replicas: Int
+        let pointMasks: [UInt64]?
+        let memberBits: [String: UInt64]
+
+        init(names: [String], replicas: Int) {
+            let ring = HashRing(members: names.map { HashRing.Member(name: $0) })
+            self.ring = ring
+            self.replicas = replicas
             if ring.members.count <= 64 {
                 pointMasks = (0..<ring.pointCount).map { i in
                     ring.memberIndices(fromPoint: i, count: replicas).reduce(UInt64(0)) { $0 | (1 << UInt64($1)) }
                 }
-                memberBits = Dictionary(uniqueKeysWithValues: ring.members.enumerated().map { ($0.element.name, UInt64(1) << UInt64($0.offset)) })
+                memberBits = Dictionary(ring.members.enumerated().map { ($0.element.name, UInt64(1) << UInt64($0.offset)) },
+                                        uniquingKeysWith: { a, _ in a })
             } else {
                 pointMasks = nil
                 memberBits = [:]
             }
         }
+
+        /// Whether the ring names `name`.
+        func names(_ name: String) -> Bool { ring.members.contains { $0.name == name } }
+
+        /// Whether `me` and `peer` both hold a key by this ring, made once for a pass over many
+        /// keys: each call one ring position, a binary search and a mask test.
+        func sharedTest(me: String, peer: String) -> ([UInt8], [UInt8]) -> Bool {
+            guard let masks = pointMasks, let mine = memberBits[me], let theirs = memberBits[peer] else {
+                let ring = self.ring, replicas = self.replicas
+                return { ClusterView.shared($0, $1, ring: ring, replicas: replicas, me: me, peer: peer) }
+            }
+            let both = mine | theirs, ring = self.ring
+            return { ns, key in key.isEmpty || masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }
+        }
     }
+
+    /// Rings of other member lists that peers sent during a rolling change (by digest; a few),
+    /// with when a round last used each (monotonic seconds).
+    private var otherLists: [UInt64: (domain: RingDomain, used: Double)] = [:]
+    /// A peer's other list counts for hints (`hintTargets`) while a round used it this recently:
+    /// peers sync at least every ~30 s, so a list unused for 2 minutes is rolled out.
+    static let otherListLifetime: Double = 120
+    static let maxOtherLists = 8
+    /// The most members a peer's list may name.
+    static let maxListMembers = 1024
 
     init(members: [NodeAddress], selfName: String, replicas: Int) {
         self.selfName = selfName
@@ -75,14 +116,74 @@ final class ClusterView: @unchecked Sendable {
     /// The current member list's digest (§7.19 "Member lists").
     var membersDigest: UInt64 { lock.withLock { membership.digest } }
 
-    /// The digest of a member list: XXH64 of the sorted, unique ring names, each followed by
-    /// "\n", then "replicas=R" (§7.19 "Member lists").
+    /// The digest of a member list: XXH64 of `membersText` (§7.19 "Member lists").
     static func membersDigest(names: [String], replicas: Int) -> UInt64 {
+        XXH64.hash(membersText(names: names, replicas: replicas))
+    }
+
+    /// A member list as §7.19 "Member lists" writes it: the sorted, unique ring names, each
+    /// followed by "\n", then "replicas=R".
+    static func membersText(names: [String], replicas: Int) -> [UInt8] {
         var bytes: [UInt8] = []
         for n in Set(names).sorted() { bytes += Array(n.utf8); bytes.append(0x0A) }
         bytes += Array("replicas=\(replicas)".utf8)
-        return XXH64.hash(bytes)
+        return bytes
     }
+
+    /// The current member list's text (sent with SYNC_DIGEST to a peer on another list).
+    var membersText: [UInt8] { lock.withLock { membership.text } }
+
+    /// The ring of a peer's member list (`text`, whose XXH64 is `digest`), for a round the peer
+    /// asks for while its list differs from this node's (§7.19 "Member lists"): built from
+    /// `text` (then kept by digest) or found by the digest of a list sent before; an error
+    /// message when neither works.
+    func domain(forList digest: UInt64, text: [UInt8]) -> Result<RingDomain, ListError> {
+        let now = monotonicSeconds()
+        if let d = lock.withLock({ () -> RingDomain? in
+            otherLists[digest]?.used = now
+            return otherLists[digest]?.domain
+        }) { return .success(d) }
+        guard !text.isEmpty else {
+            return .failure(ListError("member lists differ: this node's (\(ring.members.count) members, \(replicas) replicas) is not the requester's, and the requester's list is not known here: send it with SYNC_DIGEST (§7.19)"))
+        }
+        guard XXH64.hash(text) == digest else { return .failure(ListError("the member list sent does not match its digest")) }
+        var lines = text.split(separator: 0x0A, omittingEmptySubsequences: false)
+        guard let last = lines.popLast(), last.starts(with: Array("replicas=".utf8)),
+              let r = Int(String(decoding: last.dropFirst(9), as: UTF8.self)), r >= 1, r <= 64 else {
+            return .failure(ListError("the member list sent does not end with replicas=R (R 1…64)"))
+        }
+        let names = lines.map { String(decoding: $0, as: UTF8.self) }
+        guard !names.isEmpty, names.count <= Self.maxListMembers, names.allSatisfy({ !$0.isEmpty }), Set(names).count == names.count else {
+            return .failure(ListError("the member list sent must name 1…\(Self.maxListMembers) distinct members, one per line"))
+        }
+        let d = RingDomain(names: names, replicas: r)
+        keep(d, digest: digest, now: now)
+        return .success(d)
+    }
+
+    /// This node's own previous member list (the one it last ran with, `DIR/cluster-members`,
+    /// with the current replica count): it counts for hints as a peer's other list does, for
+    /// `otherListLifetime` unless peers sync by it meanwhile — the writes this node takes right
+    /// after it switched lists still reach the replicas by the old one.
+    func rememberPrevious(names: [String]) {
+        guard !names.isEmpty, Set(names).count == names.count else { return }
+        let text = Self.membersText(names: names, replicas: replicas), digest = XXH64.hash(text)
+        guard digest != membersDigest else { return }
+        keep(RingDomain(names: names, replicas: replicas), digest: digest, now: monotonicSeconds())
+    }
+
+    /// Keeps another list's ring by its digest, making room by forgetting the least recently used.
+    private func keep(_ d: RingDomain, digest: UInt64, now: Double) {
+        lock.withLock {
+            if otherLists.count >= Self.maxOtherLists, let oldest = otherLists.min(by: { $0.value.used < $1.value.used }) {
+                otherLists[oldest.key] = nil
+            }
+            otherLists[digest] = (d, now)
+        }
+    }
+
+    struct ListError: Error { let message: String; init(_ m: String) { message = m } }
+
     /// Every member but this node, in ring-name order (the current list).
     var peers: [NodeAddress] { lock.withLock { membership.peers } }
 
@@ -111,6 +212,28 @@ final class ClusterView: @unchecked Sendable {
     /// The names of the key's replica set (owner first).
     func replicaSet(namespace: [UInt8], key: [UInt8]) -> [String] {
         ring.nodes(for: key, namespace: namespace, count: replicas).map(\.name)
+    }
+
+    /// Whom a write this node applied is handed to (`Handoff`): the other nodes of the key's
+    /// replica set by this node's list and, during a rolling change, by each other list a peer
+    /// synced with recently (so a replica still on the old list gets the write too), restricted
+    /// to this node's peers; and whether this node holds the key by any of those lists (false:
+    /// a foreign write). One ring lookup, and one per other list in use.
+    func hintTargets(namespace: [UInt8], key: [UInt8]) -> (targets: [String], replica: Bool, mine: [String]) {
+        let (m, others) = lock.withLock { () -> (Membership, [RingDomain]) in
+            if otherLists.isEmpty { return (membership, []) }
+            let now = monotonicSeconds()
+            return (membership, otherLists.values.filter { now - $0.used < Self.otherListLifetime }.map(\.domain))
+        }
+        let mine = m.ring.nodes(for: key, namespace: namespace, count: replicas).map(\.name)
+        var replica = mine.contains(selfName)
+        var targets = mine.filter { $0 != selfName }
+        for d in others {
+            let set = d.ring.nodes(for: key, namespace: namespace, count: d.replicas).map(\.name)
+            replica = replica || set.contains(selfName)
+            for n in set where n != selfName && !targets.contains(n) && m.peers.contains(where: { $0.name == n }) { targets.append(n) }
+        }
+        return (targets, replica, mine)
     }
 
     /// Whether this node has caught up with every other node of the key's replica set.
@@ -188,7 +311,7 @@ final class ClusterView: @unchecked Sendable {
         Self.shared(namespace, key, ring: ring, replicas: replicas, me: selfName, peer: peer)
     }
 
-    private static func shared(_ namespace: [UInt8], _ key: [UInt8], ring: HashRing, replicas: Int, me: String, peer: String) -> Bool {
+    static func shared(_ namespace: [UInt8], _ key: [UInt8], ring: HashRing, replicas: Int, me: String, peer: String) -> Bool {
         if key.isEmpty { return true } // a flush mark (FlushMarks) is every node's
         let set = ring.nodes(for: key, namespace: namespace, count: replicas).map(\.name)
         return set.contains(me) && set.contains(peer)
@@ -197,12 +320,6 @@ final class ClusterView: @unchecked Sendable {
     /// `shared(_:_:with:)` for many keys and one peer (a pass over the rows): the test made
     /// once, each call one ring position, a binary search and a mask test.
     func sharedTest(with peer: String) -> ([UInt8], [UInt8]) -> Bool {
-        let m = lock.withLock { membership }
-        guard let masks = m.pointMasks, let mine = m.memberBits[selfName], let theirs = m.memberBits[peer] else {
-            let ring = m.ring, replicas = self.replicas, me = selfName
-            return { Self.shared($0, $1, ring: ring, replicas: replicas, me: me, peer: peer) }
-        }
-        let both = mine | theirs, ring = m.ring
-        return { ns, key in key.isEmpty || masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }
+        lock.withLock { membership.domain }.sharedTest(me: selfName, peer: peer)
     }
 }

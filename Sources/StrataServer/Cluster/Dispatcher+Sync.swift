@@ -4,15 +4,26 @@ import StrataWire
 
 // The node's side of anti-entropy (PROTOCOL.md §7.19) and the UNVERIFIED flag on reads.
 extension Dispatcher {
-    /// Why a SYNC request names no peer of this node's cluster.
-    private func syncRefusal(_ s: SyncRequest) -> String? {
-        if let why = syncRefusal(requester: s.requester) { return why }
-        // Different member lists (a change being rolled out): the two would compare different
-        // key sets, and the requester could call itself caught up on keys neither listed.
-        if let theirs = s.members, let c = cluster, theirs != c.membersDigest {
-            return "member lists differ: this node's (\(c.ring.members.count) members, \(c.replicas) replicas) is not the requester's; the two sync once both run the same --cluster list"
+    /// Which entries a SYNC_DIGEST or SYNC_KEYS compares: those this node and the requester
+    /// both hold by the requester's member list — this node's own when the two run the same
+    /// list (or the requester sent no digest), else the list the requester sent with
+    /// SYNC_DIGEST (§7.19 "Member lists": during a rolling change the two compare by the
+    /// requester's ring, so what it calls caught up it has compared). A message when refused.
+    private func syncDomain(_ s: SyncRequest) -> Result<([UInt8], [UInt8]) -> Bool, ClusterView.ListError> {
+        guard let c = cluster else { return .failure(.init("this node has no --cluster: it takes part in no anti-entropy")) }
+        let peer = String(decoding: s.requester, as: UTF8.self)
+        guard let theirs = s.members, theirs != c.membersDigest else {
+            if let why = syncRefusal(requester: s.requester) { return .failure(.init(why)) }
+            return .success(c.sharedTest(with: peer))
         }
-        return nil
+        switch c.domain(forList: theirs, text: s.memberList) {
+        case .failure(let e): return .failure(e)
+        case .success(let d):
+            guard d.names(peer), d.names(c.selfName) else {
+                return .failure(.init("the requester's member list must name both '\(peer)' and this node ('\(c.selfName)')"))
+            }
+            return .success(d.sharedTest(me: c.selfName, peer: peer))
+        }
     }
 
     private func syncRefusal(requester: [UInt8]) -> String? {
@@ -27,11 +38,14 @@ extension Dispatcher {
     /// SYNC_DIGEST: one XOR digest per bucket of the entries this node holds that it and the
     /// requester both replicate.
     func syncDigest(_ s: SyncRequest, _ f: Frame) throws -> Frame {
-        if let why = syncRefusal(s) { return Responses.error(to: f, .invalidArgument, why) }
-        let c = cluster!, peer = String(decoding: s.requester, as: UTF8.self)
+        let shared: ([UInt8], [UInt8]) -> Bool
+        switch syncDomain(s) {
+        case .failure(let e): return Responses.error(to: f, .invalidArgument, e.message)
+        case .success(let test): shared = test
+        }
         var digests = [UInt64](repeating: 0, count: 1 << Int(s.bucketBits))
         var n = 0
-        try forEachSyncEntry(maxVersion: s.maxVersion, include: c.sharedTest(with: peer)) { e in
+        try forEachSyncEntry(maxVersion: s.maxVersion, include: shared) { e in
             digests[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)] ^=
                 ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
             n += 1
@@ -45,11 +59,13 @@ extension Dispatcher {
     /// SYNC_KEYS: the shared entries of the buckets asked for, whole buckets in the order asked,
     /// as many as fit in `syncKeysBudget` (at least one bucket).
     func syncKeys(_ s: SyncRequest, _ f: Frame) throws -> Frame {
-        if let why = syncRefusal(s) { return Responses.error(to: f, .invalidArgument, why) }
-        let c = cluster!, peer = String(decoding: s.requester, as: UTF8.self)
+        let shared: ([UInt8], [UInt8]) -> Bool
+        switch syncDomain(s) {
+        case .failure(let e): return Responses.error(to: f, .invalidArgument, e.message)
+        case .success(let test): shared = test
+        }
         var byBucket: [Int: [SyncKeyEntry]] = [:]
         for b in s.buckets { byBucket[Int(b)] = [] }
-        let shared = c.sharedTest(with: peer)
         try forEachSyncEntry(maxVersion: s.maxVersion, include: { ns, key in
             byBucket[ClusterView.bucket(namespace: ns, key: key, bits: s.bucketBits)] != nil && shared(ns, key)
         }) { e in
@@ -70,9 +86,10 @@ extension Dispatcher {
     }
 
     /// SYNC_CHECK: the indices of the listed writes this node lacks (it holds nothing for the
-    /// key on disk, or an older version).
+    /// key on disk, or an older version). Asked by any node (§7.19): during a rolling change a
+    /// node on the new list hands writes to replicas whose list does not name it yet.
     func syncCheck(_ s: SyncCheck, _ f: Frame) throws -> Frame {
-        if let why = syncRefusal(requester: s.requester) { return Responses.error(to: f, .invalidArgument, why) }
+        guard cluster != nil else { return Responses.error(to: f, .invalidArgument, "this node has no --cluster: it takes part in no anti-entropy") }
         var lacking: [Int] = []
         // A write a flush superseded counts as held.
         let floors = flushMarks?.floors() ?? FlushMarks.Floors()

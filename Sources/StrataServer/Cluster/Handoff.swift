@@ -12,7 +12,8 @@ import StrataWire
 ///
 /// Every write this node applies to its disk tier (SET, DELETE, INVALIDATE, TOUCH, INCR/DECR,
 /// including the copies peers send) becomes a hint (namespace, key, version) for each other
-/// node of the key's replica set. One thread per peer (`strata-handoff`) sends the hints in
+/// node of the key's replica set — during a rolling change, by this node's list and by the
+/// other lists its peers sync with (`ClusterView.hintTargets`). One thread per peer (`strata-handoff`) sends the hints in
 /// batches of up to `SyncCheck.maxEntries` as SYNC_CHECK; the peer answers which writes it
 /// lacks (it holds nothing, or an older version), and this node copies those across with their
 /// versions (as anti-entropy does, so a newer write on the peer always wins). When a client
@@ -78,24 +79,24 @@ final class Handoff: @unchecked Sendable {
     /// for the memcached listener's writes; looked up when sent): the key's other replicas get
     /// a hint.
     func accepted(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool = false) {
-        let set = view.replicaSet(namespace: namespace, key: key)
-        guard set.contains(view.selfName) else {
+        let (set, replica, mine) = view.hintTargets(namespace: namespace, key: key)
+        guard replica else {
             // Not this node's key by its own list: the client placed it by another list (one
             // node named two ways, a `dns:` list beside written names, a rolling change). Its
             // real replicas never hear of it: counted, and logged once a minute.
             stats.foreignWrites.add()
             if foreignWriteLog.admit(now: monotonicSeconds()) != nil {
                 log.warn("foreign_write", [("namespace_hex", NamespaceStats.hex(namespace)), ("key_hex", NamespaceStats.hex(Array(key.prefix(64)))),
-                                           ("replicas", set.joined(separator: ",")),
+                                           ("replicas", mine.joined(separator: ",")),
                                            ("hint", "the client's member list differs from this node's --cluster: give clients the nodes' list, each node named the same way")])
             }
             return
         }
-        guard set.count > 1 else { return }
+        guard !set.isEmpty else { return }
         let id = ItemKey(namespace: namespace, key: key)
         var dropped = 0, wake = false
         cond.lock()
-        for name in set where name != view.selfName {
+        for name in set {
             guard queues[name] != nil else { continue }
             if queues[name]!.count >= maxHints {
                 queues[name]!.removeFirst(maxHints / 8)
@@ -107,7 +108,7 @@ final class Handoff: @unchecked Sendable {
         }
         cond.unlock()
         if wake { cond.broadcast() }
-        stats.handoffHints.add(set.count - 1)
+        stats.handoffHints.add(set.count)
         if dropped > 0 { stats.handoffDropped.add(dropped); self.dropped() }
     }
 

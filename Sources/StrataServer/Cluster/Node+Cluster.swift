@@ -72,6 +72,7 @@ extension Node {
         let before = readSmallFile(path).map { String(decoding: $0, as: UTF8.self).split(separator: "\n").map(String.init).sorted() }
         guard before != now, !(before == nil && now.isEmpty) else { return }
         let old = before ?? []
+        cluster?.rememberPrevious(names: old)
         audit("membership_change", user: "-", peer: source,
               [("self", cluster?.selfName ?? "-"), ("from", old.isEmpty ? "-" : old.joined(separator: ",")),
                ("to", now.isEmpty ? "-" : now.joined(separator: ",")),
@@ -142,6 +143,9 @@ extension Node {
                                              ("removed", change.removed.joined(separator: ","))])
         antiEntropy?.wake()
     }
+
+    /// The peers this node has not caught up with (none without `--cluster`): `/readyz`.
+    var unsyncedPeers: [String] { cluster?.unsyncedPeers ?? [] }
 
     /// The cluster's rows of `Node.numbers()` (STATS, PROTOCOL.md §7.13, and /metrics); none
     /// without `--cluster`. STATS adds the strings `node_id` and `cluster_self`.
