@@ -1,4 +1,5 @@
 import StrataCore
+import StrataNet
 
 /// A node of a cluster: where to connect and its name on the ring (default `host:port`).
 public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
@@ -24,20 +25,29 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
     /// `#` comments skipped; no `file:` inside) — as the CLI's `--nodes` and the node's
     /// `--cluster` take it. Throws a message naming the bad entry (`.connection` when a name
     /// does not resolve or a file cannot be read, `.protocolViolation` for bad syntax).
-    /// Port 0 is refused, and so is a member named twice — host names compared without case,
-    /// as DNS compares them (`vm:7400,VM:7400` would be two ring members that are one node).
+    /// Port 0 is refused, and so is a member named twice (`sameMember`): `vm:7400,VM:7400` or
+    /// `[::1]:7400,[0:0::1]:7400` would be two ring members that are one node.
     public static func parseList(_ list: String, option: String) throws -> [NodeAddress] {
         let nodes = try parseList(list, option: option, inFile: nil)
         var seen: [String: String] = [:]
         for n in nodes {
             guard n.port != 0 else { throw ClientError(.protocolViolation, "\(option) entry '\(n.name)': port 0 is not a member's port") }
-            let folded = n.name.lowercased()
-            if let first = seen[folded] {
-                throw ClientError(.protocolViolation, "\(option) names one member twice: '\(first)' and '\(n.name)' (host names are compared without case)")
+            let key = n.sameMember
+            if let first = seen[key] {
+                throw ClientError(.protocolViolation, "\(option) names one member twice: '\(first)' and '\(n.name)' (host names are compared without case or a trailing dot, IP addresses by their value; localhost is 127.0.0.1)")
             }
-            seen[folded] = n.name
+            seen[key] = n.name
         }
         return nodes
+    }
+
+    /// What two spellings of one member have in common: an IP address (or `localhost`) in its
+    /// canonical text, a host name lower-cased without a trailing dot, and the port.
+    public var sameMember: String {
+        if let a = SocketAddress(host: host, port: port) { return "\(a.canonicalHost)|\(port)" }
+        var h = host.lowercased()
+        while h.hasSuffix(".") && h.count > 1 { h.removeLast() }
+        return "\(h)|\(port)"
     }
 
     /// Whether `list` has entries (`dns:`, `file:`) whose members can change while the same

@@ -98,6 +98,21 @@ public struct SocketAddress: Sendable, CustomStringConvertible {
 
     public var description: String { family == AF_INET6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
+    /// The address in its one canonical text (`inet_ntop`: `::1` for `0:0::1`, `127.0.0.1` for
+    /// `localhost`), whatever way `host` wrote it.
+    public var canonicalHost: String {
+        var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        let ok: Bool = withUnsafeBytes(of: storage) { raw in
+            if family == AF_INET6 {
+                let a = raw.baseAddress! + MemoryLayout<sockaddr_in6>.offset(of: \sockaddr_in6.sin6_addr)!
+                return inet_ntop(AF_INET6, a, &buf, socklen_t(buf.count)) != nil
+            }
+            let a = raw.baseAddress! + MemoryLayout<sockaddr_in>.offset(of: \sockaddr_in.sin_addr)!
+            return inet_ntop(AF_INET, a, &buf, socklen_t(buf.count)) != nil
+        }
+        return ok ? String(cString: buf) : host
+    }
+
     func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
         withUnsafeBytes(of: storage) { body($0.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) }
     }

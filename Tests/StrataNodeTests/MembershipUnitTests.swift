@@ -39,6 +39,12 @@ final class MembershipUnitTests: XCTestCase {
         // are refused: an outside review's `vm:P,VM:P` made "two copies" that were one node.
         XCTAssertTrue(try XCTUnwrap(failure("vm:7400,VM:7400,10.0.0.1:7400")).message.contains("names one member twice"))
         XCTAssertTrue(try XCTUnwrap(failure("10.0.0.1:7400,file:\(path)")).message.contains("names one member twice"))
+        // Other spellings of one address too (an outside review's "noticed, not fixed").
+        for twice in ["[::1]:7400,[0:0::1]:7400", "[::1]:7400,[0:0:0:0:0:0:0:1]:7400", "vm.:7400,vm:7400", "localhost:7400,127.0.0.1:7400",
+                      "[2001:DB8::1]:7400,[2001:db8:0::1]:7400"] {
+            XCTAssertTrue(failure(twice)?.message.contains("names one member twice") == true, twice)
+        }
+        XCTAssertEqual(try NodeAddress.parseList("127.0.0.1:7400,127.0.0.2:7400,[::1]:7400,vm:7400", option: "--nodes").count, 4)
         XCTAssertTrue(try XCTUnwrap(failure("vm:0")).message.contains("port 0"))
         XCTAssertEqual(try NodeAddress.parseList("vm:7400,VM:7401", option: "--nodes").count, 2, "other ports are other members")
     }
