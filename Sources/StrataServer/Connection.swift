@@ -254,6 +254,9 @@ final class Connection: EventHandler, @unchecked Sendable {
 
     var deferred: [Pending] = []
     var deferredBytes = 0
+    /// Deferred requests' frames are buffered bytes (the node's `--max-buffered-bytes`) like
+    /// the input they were parsed from: an outside review saw them leave the count.
+    var heldBytes: Int { deferredBytes }
     var inFlightKeys: [ItemKey: Int] = [:]
     var barriersInFlight = 0
 

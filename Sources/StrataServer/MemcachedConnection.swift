@@ -46,7 +46,9 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     var submitting = false
     /// Commands held by the node's output bound (`hold`): they run before anything else is
     /// parsed, once `mayStart` lets the first.
-    var held: [MemcachedParse] = []
+    var held: [MemcachedParse] = [] { didSet { heldBytes = held.reduce(0) { $0 + $1.consumedBytes } } }
+    /// The bytes `held` was parsed from: still buffered bytes (`updateAccounting`).
+    private(set) var heldBytes = 0
     /// Bytes of a refused data block still to drop.
     var swallow = 0
     var authenticated: Bool

@@ -24,6 +24,9 @@ protocol OutputConnection: AnyObject {
     var output: OutputQueue { get set }
     /// What this connection has added to the node's buffered bytes.
     var accounted: Int { get set }
+    /// Bytes of parsed requests the connection holds besides its input and output (requests
+    /// waiting for their turn: `Connection.deferred`), counted in the buffered bytes too.
+    var heldBytes: Int { get }
     var wantWrite: Bool { get set }
     var flushScheduled: Bool { get set }
     var registered: EventLoop.Interest { get set }
@@ -107,10 +110,11 @@ extension OutputConnection {
         }
     }
 
-    /// Brings the node's buffered bytes (input + output) up to date with this connection.
+    /// Brings the node's buffered bytes (input + held requests + output) up to date with this
+    /// connection.
     func updateAccounting() {
         guard !closed else { return }
-        let now = (input.count - inputStart) + output.count
+        let now = (input.count - inputStart) + heldBytes + output.count
         if now != accounted {
             node.stats.bufferedBytes.add(now - accounted, ordering: .relaxed)
             accounted = now

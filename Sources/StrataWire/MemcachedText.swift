@@ -112,6 +112,14 @@ public enum MemcachedParse: Sendable, Equatable {
     /// `consumed` bytes are dropped, then `swallow` more as they arrive (the data block of a
     /// refused storage command); `close`: the connection cannot continue (line too long).
     case error(String, consumed: Int, swallow: Int, close: Bool)
+
+    /// The input bytes this parse used (0 for `needMore`).
+    public var consumedBytes: Int {
+        switch self {
+        case .needMore: return 0
+        case .command(_, let n), .error(_, let n, _, _): return n
+        }
+    }
 }
 
 /// The text-protocol parser. A short read returns `.needMore` and consumes nothing; a line is

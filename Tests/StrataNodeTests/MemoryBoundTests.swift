@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import StrataClient
 import StrataCore
+import StrataImage
 import StrataWire
 
 /// Issue 16: memory limits that hold against a real node — the node-wide bound on unsent
@@ -26,6 +27,41 @@ final class MemoryBoundTests: XCTestCase {
             for i in 0..<words.count { words[i] = rng.next() }
         }
         return out
+    }
+
+    /// Requests that wait for their turn on a connection (here: SETs of a key whose slow
+    /// IMAGE_VARIANT runs) stay counted in `buffered_bytes`, so the node's buffered-bytes
+    /// limit (PROTOCOL.md §10, then BUSY) holds: a review saw the frames leave the count once
+    /// parsed. 6 SETs of 1 MiB held behind the variant: the count is at least their size
+    /// meanwhile, and back down once they ran.
+    func testRequestsWaitingForTheirTurnCountInTheBufferedBytes() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let side = 3000
+        var rgba = [UInt8](repeating: 0, count: side * side * 4)
+        for i in 0..<(side * side) { rgba[4 * i] = UInt8(i % 251); rgba[4 * i + 1] = UInt8((i / side) % 253); rgba[4 * i + 3] = 255 }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: side, height: side))
+        let c = try node.connect()
+        XCTAssertEqual(try c.set(SetRequest(key: b("big.png"), value: png)).statusCode, .ok)
+        let value = Self.noise(1 << 20, seed: 3)
+        var bytes = Request.imageVariant(VariantRequest(key: b("big.png"), maxWidth: 1500, maxHeight: 1500)).frame(id: 1).encoded()
+        for i in 0..<6 { bytes += Request.set(SetRequest(key: b("big.png"), value: value)).frame(id: UInt32(2 + i)).encoded() }
+        let t0 = monotonicSeconds()
+        try c.sendRaw(bytes)
+        let other = try node.connect()
+        var most = 0
+        while monotonicSeconds() - t0 < 10 && most < 6 << 20 {
+            guard let s = try? nodeStats(other) else { break }
+            most = max(most, s["buffered_bytes"] as? Int ?? 0)
+            usleep(2_000)
+        }
+        var answered = 0
+        while answered < 7, let f = try? c.readFrame() { if f.requestID >= 1 && f.requestID <= 7 { answered += 1 } }
+        let after = (try? nodeStats(other))?["buffered_bytes"] as? Int ?? -1
+        print("held SETs: buffered_bytes peaked at \(most) while the variant ran (\(String(format: "%.2f", monotonicSeconds() - t0)) s for all 7 answers)")
+        XCTAssertGreaterThanOrEqual(most, 6 << 20, "the 6 held SETs of 1 MiB left the buffered bytes")
+        XCTAssertEqual(answered, 7, "every request was answered")
+        XCTAssertLessThan(after, 1 << 20, "the count comes back down")
     }
 
     /// 160 write-behind SETs of 8 MiB (16 connections × 10, pipelined) against a node with
