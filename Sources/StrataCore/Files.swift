@@ -53,3 +53,31 @@ public func copyFile(_ from: String, to: String) -> Bool {
         }
     }
 }
+
+/// Whether every page of a file is in the kernel's page cache (`mincore` over a read-only
+/// mapping, 64 MiB at a time), so reading it will not wait for the device. True for a file
+/// that does not exist or is empty (nothing to read); false when it cannot be examined.
+/// Costs one byte of vector per 4 KiB page, and the mappings: ~1 ms per GiB.
+public func fileIsResident(_ path: String) -> Bool {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    if fd < 0 { return errno == ENOENT }
+    defer { close(fd) }
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { return false }
+    let size = Int(st.st_size)
+    if size == 0 { return true }
+    let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+    let chunk = 64 << 20
+    var vec = [UInt8](repeating: 0, count: chunk / page)
+    var offset = 0
+    while offset < size {
+        let len = min(chunk, size - offset)
+        guard let map = mmap(nil, len, PROT_READ, MAP_SHARED, fd, off_t(offset)), map != MAP_FAILED else { return false }
+        defer { munmap(map, len) }
+        let pages = (len + page - 1) / page
+        guard mincore(map, len, &vec) == 0 else { return false }
+        for i in 0..<pages where vec[i] & 1 == 0 { return false }
+        offset += len
+    }
+    return true
+}

@@ -62,6 +62,24 @@ extension Connection {
             }
             return
         }
+        // A plain GET whose disk read cannot wait for the device (the files are in the page
+        // cache) runs here, on the loop: no hand-off to a worker and back (ARCHITECTURE.md
+        // "Disk reads on the loop"). A read that bails (a value over 64 KiB, …) counted nothing
+        // and goes to a worker below.
+        if node.config.diskReadsOnLoop, case .get(let g) = request, !g.lease, g.touch == nil, !node.outputBudget.over,
+           node.store.diskReadsMayRunInline {
+            InlineDiskRead.begin()
+            let resp = dispatcher.execute(request, f, visible: visible)
+            if !InlineDiskRead.end() {
+                node.stats.loopDiskReads.add(1, ordering: .relaxed)
+                stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
+                // No `resume()`: the loop that parses this connection's frames goes on (a
+                // pipeline of disk GETs must not recurse).
+                release(scope)
+                if let r = resp { send(r) }
+                return
+            }
+        }
         let pool = !imageCheck ? node.workers : Dispatcher.isSmallImageJob(request) ? node.smallImageWorkers : node.imageWorkers
         // A request whose answer may carry values goes back to its connection if the node is
         // over its output bound by the time a worker takes it (OutputBudget): so answers

@@ -148,6 +148,7 @@ public final class Node: @unchecked Sendable {
         // loops): a reader beyond the pool is opened and closed around each read (file open,
         // schema, mmap and munmap every time) — that cost 80–170 µs of CPU per disk get.
         sc.diskReaders = config.diskWorkers + processorCount * 2
+        sc.diskReadsInline = config.diskReadsOnLoop
         let logger = log
         sc.log = { line in logger.storeLine(line) }
         do {

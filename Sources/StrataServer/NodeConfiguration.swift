@@ -28,6 +28,9 @@ public struct NodeConfiguration: Sendable {
     public var threads = 0
     /// Threads that run disk-tier work (each waits on SQLite or a group commit).
     public var diskWorkers = 32
+    /// `--disk-reads-on-loop`: a plain GET that misses memory reads the disk tier on its event
+    /// loop while the database and WAL are wholly in the page cache (values ≤ 64 KiB stored).
+    public var diskReadsOnLoop = true
     /// Disk jobs queued beyond the workers before new ones get BUSY.
     public var maxQueuedDiskJobs = 10_000
     /// `--auth-token-file`'s token: authenticates as the admin user `token` (also beside a

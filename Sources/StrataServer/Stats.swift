@@ -61,6 +61,8 @@ final class NodeStats: Sendable {
     let bytesOut = Atomic<Int>(0)
     let bufferedBytes = Atomic<Int>(0)
     let busyRefusals = Atomic<Int>(0)
+    /// GETs whose disk read ran on their event loop (`NodeConfiguration.diskReadsOnLoop`).
+    let loopDiskReads = Atomic<Int>(0)
     let malformedFrames = Atomic<Int>(0)
     let outputCapCutoffs = Atomic<Int>(0)
     let timeouts = Atomic<Int>(0)

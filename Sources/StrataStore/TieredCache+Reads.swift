@@ -36,14 +36,21 @@ extension TieredCache {
         var found: CacheItem?
         var tombstone: UInt64?
         let loc = memory.locate(tag: ns.tag, key: key)
+        // A read on an event loop (`InlineDiskRead`) may bail at the disk and run again on a
+        // worker: its memory miss is counted once it did not.
+        let inline = InlineDiskRead.active
+        var memoryMissed = false
         if tiers.contains(.memory) {
-            if let s = memory.with(loc, key, { $0.get(tag: ns.tag, key: $1, hash: loc.hash, now: now) }) {
+            if let s = memory.with(loc, key, { $0.get(tag: ns.tag, key: $1, hash: loc.hash, now: now, countStats: !inline) }) {
                 found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
                                   expiresAt: maxAge.effectiveExpiry(s), version: s.version, tier: .memory,
                                   stale: s.stale, negative: s.negative)
-            } else if let t = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
-                      t.state.tombstone {
-                tombstone = t.state.version
+            } else {
+                memoryMissed = inline
+                if let t = memory.with(loc, key, { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: false) }),
+                   t.state.tombstone {
+                    tombstone = t.state.version
+                }
             }
         }
         if found == nil && tiers.contains(.disk) {
@@ -60,6 +67,7 @@ extension TieredCache {
             } else {
                 state = try disk.read(namespace: namespace, key: key, withValue: true, countStats: true)?.state
             }
+            if memoryMissed { memory.with(loc, key) { shard, _ in shard.misses += 1 } }
             if let s = state {
                 if s.tombstone {
                     tombstone = max(tombstone ?? 0, s.version)
@@ -306,6 +314,8 @@ extension TieredCache {
 
     // MARK: Background
 
+    /// Once a second: expired memory records (4,096 per shard), and whether the disk tier's
+    /// files are resident (`InlineDiskRead`).
     func sweepLoop() {
         var cursors = Array(repeating: 0, count: memory.shards.count)
         while true {
@@ -314,6 +324,7 @@ extension TieredCache {
             let stop = sweeperStop
             sweeper.unlock()
             if stop { break }
+            if configuration.diskReadsInline { disk.checkResidency() }
             let live = registry.liveTagSet()
             let now = clock.nowMicros()
             for (i, s) in memory.shards.enumerated() {

@@ -15,7 +15,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--log-level info]
                     [--max-connections 10000] [--auth-timeout 5] [--max-unauthenticated N]
                     [--idle-timeout SECONDS] [--frame-timeout 10]
-                    [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--metrics-port PORT]
+                    [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--disk-reads-on-loop true] [--metrics-port PORT]
                     [--metrics-host 127.0.0.1]
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
                     [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
@@ -82,7 +82,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
                                "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca",
-                               "cluster-refresh"]
+                               "cluster-refresh", "disk-reads-on-loop"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -201,6 +201,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try int("disk-workers", min: 1) { c.diskWorkers = v }
     if let v = try int("image-pixel-limit", min: 1) { c.imagePixelLimit = v }
     if let v = try bool("validate-images") { c.validateImages = v }
+    if let v = try bool("disk-reads-on-loop") { c.diskReadsOnLoop = v }
     if let v = try int("metrics-port") {
         guard v <= 65535 else { throw UsageError(message: "--metrics-port must be 0…65535, got \(v)") }
         c.metricsPort = UInt16(v)
@@ -376,7 +377,8 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
     var insecure: Bool? = nil
     for (k, v) in obj {
         let name = k.replacingOccurrences(of: "_", with: "-")
-        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" || name == "metrics-tls" {
+        if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" || name == "metrics-tls"
+            || name == "disk-reads-on-loop" {
             guard case .bool(let b) = v else { throw UsageError(message: "config '\(k)' must be true or false") }
             if name == "insecure" { insecure = b } else { out[name] = b ? "true" : "false" }
             continue

@@ -189,3 +189,22 @@ final class ByteGateTests: XCTestCase {
         XCTAssertEqual(gate.inUse, 0)
     }
 }
+
+/// `fileIsResident`: a file just written is in the page cache; once the kernel is told to drop
+/// its clean pages it is not; a missing file has nothing to read.
+final class ResidencyTests: XCTestCase {
+    func testAWrittenFileIsResidentAndADroppedOneIsNot() throws {
+        let path = NSTemporaryDirectory() + "strata-resident-\(getpid())"
+        defer { unlink(path) }
+        let fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0o600)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        let bytes = [UInt8](repeating: 7, count: 3 << 20)
+        XCTAssertEqual(bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }, bytes.count)
+        XCTAssertTrue(fileIsResident(path), "just written")
+        XCTAssertEqual(fsync(fd), 0)
+        XCTAssertEqual(posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_DONTNEED)), 0)
+        close(fd)
+        XCTAssertFalse(fileIsResident(path), "its clean pages were dropped")
+        XCTAssertTrue(fileIsResident(path + "-missing"))
+    }
+}

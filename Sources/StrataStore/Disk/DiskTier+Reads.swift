@@ -12,6 +12,7 @@ extension DiskTier {
     func withReader<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         // While a quarantined file is replaced, wait for the fresh one (bounded: 5 s).
         var waited = 0
+        if InlineDiskRead.active && readerLock.withLock({ reopening }) { throw InlineDiskRead.bail("the database is being replaced") }
         while readerLock.withLock({ reopening }) && waited < 5000 { usleep(1000); waited += 1 }
         let (conn, epoch): (SQLiteConnection?, Int) = readerLock.withLock { (idleReaders.popLast(), readerEpoch) }
         let db: SQLiteConnection
@@ -67,6 +68,9 @@ extension DiskTier {
             if s.int(0) != ns.generation { return nil }
             let decoded: FoundRow?
             let stored = Int(s.int(10))
+            if withValue && stored > InlineDiskRead.maxBytes && InlineDiskRead.active {
+                throw InlineDiskRead.bail("a \(stored)-byte value")
+            }
             if withValue && stored > Self.largeValueBytes {
                 // Its stored bytes (SQLite's copy) and the value made from them are in memory
                 // together: both count. Read while `s` is open: the same snapshot.

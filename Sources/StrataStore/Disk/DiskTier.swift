@@ -182,6 +182,8 @@ final class DiskTier: @unchecked Sendable {
     var readerEpoch = 0
     /// A quarantined database is being replaced (guarded by `readerLock`).
     var reopening = false
+    /// The files were wholly resident at the last `checkResidency` (DiskTier+Inline.swift).
+    let residentFlag = Atomic<Bool>(false)
     var readerEpochOf: [ObjectIdentifier: Int] = [:]
 
     /// Bounds the memory of large values being read at once (`maxLargeReadBytes`).

@@ -45,6 +45,9 @@ public struct StoreConfiguration: Sendable {
     /// read that finds none idle opens a connection and closes it afterwards (tens of µs plus
     /// an mmap/munmap of the file each time). Idle readers cost little (reads go through mmap).
     public var diskReaders: Int = 8
+    /// Check once a second whether the database and WAL are wholly in the page cache, so
+    /// callers may read the disk tier on their own thread (`TieredCache.diskReadsMayRunInline`).
+    public var diskReadsInline = true
     /// SQLite page cache of the writer connection, in KiB. Reads of the file go through mmap,
     /// so this holds little more than the pages a transaction changes (a batch of ~50 rows
     /// touches ~200 pages). 2 MiB wrote 1 KiB values from 64 threads as fast as 64 MiB did
