@@ -85,22 +85,35 @@ extension SyncRequest {
 extension Responses {
     /// SYNC_DIGEST: extras `u32 entries` (how many items the digests cover); value: one u64
     /// digest per bucket, in bucket order.
-    public static func syncDigest(to req: Frame, digests: [UInt64], entries: Int) -> Frame {
+    /// `memberList`: the answering node's own member list (§7.19 "Member lists"), after the
+    /// digests, when the request carried the requester's.
+    public static func syncDigest(to req: Frame, digests: [UInt64], entries: Int, memberList: [UInt8] = []) -> Frame {
         var f = Frame.response(to: req)
         f.extras.appendBE(UInt32(clamping: entries))
-        f.value.reserveCapacity(digests.count * 8)
+        f.value.reserveCapacity(digests.count * 8 + memberList.count)
         for d in digests { f.value.appendBE(d) }
+        f.value += memberList
         return f
     }
 
-    public static func parseSyncDigest(_ f: Frame, bits: UInt8) throws(WireError) -> [UInt64] {
+    /// The digests of a SYNC_DIGEST answer (exactly 2^bits of them, or 2^bits and the
+    /// answering node's member list when `withList`).
+    public static func parseSyncDigest(_ f: Frame, bits: UInt8, withList: Bool = false) throws(WireError) -> [UInt64] {
         let n = 1 << Int(bits)
-        guard f.value.count == n * 8 else { throw WireError(.malformed, "sync_digest answer holds \(f.value.count) bytes, not \(n * 8)") }
+        guard f.value.count == n * 8 || (withList && f.value.count > n * 8) else {
+            throw WireError(.malformed, "sync_digest answer holds \(f.value.count) bytes, not \(n * 8)")
+        }
         var r = ExtrasReader(f.value, "sync_digest", part: "value")
         var out: [UInt64] = []
         out.reserveCapacity(n)
         for _ in 0..<n { out.append(try r.u64()) }
         return out
+    }
+
+    /// The answering node's member list after the digests (empty when none).
+    public static func syncDigestMemberList(_ f: Frame, bits: UInt8) -> [UInt8] {
+        let n = (1 << Int(bits)) * 8
+        return f.value.count > n ? Array(f.value[n...]) : []
     }
 
     /// SYNC_KEYS: extras `u32 count, u32 buckets covered` (the first that many of the requested

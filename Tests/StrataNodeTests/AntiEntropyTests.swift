@@ -469,6 +469,42 @@ final class AntiEntropyTests: XCTestCase {
         }
     }
 
+    /// The first step of a rolling add, both ways (an outside review's findings): the new node
+    /// learns the old list from its peers' answers and hands its writes to the old-list
+    /// replicas too; an old-list node, sent the new list, hands its writes to the new node,
+    /// which its own list does not name. Anti-entropy is a minute away here: handoff does it.
+    func testHintsCrossBetweenTheListsBothWaysDuringARollingAdd() throws {
+        let cluster = try SyncCluster(count: 4, members: [0, 1, 2], extra: ["--sync-interval", "60"])
+        let three = [0, 1, 2], four = [0, 1, 2, 3]
+        XCTAssertTrue(eventually(20, interval: 0.1) { three.allSatisfy(cluster.verified) })
+        try cluster.start(3, members: four)
+        XCTAssertTrue(eventually(30, interval: 0.1) { cluster.verified(3) }, cluster.nodes[3]!.stderr)
+        var fromNew: [(String, Int)] = [], fromOld: [(String, Int)] = []
+        for i in 0..<2000 where fromNew.count < 4 || fromOld.count < 4 {
+            let k = "x\(i)", old = cluster.replicaSet(k, three), new = cluster.replicaSet(k, four)
+            // Written to node 3, which holds it with node 0 by the new list; node 0 and Y hold it
+            // by the old list. Node 0 is down (its restart), so nothing relays it to Y.
+            if Set(new) == [0, 3], old.contains(0), fromNew.count < 4, let y = old.first(where: { $0 != 0 }) { fromNew.append((k, y)) }
+            // Written to an old-list node X (not node 0) that holds it by the old list; node 3 holds it by the new.
+            else if new.contains(3), fromOld.count < 4, let x = old.first(where: { $0 != 0 }) { fromOld.append((k, x)) }
+        }
+        XCTAssertEqual(fromNew.count, 4)
+        XCTAssertEqual(fromOld.count, 4)
+        cluster.nodes[0]!.terminate()
+        let c3 = try cluster.connect(3)
+        for (k, _) in fromNew { XCTAssertEqual(try c3.set(SetRequest(key: b(k), value: b("to the new node"))).statusCode, .ok) }
+        for (k, x) in fromOld { XCTAssertEqual(try cluster.connect(x).set(SetRequest(key: b(k), value: b("to an old node"))).statusCode, .ok) }
+        for (k, y) in fromNew {
+            let cy = try cluster.connect(y)
+            XCTAssertTrue(eventually(10, interval: 0.05) { (try? cy.get(b(k), tiers: 2))??.value == b("to the new node") },
+                          "\(k): old-list replica \(y) never got node 3's write: \(cluster.nodes[3]!.stderr)")
+        }
+        for (k, x) in fromOld {
+            XCTAssertTrue(eventually(10, interval: 0.05) { (try? c3.get(b(k), tiers: 2))??.value == b("to an old node") },
+                          "\(k): node 3 never got old-list node \(x)'s write: \(cluster.nodes[x]!.stderr)")
+        }
+    }
+
     /// `/readyz` is 503 while a cluster node has not caught up with a peer (here: one not
     /// started yet), while `/healthz` is 200; 200 once the two have synced.
     func testReadyzWaitsUntilTheNodeHasCaughtUp() throws {

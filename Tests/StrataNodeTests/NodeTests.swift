@@ -673,6 +673,7 @@ final class DeployLintTests: XCTestCase {
         XCTAssertTrue(yaml.contains("path: /healthz"))
         XCTAssertTrue(yaml.contains("path: /readyz"), "readiness waits for a node to catch up")
         XCTAssertTrue(yaml.contains("publishNotReadyAddresses: true"), "peers must reach a pod that is not ready yet")
+        XCTAssertTrue(yaml.contains("type: OnDelete"), "membership changes need pods restarted in an order a RollingUpdate cannot give")
         XCTAssertTrue(yaml.contains("maxUnavailable: 1"))
         XCTAssertTrue(yaml.contains("volumeClaimTemplates"))
     }

@@ -93,7 +93,7 @@ final class VectorTests: XCTestCase {
                                                              members: 0xAF5E_6C12_10AD_A5D5, memberList: Self.memberList)),
              { var d = [UInt64](repeating: 0, count: 16)
                d[3] = 0x0123_4567_89AB_CDEF; d[9] = 0xFEDC_BA98_7654_3210
-               return Responses.syncDigest(to: $0, digests: d, entries: 2) }),
+               return Responses.syncDigest(to: $0, digests: d, entries: 2, memberList: Array("10.0.0.1:7400\n10.0.0.2:7400\nreplicas=2".utf8)) }),
             ("sync_keys", .syncKeys(SyncRequest(requester: Array("10.0.0.2:7400".utf8), bucketBits: 4, maxVersion: V + 1, buckets: [3, 9])),
              { Responses.syncKeys(to: $0, entries: [SyncKeyEntry(namespace: [], key: Array("foo".utf8), version: self.V, tombstone: false),
                                                     SyncKeyEntry(namespace: Array("alice".utf8), key: Array("gone".utf8), version: self.V + 1, tombstone: true)],
@@ -264,6 +264,10 @@ final class VectorTests: XCTestCase {
         XCTAssertTrue(unverified.unverified)
         XCTAssertFalse(unverified.stale)
         XCTAssertFalse(item.unverified)
+        let withList = try XCTUnwrap(client.decode(load("sync_digest_members.resp.hex"))).frame
+        XCTAssertEqual(try Responses.parseSyncDigest(withList, bits: 4, withList: true).count, 16)
+        XCTAssertThrowsError(try Responses.parseSyncDigest(withList, bits: 4), "an answer to a request without a list has no list")
+        XCTAssertEqual(Responses.syncDigestMemberList(withList, bits: 4), Array("10.0.0.1:7400\n10.0.0.2:7400\nreplicas=2".utf8))
         let digests = try Responses.parseSyncDigest(XCTUnwrap(client.decode(load("sync_digest.resp.hex"))).frame, bits: 4)
         XCTAssertEqual(digests.count, 16)
         XCTAssertEqual(digests[9], 0xFEDC_BA98_7654_3210)

@@ -282,10 +282,11 @@ case("sync_digest", "SYNC_DIGEST from peer 10.0.0.2:7400 with 16 buckets (4 bits
      frame(RESP, OPS["SYNC_DIGEST"], 131, extras=struct.pack(">I", 2), value=b"".join(struct.pack(">Q", d) for d in DIGESTS)),
      "the digests, which are this node's entries' (and the entry count)")
 MEMBERS = b"10.0.0.1:7400\n10.0.0.2:7400\n10.0.0.4:7400\nreplicas=2"
-case("sync_digest_members", "SYNC_DIGEST from peer 10.0.0.2:7400 that runs another member list (a rolling change): the extras end with its list's digest, XXH64 of the value, which is the list (10.0.0.1:7400, 10.0.0.2:7400, 10.0.0.4:7400, replicas=2); this node (10.0.0.1:7400) answers the digests of what both hold by that list (§7.19 \"Member lists\")",
+OWN_MEMBERS = b"10.0.0.1:7400\n10.0.0.2:7400\nreplicas=2"
+case("sync_digest_members", "SYNC_DIGEST from peer 10.0.0.2:7400 that runs another member list (a rolling change): the extras end with its list's digest, XXH64 of the value, which is the list (10.0.0.1:7400, 10.0.0.2:7400, 10.0.0.4:7400, replicas=2); this node (10.0.0.1:7400, on the list 10.0.0.1:7400, 10.0.0.2:7400, replicas=2) answers the digests of what both hold by that list, then its own list (§7.19 \"Member lists\")",
      frame(REQ, OPS["SYNC_DIGEST"], 134, extras=struct.pack(">BQQ", 4, V, xxh64(MEMBERS)), key=b"10.0.0.2:7400", value=MEMBERS),
-     frame(RESP, OPS["SYNC_DIGEST"], 134, extras=struct.pack(">I", 2), value=b"".join(struct.pack(">Q", d) for d in DIGESTS)),
-     "the digests, which are this node's entries' (and the entry count)")
+     frame(RESP, OPS["SYNC_DIGEST"], 134, extras=struct.pack(">I", 2), value=b"".join(struct.pack(">Q", d) for d in DIGESTS) + OWN_MEMBERS),
+     "the digests, which are this node's entries' (and the entry count); the member list after them, which is this node's (and the body length)")
 case("sync_keys", "SYNC_KEYS from peer 10.0.0.2:7400 for buckets 3 and 9 (4 bits): foo at version V, and alice's gone deleted at V + 1; both buckets covered (§7.19)",
      frame(REQ, OPS["SYNC_KEYS"], 132, extras=struct.pack(">BQ", 4, V + 1), key=b"10.0.0.2:7400", value=struct.pack(">II", 3, 9)),
      frame(RESP, OPS["SYNC_KEYS"], 132, extras=struct.pack(">II", 2, 2),

@@ -169,7 +169,9 @@ final class AntiEntropy: @unchecked Sendable {
                 f = try conn.call(.syncDigest(req))
             }
             try NodeConnection.check(f, allow: [.ok])
-            let theirs = try Responses.parseSyncDigest(f, bits: bits)
+            let theirs = try Responses.parseSyncDigest(f, bits: bits, withList: !req.memberList.isEmpty)
+            let peerList = Responses.syncDigestMemberList(f, bits: bits)
+            if !peerList.isEmpty { _ = view.domain(forList: XXH64.hash(peerList), text: peerList) } // kept for hints
             var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
             try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: view.sharedTest(with: peer.name)) { e in
                 ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=

@@ -216,9 +216,10 @@ final class ClusterView: @unchecked Sendable {
 
     /// Whom a write this node applied is handed to (`Handoff`): the other nodes of the key's
     /// replica set by this node's list and, during a rolling change, by each other list a peer
-    /// synced with recently (so a replica still on the old list gets the write too), restricted
-    /// to this node's peers; and whether this node holds the key by any of those lists (false:
-    /// a foreign write). One ring lookup, and one per other list in use.
+    /// synced with recently (so a replica still on the old list gets the write too, and a node
+    /// on the new list that the old list does not name yet); and whether this node holds the
+    /// key by any of those lists (false: a foreign write). One ring lookup, and one per other
+    /// list in use.
     func hintTargets(namespace: [UInt8], key: [UInt8]) -> (targets: [String], replica: Bool, mine: [String]) {
         let (m, others) = lock.withLock { () -> (Membership, [RingDomain]) in
             if otherLists.isEmpty { return (membership, []) }
@@ -231,9 +232,19 @@ final class ClusterView: @unchecked Sendable {
         for d in others {
             let set = d.ring.nodes(for: key, namespace: namespace, count: d.replicas).map(\.name)
             replica = replica || set.contains(selfName)
-            for n in set where n != selfName && !targets.contains(n) && m.peers.contains(where: { $0.name == n }) { targets.append(n) }
+            for n in set where n != selfName && !targets.contains(n) { targets.append(n) }
         }
         return (targets, replica, mine)
+    }
+
+    /// Whether `name` is a peer, or a member of another list in use (`hintTargets` may name it).
+    func isHintTarget(_ name: String) -> Bool {
+        guard name != selfName else { return false }
+        return lock.withLock {
+            if membership.peers.contains(where: { $0.name == name }) { return true }
+            let now = monotonicSeconds()
+            return otherLists.values.contains { now - $0.used < Self.otherListLifetime && $0.domain.names(name) }
+        }
     }
 
     /// Whether this node has caught up with every other node of the key's replica set.

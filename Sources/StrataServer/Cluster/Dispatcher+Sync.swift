@@ -50,7 +50,9 @@ extension Dispatcher {
                 ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
             n += 1
         }
-        return Responses.syncDigest(to: f, digests: digests, entries: n)
+        // A requester that sent its list learns this node's in return (it hands writes to the
+        // replicas by it during the change: `ClusterView.hintTargets`).
+        return Responses.syncDigest(to: f, digests: digests, entries: n, memberList: s.memberList.isEmpty ? [] : cluster!.membersText)
     }
 
     /// The most entry bytes one SYNC_KEYS answer carries (the rest of the buckets are asked for again).

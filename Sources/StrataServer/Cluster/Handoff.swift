@@ -95,9 +95,19 @@ final class Handoff: @unchecked Sendable {
         guard !set.isEmpty else { return }
         let id = ItemKey(namespace: namespace, key: key)
         var dropped = 0, wake = false
+        var starting: [NodeAddress] = []
         cond.lock()
         for name in set {
-            guard queues[name] != nil else { continue }
+            if queues[name] == nil {
+                // A member of another list in use (a rolling change) that is no peer of this
+                // node: it gets a queue and a thread while it stays a target (`take`).
+                guard !stopped, let address = NodeAddress.parse(name) else { continue }
+                queues[name] = []
+                if delivering.insert(name).inserted {
+                    running += 1
+                    starting.append(address)
+                }
+            }
             if queues[name]!.count >= maxHints {
                 queues[name]!.removeFirst(maxHints / 8)
                 dropped += maxHints / 8
@@ -108,6 +118,7 @@ final class Handoff: @unchecked Sendable {
         }
         cond.unlock()
         if wake { cond.broadcast() }
+        start(starting)
         stats.handoffHints.add(set.count)
         if dropped > 0 { stats.handoffDropped.add(dropped); self.dropped() }
     }
@@ -132,7 +143,12 @@ final class Handoff: @unchecked Sendable {
             }
         }
         cond.broadcast()
-        for peer in starting {
+        start(starting)
+    }
+
+    /// A delivering thread for each of `peers` (already counted in `running` and `delivering`).
+    private func start(_ peers: [NodeAddress]) {
+        for peer in peers {
             _ = startThread(name: "strata-handoff") { [self] in
                 deliver(to: peer)
                 cond.withLock { running -= 1 }
@@ -149,11 +165,17 @@ final class Handoff: @unchecked Sendable {
         cond.unlock()
     }
 
-    /// The hints for `peer`, waiting for some; nil at the stop or once the peer is no member.
+    /// The hints for `peer`, waiting for some; nil at the stop, once the peer is no member,
+    /// or — for a member of another list only — once no list in use names it.
     private func take(_ peer: String) -> [Hint]? {
+        let extra = !view.peers.contains { $0.name == peer }
         cond.lock()
         defer { cond.unlock() }
-        while !stopped && queues[peer]?.isEmpty == true { cond.wait() }
+        while !stopped && queues[peer]?.isEmpty == true {
+            guard extra else { cond.wait(); continue }
+            if !view.isHintTarget(peer) { queues[peer] = nil; break }
+            cond.wait(seconds: 10)
+        }
         if stopped || queues[peer] == nil {
             delivering.remove(peer)
             return nil
@@ -196,6 +218,9 @@ final class Handoff: @unchecked Sendable {
                 conn?.close()
                 conn = nil
                 giveBack(batch, peer.name)
+                // A member of another list that no list in use names any more (stopped after a
+                // removal): its hints are dropped (anti-entropy is the backstop) and the thread ends.
+                if !view.isHintTarget(peer.name) { cond.withLock { queues[peer.name] = nil } }
                 stats.handoffFailures.add()
                 if !failing { log.warn("handoff_failed", [("peer", peer.name), ("error", "\(error)"), ("pending", String(pending))]) }
                 failing = true
