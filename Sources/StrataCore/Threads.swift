@@ -44,3 +44,15 @@ public func sleep(upTo seconds: Double, unless wake: () -> Bool) {
         left -= 0.05
     }
 }
+
+/// One `Int` per thread (a pthread key, 0 until the thread sets it): for a mode a thread sets
+/// around work it does itself (`PrechargedOutput`, `InlineDiskRead`). Costs one
+/// `pthread_getspecific` per read. Keep instances for the process's life (the key is never freed).
+public final class ThreadLocalInt: @unchecked Sendable {
+    private var key = pthread_key_t()
+    public init() { pthread_key_create(&key, nil) }
+    public var value: Int {
+        get { Int(bitPattern: pthread_getspecific(key)) }
+        set { pthread_setspecific(key, UnsafeRawPointer(bitPattern: newValue)) }
+    }
+}

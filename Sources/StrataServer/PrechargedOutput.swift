@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import StrataCore
 
 /// Output counted ahead of its answer, per thread (`OutputBudget`).
 ///
@@ -14,15 +15,10 @@ import Glibc
 /// per worker job.
 enum PrechargedOutput {
     /// The thread's slot: 0 = not collecting; n ≥ 1 = collecting, n − 1 bytes charged.
-    private static let key: pthread_key_t = {
-        var k = pthread_key_t()
-        pthread_key_create(&k, nil)
-        return k
-    }()
-
+    private static let thread = ThreadLocalInt()
     private static var slot: Int {
-        get { Int(bitPattern: pthread_getspecific(key)) }
-        set { pthread_setspecific(key, UnsafeRawPointer(bitPattern: newValue)) }
+        get { thread.value }
+        set { thread.value = newValue }
     }
 
     /// This thread's large reads are charged from now until `end`.

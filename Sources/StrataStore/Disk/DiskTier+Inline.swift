@@ -18,15 +18,10 @@ public enum InlineDiskRead {
     public static let maxBytes = 64 << 10
 
     /// 0: not inline; 1: inline; 2: inline and bailed.
-    private static let key: pthread_key_t = {
-        var k = pthread_key_t()
-        pthread_key_create(&k, nil)
-        return k
-    }()
-
+    private static let thread = ThreadLocalInt()
     private static var slot: Int {
-        get { Int(bitPattern: pthread_getspecific(key)) }
-        set { pthread_setspecific(key, UnsafeRawPointer(bitPattern: newValue)) }
+        get { thread.value }
+        set { thread.value = newValue }
     }
 
     /// This thread's disk reads run inline from now until `end`.
