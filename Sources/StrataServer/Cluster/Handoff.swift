@@ -94,7 +94,7 @@ final class Handoff: @unchecked Sendable {
         }
         guard !set.isEmpty else { return }
         let id = ItemKey(namespace: namespace, key: key)
-        var dropped = 0, wake = false
+        var dropped = 0, wake = false, wakeSync = false
         var starting: [NodeAddress] = []
         cond.lock()
         for name in set {
@@ -111,6 +111,9 @@ final class Handoff: @unchecked Sendable {
             if queues[name]!.count >= maxHints {
                 queues[name]!.removeFirst(maxHints / 8)
                 dropped += maxHints / 8
+                // Anti-entropy delivers what a peer's dropped hints carried; it does not run
+                // with a member of another list (a node stopped after a removal, say): no wake.
+                wakeSync = wakeSync || view.peers.contains { $0.name == name }
             }
             // A non-empty queue's thread is awake (or backing off): no wake-up needed.
             wake = wake || queues[name]!.isEmpty
@@ -120,7 +123,8 @@ final class Handoff: @unchecked Sendable {
         if wake { cond.broadcast() }
         start(starting)
         stats.handoffHints.add(set.count)
-        if dropped > 0 { stats.handoffDropped.add(dropped); self.dropped() }
+        if dropped > 0 { stats.handoffDropped.add(dropped) }
+        if wakeSync { self.dropped() }
     }
 
     func start() { update() }
@@ -198,7 +202,10 @@ final class Handoff: @unchecked Sendable {
             }
             queues[peer] = q
         }
-        if dropped > 0 { stats.handoffDropped.add(dropped); self.dropped() }
+        if dropped > 0 {
+            stats.handoffDropped.add(dropped)
+            if view.peers.contains(where: { $0.name == peer }) { self.dropped() }
+        }
     }
 
     private var isStopped: Bool { cond.withLock { stopped } }
