@@ -192,6 +192,8 @@ final class Dispatcher: @unchecked Sendable {
     /// decides, see `User.mayRead`).
     func execute(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)? = nil) -> Frame? {
         guard let response = executeOnStore(r, f, visible: visible) else { return nil }
+        // A read that bailed from the loop runs again on a worker: flagged (and counted) there.
+        if InlineDiskRead.hasBailed { return response }
         return markUnverified(r, response)
     }
 

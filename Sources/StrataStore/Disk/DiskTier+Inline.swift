@@ -37,6 +37,9 @@ public enum InlineDiskRead {
     /// Whether this thread reads inline now.
     static var active: Bool { slot != 0 }
 
+    /// Whether a read of this thread's inline mode bailed (its answer will be discarded).
+    public static var hasBailed: Bool { slot == 2 }
+
     /// The read cannot run inline: marks the bail and returns the error that unwinds it.
     static func bail(_ why: String) -> StoreError {
         slot = 2
