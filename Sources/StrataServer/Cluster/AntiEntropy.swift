@@ -159,36 +159,20 @@ final class AntiEntropy: @unchecked Sendable {
         let t0 = monotonicSeconds()
         do {
             let bits = bucketBits()
-            var req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, members: view.membersDigest)
-            var f = try conn.call(.syncDigest(req))
-            if f.statusCode == .invalidArgument, String(decoding: f.value, as: UTF8.self).hasPrefix("member lists differ") {
-                // A rolling change: the peer runs another list. Send ours, so that it compares
-                // the keys both nodes hold by this node's ring (§7.19 "Member lists").
-                req.memberList = view.membersText
-                req.members = XXH64.hash(req.memberList) // the list of this moment, should it have changed
-                f = try conn.call(.syncDigest(req))
-            }
-            try NodeConnection.check(f, allow: [.ok])
-            let theirs = try Responses.parseSyncDigest(f, bits: bits, withList: !req.memberList.isEmpty)
-            let peerList = Responses.syncDigestMemberList(f, bits: bits)
-            if !peerList.isEmpty { _ = view.domain(forList: XXH64.hash(peerList), text: peerList) } // kept for hints
-            var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
-            try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: view.sharedTest(with: peer.name)) { e in
-                ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
-                    ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
-            }
-            contacted(peer.name)
-            let differing = (0..<ours.count).filter { ours[$0] != theirs[$0] }
-            var copied = 0
-            if !differing.isEmpty {
-                copied = try reconcile(peer, conn, buckets: differing, bits: bits, maxVersion: maxVersion)
+            // By this node's list, then — during a rolling change — by each other list in use
+            // that names both nodes (this node may hold keys by the old list only, which old-list
+            // clients read here: a catching-up node must have compared those too).
+            var (differing, copied) = try compare(peer, conn, list: nil, bits: bits, maxVersion: maxVersion)
+            for other in view.otherListsNaming(view.selfName, peer.name) {
+                let (d, c) = try compare(peer, conn, list: other, bits: bits, maxVersion: maxVersion)
+                differing += d; copied += c
             }
             stats.syncRounds.add()
-            stats.syncBucketsDiffering.add(differing.count)
+            stats.syncBucketsDiffering.add(differing)
             lastRoundCopied = copied > 0
             stats.syncMicros.add(Int((monotonicSeconds() - t0) * 1e6))
             if view.markSynced(peer.name, epoch: epoch) && catchingUp {
-                log.info("peer_synced", [("peer", peer.name), ("buckets_differing", String(differing.count)),
+                log.info("peer_synced", [("peer", peer.name), ("buckets_differing", String(differing)),
                                          ("ms", String(Int((monotonicSeconds() - t0) * 1000)))])
             }
             return true
@@ -197,6 +181,39 @@ final class AntiEntropy: @unchecked Sendable {
             log.warn("sync_failed", [("peer", peer.name), ("error", "\(error)")])
             return false
         }
+    }
+
+    /// One comparison with `peer` over the keys both hold by a list — this node's (`list` nil)
+    /// or another list in use (its text is sent at once) — copying the differences across;
+    /// returns the buckets that differed and the copies taken.
+    private func compare(_ peer: NodeAddress, _ conn: NodeConnection, list: ClusterView.OtherList?, bits: UInt8,
+                         maxVersion: UInt64) throws -> (differing: Int, copied: Int) {
+        let shared = list.map { $0.domain.sharedTest(me: view.selfName, peer: peer.name) } ?? view.sharedTest(with: peer.name)
+        var req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion,
+                              members: list?.digest ?? view.membersDigest, memberList: list?.text ?? [])
+        var f = try conn.call(.syncDigest(req))
+        if list == nil, f.statusCode == .invalidArgument, String(decoding: f.value, as: UTF8.self).hasPrefix("member lists differ") {
+            // A rolling change: the peer runs another list. Send ours, so that it compares
+            // the keys both nodes hold by this node's ring (§7.19 "Member lists").
+            req.memberList = view.membersText
+            req.members = XXH64.hash(req.memberList) // the list of this moment, should it have changed
+            f = try conn.call(.syncDigest(req))
+        }
+        try NodeConnection.check(f, allow: [.ok])
+        let theirs = try Responses.parseSyncDigest(f, bits: bits, withList: !req.memberList.isEmpty)
+        let peerList = Responses.syncDigestMemberList(f, bits: bits)
+        // The peer's own list, when it is another than this node's: kept for hints and rounds.
+        if !peerList.isEmpty, XXH64.hash(peerList) != view.membersDigest { _ = view.domain(forList: XXH64.hash(peerList), text: peerList) }
+        var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
+        try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: shared) { e in
+            ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
+                ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
+        }
+        contacted(peer.name)
+        let differing = (0..<ours.count).filter { ours[$0] != theirs[$0] }
+        guard !differing.isEmpty else { return (0, 0) }
+        let copied = try reconcile(peer, conn, buckets: differing, bits: bits, maxVersion: maxVersion, members: req.members!, shared: shared)
+        return (differing.count, copied)
     }
 
     /// 2^bits buckets, about 16 entries each (4 … 16 bits).
@@ -209,10 +226,10 @@ final class AntiEntropy: @unchecked Sendable {
 
     /// Lists both sides' entries of `buckets` and copies each newer one across; returns how many
     /// copies the receiving side took (not superseded by a newer write meanwhile).
-    private func reconcile(_ peer: NodeAddress, _ conn: NodeConnection, buckets: [Int], bits: UInt8, maxVersion: UInt64) throws -> Int {
+    private func reconcile(_ peer: NodeAddress, _ conn: NodeConnection, buckets: [Int], bits: UInt8, maxVersion: UInt64,
+                           members: UInt64, shared: @escaping ([UInt8], [UInt8]) -> Bool) throws -> Int {
         let wanted = Set(buckets)
         var ours: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
-        let shared = view.sharedTest(with: peer.name)
         try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: { ns, key in
             wanted.contains(ClusterView.bucket(namespace: ns, key: key, bits: bits)) && shared(ns, key)
         }) { e in ours[ItemKey(namespace: e.namespace, key: e.key)] = (e.version, e.tombstone) }
@@ -221,7 +238,7 @@ final class AntiEntropy: @unchecked Sendable {
         while !rest.isEmpty {
             let chunk = Array(rest.prefix(SyncRequest.maxBuckets))
             let req = SyncRequest(requester: Array(view.selfName.utf8), bucketBits: bits, maxVersion: maxVersion, buckets: chunk,
-                                  members: view.membersDigest)
+                                  members: members)
             let f = try conn.call(.syncKeys(req))
             try NodeConnection.check(f, allow: [.ok])
             let page = try Responses.parseSyncKeys(f)

@@ -95,7 +95,16 @@ final class ClusterView: @unchecked Sendable {
 
     /// Rings of other member lists that peers sent during a rolling change (by digest; a few),
     /// with when a round last used each (monotonic seconds).
-    private var otherLists: [UInt64: (domain: RingDomain, used: Double)] = [:]
+    private var otherLists: [UInt64: OtherList] = [:]
+
+    /// Another member list in use: its ring, text (§7.19 "Member lists"), digest, and when a
+    /// peer last sent it or answered with it (monotonic seconds).
+    struct OtherList {
+        let domain: RingDomain
+        let text: [UInt8]
+        let digest: UInt64
+        var used: Double
+    }
     /// A peer's other list counts for hints (`hintTargets`) while a round used it this recently:
     /// peers sync at least every ~30 s, so a list unused for 2 minutes is rolled out.
     static let otherListLifetime: Double = 120
@@ -143,6 +152,7 @@ final class ClusterView: @unchecked Sendable {
             otherLists[digest]?.used = now
             return otherLists[digest]?.domain
         }) { return .success(d) }
+        guard digest != membersDigest else { return .failure(ListError("the member list sent is this node's own")) }
         guard !text.isEmpty else {
             return .failure(ListError("member lists differ: this node's (\(ring.members.count) members, \(replicas) replicas) is not the requester's, and the requester's list is not known here: send it with SYNC_DIGEST (§7.19)"))
         }
@@ -157,7 +167,7 @@ final class ClusterView: @unchecked Sendable {
             return .failure(ListError("the member list sent must name 1…\(Self.maxListMembers) distinct members, one per line"))
         }
         let d = RingDomain(names: names, replicas: r)
-        keep(d, digest: digest, now: now)
+        keep(OtherList(domain: d, text: text, digest: digest, used: now))
         return .success(d)
     }
 
@@ -169,16 +179,25 @@ final class ClusterView: @unchecked Sendable {
         guard !names.isEmpty, Set(names).count == names.count else { return }
         let text = Self.membersText(names: names, replicas: replicas), digest = XXH64.hash(text)
         guard digest != membersDigest else { return }
-        keep(RingDomain(names: names, replicas: replicas), digest: digest, now: monotonicSeconds())
+        keep(OtherList(domain: RingDomain(names: names, replicas: replicas), text: text, digest: digest, used: monotonicSeconds()))
     }
 
-    /// Keeps another list's ring by its digest, making room by forgetting the least recently used.
-    private func keep(_ d: RingDomain, digest: UInt64, now: Double) {
+    /// Keeps another list by its digest, making room by forgetting the least recently used.
+    private func keep(_ l: OtherList) {
         lock.withLock {
             if otherLists.count >= Self.maxOtherLists, let oldest = otherLists.min(by: { $0.value.used < $1.value.used }) {
                 otherLists[oldest.key] = nil
             }
-            otherLists[digest] = (d, now)
+            otherLists[l.digest] = l
+        }
+    }
+
+    /// The other lists in use (a round or an answer used them within `otherListLifetime`)
+    /// that name both `a` and `b`: a round compares by each of them too (`AntiEntropy.round`).
+    func otherListsNaming(_ a: String, _ b: String) -> [OtherList] {
+        let now = monotonicSeconds()
+        return lock.withLock {
+            otherLists.values.filter { now - $0.used < Self.otherListLifetime && $0.domain.names(a) && $0.domain.names(b) }
         }
     }
 
