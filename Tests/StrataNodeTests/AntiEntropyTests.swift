@@ -510,6 +510,16 @@ final class AntiEntropyTests: XCTestCase {
     /// list (its previous one, `DIR/cluster-members`). An outside review read the older value
     /// unflagged from such a node once the node that took the write was restarted next.
     func testARestartedNodeCatchesUpOnKeysItHoldsByTheOldListOnly() throws {
+        try restartedNodeCatchesUp(wiped: false)
+    }
+
+    /// The same with X's data directory wiped before it starts (it has no previous list: it
+    /// learns the old one from the peers' answers before it calls them synced).
+    func testAWipedNodeOnTheNewListCatchesUpOnKeysItHoldsByTheOldListOnly() throws {
+        try restartedNodeCatchesUp(wiped: true)
+    }
+
+    private func restartedNodeCatchesUp(wiped: Bool) throws {
         let cluster = try SyncCluster(count: 4, members: [0, 1, 2], extra: ["--sync-interval", "60"])
         let three = [0, 1, 2], four = [0, 1, 2, 3]
         XCTAssertTrue(eventually(20, interval: 0.1) { three.allSatisfy(cluster.verified) })
@@ -529,12 +539,17 @@ final class AntiEntropyTests: XCTestCase {
         // Written to A alone while X is down: A's hint to X backs off (up to 5 s between tries).
         XCTAssertEqual(try cluster.connect(a).set(SetRequest(key: b(k), value: b("while X was down"))).statusCode, .ok)
         Thread.sleep(forTimeInterval: 4)
+        if wiped {
+            for f in (try? FileManager.default.contentsOfDirectory(atPath: cluster.dirs[x].path)) ?? [] {
+                try FileManager.default.removeItem(atPath: cluster.dirs[x].path + "/" + f)
+            }
+        }
         try cluster.start(x, members: four)
         XCTAssertTrue(eventually(20, interval: 0.02) { cluster.verified(x) }, cluster.nodes[x]!.stderr)
         // Caught up: it holds the write now, before A (the next node of the change) goes down.
         cluster.nodes[a]!.terminate()
         XCTAssertEqual(try cluster.connect(x).get(b(k), tiers: 2)?.value, b("while X was down"),
-                       "node \(x) called itself caught up without the write to \(k) it holds by the old list")
+                       "node \(x) called itself caught up without the write to \(k) it holds by the old list: \(cluster.nodes[x]!.stderr)")
     }
 
     /// `/readyz` is 503 while a cluster node has not caught up with a peer (here: one not

@@ -200,7 +200,7 @@ final class AntiEntropy: @unchecked Sendable {
             f = try conn.call(.syncDigest(req))
         }
         try NodeConnection.check(f, allow: [.ok])
-        let theirs = try Responses.parseSyncDigest(f, bits: bits, withList: !req.memberList.isEmpty)
+        let theirs = try Responses.parseSyncDigest(f, bits: bits, withList: true)
         let peerList = Responses.syncDigestMemberList(f, bits: bits)
         // The peer's own list, when it is another than this node's: kept for hints and rounds.
         if !peerList.isEmpty, XXH64.hash(peerList) != view.membersDigest { _ = view.domain(forList: XXH64.hash(peerList), text: peerList) }

@@ -50,9 +50,11 @@ extension Dispatcher {
                 ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
             n += 1
         }
-        // A requester that sent its list learns this node's in return (it hands writes to the
-        // replicas by it during the change: `ClusterView.hintTargets`).
-        return Responses.syncDigest(to: f, digests: digests, entries: n, memberList: s.memberList.isEmpty ? [] : cluster!.membersText)
+        // A requester on another list learns this node's in return (it hands writes to the
+        // replicas by it during the change, and compares by it: `ClusterView.hintTargets`,
+        // `AntiEntropy.round`) — also when this node knew the requester's list already.
+        let differs = s.members.map { $0 != cluster!.membersDigest } ?? false
+        return Responses.syncDigest(to: f, digests: digests, entries: n, memberList: differs ? cluster!.membersText : [])
     }
 
     /// The most entry bytes one SYNC_KEYS answer carries (the rest of the buckets are asked for again).
