@@ -66,8 +66,8 @@ extension Connection {
         // cache) runs here, on the loop: no hand-off to a worker and back (ARCHITECTURE.md
         // "Disk reads on the loop"). A read that bails (a value over 64 KiB, …) counted nothing
         // and goes to a worker below.
-        if node.config.diskReadsOnLoop, case .get(let g) = request, !g.lease, g.touch == nil, !node.outputBudget.over,
-           node.store.diskReadsMayRunInline {
+        // (`--disk-reads-on-loop false` turns `diskReadsMayRunInline` off.)
+        if case .get(let g) = request, !g.lease, g.touch == nil, !node.outputBudget.over, node.store.diskReadsMayRunInline {
             InlineDiskRead.begin()
             let resp = dispatcher.execute(request, f, visible: visible)
             if !InlineDiskRead.end() {

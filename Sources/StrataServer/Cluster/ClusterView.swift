@@ -192,13 +192,17 @@ final class ClusterView: @unchecked Sendable {
         }
     }
 
-    /// The other lists in use (a round or an answer used them within `otherListLifetime`)
-    /// that name both `a` and `b`: a round compares by each of them too (`AntiEntropy.round`).
-    func otherListsNaming(_ a: String, _ b: String) -> [OtherList] {
+    /// The other lists in use: a peer sent or answered with each within `otherListLifetime`
+    /// (or it is this node's previous list, that long after the start). Under `lock`.
+    private var listsInUse: [OtherList] {
         let now = monotonicSeconds()
-        return lock.withLock {
-            otherLists.values.filter { now - $0.used < Self.otherListLifetime && $0.domain.names(a) && $0.domain.names(b) }
-        }
+        return otherLists.values.filter { now - $0.used < Self.otherListLifetime }
+    }
+
+    /// The other lists in use that name both `a` and `b`: a round compares by each of them too
+    /// (`AntiEntropy.round`).
+    func otherListsNaming(_ a: String, _ b: String) -> [OtherList] {
+        lock.withLock { listsInUse.filter { $0.domain.names(a) && $0.domain.names(b) } }
     }
 
     struct ListError: Error { let message: String; init(_ m: String) { message = m } }
@@ -241,9 +245,7 @@ final class ClusterView: @unchecked Sendable {
     /// list in use.
     func hintTargets(namespace: [UInt8], key: [UInt8]) -> (targets: [String], replica: Bool, mine: [String]) {
         let (m, others) = lock.withLock { () -> (Membership, [RingDomain]) in
-            if otherLists.isEmpty { return (membership, []) }
-            let now = monotonicSeconds()
-            return (membership, otherLists.values.filter { now - $0.used < Self.otherListLifetime }.map(\.domain))
+            (membership, otherLists.isEmpty ? [] : listsInUse.map(\.domain))
         }
         let mine = m.ring.nodes(for: key, namespace: namespace, count: replicas).map(\.name)
         var replica = mine.contains(selfName)
@@ -260,9 +262,7 @@ final class ClusterView: @unchecked Sendable {
     func isHintTarget(_ name: String) -> Bool {
         guard name != selfName else { return false }
         return lock.withLock {
-            if membership.peers.contains(where: { $0.name == name }) { return true }
-            let now = monotonicSeconds()
-            return otherLists.values.contains { now - $0.used < Self.otherListLifetime && $0.domain.names(name) }
+            membership.peers.contains { $0.name == name } || listsInUse.contains { $0.domain.names(name) }
         }
     }
 

@@ -4,13 +4,15 @@ import StrataWire
 
 // The node's side of anti-entropy (PROTOCOL.md §7.19) and the UNVERIFIED flag on reads.
 extension Dispatcher {
+    static let noCluster = "this node has no --cluster: it takes part in no anti-entropy"
+
     /// Which entries a SYNC_DIGEST or SYNC_KEYS compares: those this node and the requester
     /// both hold by the requester's member list — this node's own when the two run the same
     /// list (or the requester sent no digest), else the list the requester sent with
     /// SYNC_DIGEST (§7.19 "Member lists": during a rolling change the two compare by the
     /// requester's ring, so what it calls caught up it has compared). A message when refused.
     private func syncDomain(_ s: SyncRequest) -> Result<([UInt8], [UInt8]) -> Bool, ClusterView.ListError> {
-        guard let c = cluster else { return .failure(.init("this node has no --cluster: it takes part in no anti-entropy")) }
+        guard let c = cluster else { return .failure(.init(Self.noCluster)) }
         let peer = String(decoding: s.requester, as: UTF8.self)
         guard let theirs = s.members, theirs != c.membersDigest else {
             if let why = syncRefusal(requester: s.requester) { return .failure(.init(why)) }
@@ -27,7 +29,7 @@ extension Dispatcher {
     }
 
     private func syncRefusal(requester: [UInt8]) -> String? {
-        guard let c = cluster else { return "this node has no --cluster: it takes part in no anti-entropy" }
+        guard let c = cluster else { return Self.noCluster }
         let peer = String(decoding: requester, as: UTF8.self)
         guard c.peers.contains(where: { $0.name == peer }) else {
             return "'\(peer)' is not a member of this node's --cluster (its members: \(c.ring.members.map(\.name).joined(separator: ",")))"
@@ -93,7 +95,7 @@ extension Dispatcher {
     /// key on disk, or an older version). Asked by any node (§7.19): during a rolling change a
     /// node on the new list hands writes to replicas whose list does not name it yet.
     func syncCheck(_ s: SyncCheck, _ f: Frame) throws -> Frame {
-        guard cluster != nil else { return Responses.error(to: f, .invalidArgument, "this node has no --cluster: it takes part in no anti-entropy") }
+        guard cluster != nil else { return Responses.error(to: f, .invalidArgument, Self.noCluster) }
         var lacking: [Int] = []
         // A write a flush superseded counts as held.
         let floors = flushMarks?.floors() ?? FlushMarks.Floors()
