@@ -7,7 +7,10 @@
 # (--preload-rate), which extstore's flusher keeps up with; unthrottled, memcached drops 25–60 %
 # of the items and answers cheap misses. Installs memcached and builds the release binaries if
 # missing (bench/need.sh); binaries default to .build/release/strata. STRATA_FLAGS adds
-# flags to every `strata serve` (e.g. STRATA_FLAGS="--disk-workers 4").
+# flags to every `strata serve` (e.g. STRATA_FLAGS="--disk-workers 4"). VIA_MEMCACHED=1 reads
+# each Strata build through its memcached listener instead (memcached's text protocol on both
+# sides; `--memory-limit 16MiB` so that most gets miss memory and read the disk tier, as the
+# listener has no tier mask).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/need.sh
@@ -28,9 +31,16 @@ trap 'kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null; rm -rf "$W"'
 PORTS=("$MC")
 for B in "${BINS[@]}"; do
   P=$(free_port)
-  "$B" serve --port "$P" --data "$W/d$P" --threads 1 --log-level warn ${STRATA_FLAGS:-} > "$W/strata-$P.log" 2>&1 &
-  PIDS+=($!); PORTS+=("$P")
-  TARGETS+=(--target "strata=127.0.0.1:$P" --server-pid "$!")
+  if [ "${VIA_MEMCACHED:-0}" = 1 ]; then
+    M=$(free_port)
+    "$B" serve --port "$P" --memcached-port "$M" --memory-limit 16MiB --data "$W/d$P" --threads 1 --log-level warn ${STRATA_FLAGS:-} > "$W/strata-$P.log" 2>&1 &
+    PIDS+=($!); PORTS+=("$P" "$M")
+    TARGETS+=(--target "memcached=127.0.0.1:$M" --server-pid "$!")
+  else
+    "$B" serve --port "$P" --data "$W/d$P" --threads 1 --log-level warn ${STRATA_FLAGS:-} > "$W/strata-$P.log" 2>&1 &
+    PIDS+=($!); PORTS+=("$P")
+    TARGETS+=(--target "strata=127.0.0.1:$P" --server-pid "$!")
+  fi
 done
 for p in "${PORTS[@]}"; do for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null && break; sleep 0.1; done; done
 echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); strata: ${BINS[*]}"

@@ -306,6 +306,15 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                         batch[i] = .command(c, consumed: used)
                     }
                 }
+                // One key left that missed memory: read from the disk tier here, on the loop,
+                // while its files are in the page cache (as a binary GET, `runOnWorker`).
+                if !node.draining, case .get(let keys, let cas) = c, keys.count == 1, !listener.memoryOnly,
+                   !node.outputBudget.over, node.store.diskReadsMayRunInline,
+                   emit({ listener.diskGetOnLoop(keys[0], cas: cas, into: &$0) }) {
+                    node.stats.loopDiskReads.add(1, ordering: .relaxed)
+                    i += 1
+                    continue
+                }
                 if node.draining {
                     emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
                 } else if listener.runsOnLoop(c) {

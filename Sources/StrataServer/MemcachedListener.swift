@@ -122,6 +122,32 @@ final class MemcachedListener: Sendable {
         return true
     }
 
+    /// A one-key get/gets that missed memory, read from the disk tier on the caller's event
+    /// loop (`InlineDiskRead`: only while `TieredCache.diskReadsMayRunInline`, the files being in
+    /// the page cache): appends the whole answer, counts it and returns true. False when the
+    /// read bailed (a stored value over 64 KiB, a database being replaced) or failed: nothing
+    /// was appended or counted, and the caller runs the command the full way on a worker.
+    func diskGetOnLoop(_ key: [UInt8], cas: Bool, into out: inout [UInt8]) -> Bool {
+        InlineDiskRead.begin()
+        let item: CacheItem?
+        do {
+            item = try store.get(key, namespace: namespace, tiers: tiers)
+        } catch {
+            _ = InlineDiskRead.end()
+            return false
+        }
+        if InlineDiskRead.end() { return false }
+        commands[cas ? 1 : 0].add()
+        if let item, !item.negative {
+            getHits.add()
+            MemcachedResponse.value(key: key, flags: item.flags, data: item.value, cas: cas ? item.version : nil, into: &out)
+        } else {
+            getMisses.add()
+        }
+        out.append(contentsOf: MemcachedResponse.end)
+        return true
+    }
+
     /// Appends the `VALUE` line and data of `key` when it is a live item in memory; otherwise
     /// appends nothing and returns false.
     private func appendMemoryHit(key kb: UnsafeRawBufferPointer, cas: Bool, now: Int64, memo: inout NamespaceMemo,

@@ -52,6 +52,70 @@ final class DiskOnLoopTests: XCTestCase {
         while got < 400 { let f = try c.readFrame(); XCTAssertEqual(f.statusCode, .ok); got += 1 }
     }
 
+    /// The memcached listener's one-key get/gets that miss memory read the disk tier on the
+    /// loop too: the same answers, in order, and the command and hit/miss counters exact; a
+    /// 200 KiB value bails to a worker, a multi-key get of disk items goes to a worker.
+    func testMemcachedGetsOfDiskItemsRunOnTheLoop() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--memcached-port", "0"])
+        defer { node.terminate() }
+        let c = try node.connect()
+        for i in 0..<20 {
+            var s = SetRequest(key: b("m\(i)"), value: Array("value-\(i)-".utf8) + [UInt8](repeating: 0x61, count: 3000)); s.tiers = 2
+            s.flags = UInt32(i)
+            XCTAssertEqual(try c.set(s).statusCode, .ok)
+        }
+        var rng = SplitMix(seed: 4)
+        let noise = (0..<(200 << 10)).map { _ in UInt8(0x21 + rng.next() % 90) }
+        var big = SetRequest(key: b("big"), value: noise); big.tiers = 2
+        XCTAssertEqual(try c.set(big).statusCode, .ok)
+        XCTAssertTrue(eventually(10, interval: 0.1) {
+            _ = try? c.get(b("m0"), tiers: 2)
+            return ((try? self.stat(c, "loop_disk_reads")) ?? 0) > 0
+        }, "no disk read ran on the loop: \(node.stderr)")
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort), timeout: 20)
+        func mcStats() -> [String: Int] {
+            mc.send("stats\r\n")
+            var out: [String: Int] = [:]
+            for line in mc.read(until: "END\r\n").split(separator: "\r\n") {
+                let w = line.split(separator: " ")
+                if w.count == 3, let v = Int(w[2]) { out[String(w[1])] = v }
+            }
+            return out
+        }
+        let l0 = try stat(c, "loop_disk_reads"), s0 = mcStats()
+        // Pipelined in one write: 20 hits (get and gets), 5 misses, the large value, in order.
+        var script = ""
+        for i in 0..<20 { script += (i % 2 == 0 ? "get" : "gets") + " m\(i)\r\n" }
+        for i in 0..<5 { script += "get absent\(i)\r\n" }
+        script += "get big\r\n"
+        mc.send(script)
+        for i in 0..<20 {
+            let header = mc.line()
+            let words = header.split(separator: " ")
+            XCTAssertEqual(words.prefix(4).joined(separator: " "), "VALUE m\(i) \(i) \(7 + String(i).count + 3000)", header)
+            XCTAssertEqual(words.count, i % 2 == 0 ? 4 : 5, "gets carries the CAS unique: \(header)")
+            XCTAssertTrue(mc.line().hasPrefix("value-\(i)-aaa"))
+            XCTAssertEqual(mc.line(), "END")
+        }
+        for _ in 0..<5 { XCTAssertEqual(mc.line(), "END") }
+        XCTAssertEqual(mc.line(), "VALUE big 0 \(noise.count)")
+        XCTAssertEqual(Array(mc.line().utf8), noise, "bailed on the loop, read by a worker")
+        XCTAssertEqual(mc.line(), "END")
+        // A multi-key get of disk items goes to a worker, answered the same way.
+        mc.send("get m1 m2\r\n")
+        XCTAssertTrue(mc.line().hasPrefix("VALUE m1 1 "))
+        _ = mc.line()
+        XCTAssertTrue(mc.line().hasPrefix("VALUE m2 2 "))
+        _ = mc.line()
+        XCTAssertEqual(mc.line(), "END")
+        let s1 = mcStats()
+        XCTAssertEqual(try stat(c, "loop_disk_reads") - l0, 25, "20 hits and 5 misses on the loop; the large value and the multi-key get not")
+        XCTAssertEqual((s1["cmd_get"] ?? 0) - (s0["cmd_get"] ?? 0), 28, "every key asked for, counted once")
+        XCTAssertEqual((s1["get_hits"] ?? 0) - (s0["get_hits"] ?? 0), 23)
+        XCTAssertEqual((s1["get_misses"] ?? 0) - (s0["get_misses"] ?? 0), 5)
+    }
+
     /// `--disk-reads-on-loop false`: every disk read goes to a worker.
     func testTheFlagSendsEveryDiskReadToAWorker() throws {
         let dir = TempDir()
