@@ -147,6 +147,60 @@ final class IntegrityTests: XCTestCase {
         XCTAssertEqual(try db.textRows("PRAGMA journal_mode"), ["wal"])
     }
 
+    /// New files keep `value` as the items table's last column (the other columns sit before
+    /// it, in the row's first page); a file made with the earlier order (value fifth) keeps
+    /// working: every statement names its columns.
+    func testBothColumnOrdersOfTheItemsTableWork() throws {
+        let f = try StoreFixture()
+        _ = try f.store.set(bytes("a"), [UInt8](repeating: 7, count: 20_000), options: SetOptions(tiers: .disk))
+        _ = try f.store.set(bytes("gone"), bytes("x"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        do {
+            let db = try openDatabase(f.dir)
+            XCTAssertEqual(try db.textRows("SELECT name FROM pragma_table_info('items') ORDER BY cid DESC LIMIT 1"), ["value"])
+        }
+        f.store.close()
+        f.store = nil
+        do {
+            // The earlier order, as files made before it changed have it.
+            let db = try openDatabase(f.dir)
+            try db.execute("""
+                BEGIN;
+                ALTER TABLE items RENAME TO items_new;
+                DROP INDEX items_key;
+                CREATE TABLE items(
+                    id INTEGER PRIMARY KEY,
+                    ns INTEGER NOT NULL, key BLOB NOT NULL, gen INTEGER NOT NULL,
+                    value BLOB NOT NULL, codec INTEGER NOT NULL, size INTEGER NOT NULL,
+                    flags INTEGER NOT NULL, ext BLOB NOT NULL, expiry INTEGER NOT NULL,
+                    version INTEGER NOT NULL, tombstone INTEGER NOT NULL, checksum INTEGER NOT NULL,
+                    access INTEGER NOT NULL);
+                INSERT INTO items(id, ns, key, gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access)
+                  SELECT id, ns, key, gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, access FROM items_new;
+                DROP TABLE items_new;
+                CREATE UNIQUE INDEX items_key ON items(ns, key);
+                COMMIT;
+                """)
+            XCTAssertEqual(try db.textRows("SELECT name FROM pragma_table_info('items') WHERE cid = 4"), ["value"])
+        }
+        f.store = try TieredCache(configuration: f.config, clock: f.clock)
+        XCTAssertEqual(try f.store.get(bytes("a"), tiers: .disk)?.value, [UInt8](repeating: 7, count: 20_000))
+        XCTAssertEqual(try f.store.syncVersion(bytes("a"), namespace: []) > 0, true)
+        _ = try f.store.set(bytes("b"), bytes("new"), options: SetOptions(tiers: .disk))
+        _ = try f.store.remove(bytes("gone"), tiers: .disk)
+        try f.store.sync()
+        XCTAssertEqual(try f.store.get(bytes("b"), tiers: .disk)?.value, bytes("new"))
+        XCTAssertNil(try f.store.get(bytes("gone"), tiers: .disk))
+        var listed: [String] = []
+        try f.store.forEachSyncEntry(include: { _, _ in true }) { listed.append(String(decoding: $0.key, as: UTF8.self)) }
+        XCTAssertEqual(listed.sorted(), ["a", "b"])
+        f.store.close()
+        f.store = nil
+        let report = try TieredCache.check(directory: f.dir.path)
+        XCTAssertTrue(report.isClean, "\(report)")
+        XCTAssertEqual(report.liveItems, 2)
+    }
+
     func testReadsNeverWrite() throws {
         let f = try StoreFixture { $0.maintenanceInterval = 3600 } // no background flush of access times
         _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(tiers: .disk))

@@ -55,12 +55,13 @@ extension DiskTier {
         let now = clock.nowMicros()
         let found: FoundRow? = try withReader { db in
             // A large value is not loaded by this statement (length() reads only the row's
-            // header): it is read below, once `largeReads` lets it.
+            // header): it is read below, once `largeReads` lets it. Without the value (a
+            // version check) none is loaded.
             let s = try db.prepared("""
                 SELECT gen, CASE WHEN length(value) <= ? THEN value END, codec, size, flags, ext, expiry, version, tombstone,
                   checksum, length(value), access, id FROM items WHERE ns=? AND key=?
                 """)
-            s.bind(1, Self.largeValueBytes)
+            s.bind(1, withValue ? Self.largeValueBytes : -1)
             s.bind(2, nsID)
             s.bind(3, key)
             defer { s.reset() }

@@ -308,16 +308,21 @@ final class DiskTier: @unchecked Sendable {
     func migrate(_ db: SQLiteConnection, from version: Int64) throws {
         // Version 0 is an empty file: create everything. 1 → 2 changes no tables (the marks
         // column gains bits) and 2 → 3 adds a counters row, so one idempotent script serves all.
+        // `value` is the last column (files made before 2026-12-02 have it fifth; every
+        // statement names its columns, so both orders work): a row's other columns then sit
+        // before its value, in the row's first page, and what reads only them — a version
+        // check, the sweeps, eviction, anti-entropy's pass — does not walk a large value's
+        // overflow pages to reach them.
         try db.execute("""
             BEGIN;
             CREATE TABLE IF NOT EXISTS namespaces(id INTEGER PRIMARY KEY, name BLOB NOT NULL UNIQUE, generation INTEGER NOT NULL DEFAULT 0);
             CREATE TABLE IF NOT EXISTS items(
                 id INTEGER PRIMARY KEY,
                 ns INTEGER NOT NULL, key BLOB NOT NULL, gen INTEGER NOT NULL,
-                value BLOB NOT NULL, codec INTEGER NOT NULL, size INTEGER NOT NULL,
+                codec INTEGER NOT NULL, size INTEGER NOT NULL,
                 flags INTEGER NOT NULL, ext BLOB NOT NULL, expiry INTEGER NOT NULL,
                 version INTEGER NOT NULL, tombstone INTEGER NOT NULL, checksum INTEGER NOT NULL,
-                access INTEGER NOT NULL);
+                access INTEGER NOT NULL, value BLOB NOT NULL);
             CREATE UNIQUE INDEX IF NOT EXISTS items_key ON items(ns, key);
             DROP INDEX IF EXISTS items_access;
             CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
