@@ -208,7 +208,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     /// live in memory, a draining node or an output bound that holds values back; the general
     /// path then runs the command as before.
     private func answerGetInPlace() -> Bool {
-        guard !node.draining, !node.outputBudget.over else { return false }
+        guard !node.draining, !node.outputBudget.over, !node.overloaded else { return false }
         let before = output.count
         var consumed = 0
         let hit = input.withUnsafeBytes { raw -> Bool in
@@ -296,15 +296,19 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             case .error(let line, _, _, let fatal):
                 emit { listener.error(line, into: &$0) }
                 if fatal { closeAfterFlush = true }
-            case .command(var c, let used):
-                if !node.draining, case .get(let keys, let cas) = c {
-                    let answered = emit { listener.memoryGet(keys, cas: cas, memo: &memo, into: &$0) }
-                    if answered == keys.count { i += 1; continue } // answered from memory
-                    if answered > 0 {
-                        // The leading keys are answered; the rest goes the full way after them.
-                        c = .get(keys: Array(keys[answered...]), cas: cas)
-                        batch[i] = .command(c, consumed: used)
-                    }
+            case .command(let c, _):
+                // Past the node's buffered-bytes bound only what holds no data runs (as the
+                // binary listener's PING, STATS and HELLO).
+                if node.overloaded && !MemcachedListener.runsWhenOverloaded(c) {
+                    node.stats.busyRefusals.add(1, ordering: .relaxed)
+                    emit { listener.error(Self.overloadedLine, into: &$0) }
+                    i += 1
+                    continue
+                }
+                if !node.draining, case .get(let keys, let cas) = c,
+                   emit({ listener.memoryGet(keys, cas: cas, memo: &memo, into: &$0) }) {
+                    i += 1 // answered from memory
+                    continue
                 }
                 // One key left that missed memory: read from the disk tier here, on the loop,
                 // while its files are in the page cache (as a binary GET, `runOnWorker`).
@@ -369,11 +373,12 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         }
     }
     private static let stored = Array("STORED\r\n".utf8), notStored = Array("NOT_STORED\r\n".utf8)
+    static let overloadedLine = "SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later"
 
     private func submit(_ rest: [MemcachedParse]) {
         if node.overloaded {
             node.stats.busyRefusals.add(1, ordering: .relaxed)
-            emit { out in for _ in rest { self.listener.error("SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later", into: &out) } }
+            emit { out in for _ in rest { self.listener.error(Self.overloadedLine, into: &out) } }
             return
         }
         busy = true

@@ -77,39 +77,52 @@ final class MemcachedListener: Sendable {
         MemcachedResponse.line(line, into: &out)
     }
 
+    /// Whether `c` runs while the node is past its buffered-bytes bound: it holds no data
+    /// (`version`, `verbosity`, `stats`, `quit`, as the binary listener's PING and STATS).
+    static func runsWhenOverloaded(_ c: MemcachedCommand) -> Bool {
+        switch c {
+        case .version, .verbosity, .quit, .stats: return true
+        case .meta(let m): return m.verb == .noop
+        default: return false
+        }
+    }
+
     /// Whether `c` may run on an event loop thread: it cannot wait on SQLite or the log.
     func runsOnLoop(_ c: MemcachedCommand) -> Bool {
         switch c {
         case .version, .verbosity, .quit, .stats: return true
+        case .meta(let m) where m.verb == .noop: return true
         case .flushAll: return false
         default: return memoryOnly
         }
     }
 
     /// A get/gets answered from the memory tier, on the loop: each value copied once, from
-    /// the memory record into `out` (`TieredCache.withMemoryHit`), no `CacheItem`. Answers the
-    /// leading keys that are live items in memory and returns how many it answered: all of
-    /// them (`keys.count`, `END` appended and the command counted), or fewer — then the caller
-    /// runs `get` for the rest the full way (which counts the command, the misses and the
-    /// rest's hits), after the `VALUE` lines already appended, so every key is counted once.
-    /// `memo` is the connection's.
-    func memoryGet(_ keys: [[UInt8]], cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Int {
+    /// the memory record into `out` (`TieredCache.withMemoryHit`), no `CacheItem`. All or
+    /// nothing: when every key is a live item in memory, appends the whole answer (or the
+    /// error of an answer over `maxGetAnswer`), counts it and returns true; otherwise appends
+    /// and counts nothing and returns false — the caller runs the command the full way, so
+    /// the bound is on the whole answer and every key is counted once. `memo` is the
+    /// connection's.
+    func memoryGet(_ keys: [[UInt8]], cas: Bool, memo: inout NamespaceMemo, into out: inout [UInt8]) -> Bool {
         let now = store.clock.nowMicros()
-        var answered = 0
         let start = out.count
         for k in keys {
-            guard k.withUnsafeBytes({ appendMemoryHit(key: $0, cas: cas, now: now, memo: &memo, into: &out) }) else { break }
-            answered += 1
+            guard k.withUnsafeBytes({ appendMemoryHit(key: $0, cas: cas, now: now, memo: &memo, countHit: false, into: &out) }) else {
+                out.removeLast(out.count - start)
+                return false
+            }
             if out.count - start > maxGetAnswer {
+                commands[cas ? 1 : 0].add()
                 getTooLarge(from: start, into: &out)
-                return keys.count
+                return true
             }
         }
-        getHits.add(answered)
-        guard answered == keys.count else { return answered }
+        store.countMemoryHits(keys, memo: memo)
+        getHits.add(keys.count)
         commands[cas ? 1 : 0].add()
         out.append(contentsOf: MemcachedResponse.end)
-        return answered
+        return true
     }
 
     /// `memoryGet` for one key read in place from the connection's input (the single-key
@@ -151,10 +164,10 @@ final class MemcachedListener: Sendable {
     /// Appends the `VALUE` line and data of `key` when it is a live item in memory; otherwise
     /// appends nothing and returns false.
     private func appendMemoryHit(key kb: UnsafeRawBufferPointer, cas: Bool, now: Int64, memo: inout NamespaceMemo,
-                                 into out: inout [UInt8]) -> Bool {
+                                 countHit: Bool = true, into out: inout [UInt8]) -> Bool {
         var live = false
         let found = namespace.withUnsafeBytes { ns in
-            store.withMemoryHit(namespace: ns, key: kb, now: now, memo: &memo) { v in
+            store.withMemoryHit(namespace: ns, key: kb, now: now, memo: &memo, countHit: countHit) { v in
                 guard !v.negative else { return }
                 live = true
                 MemcachedResponse.value(key: kb, flags: v.flags, data: v.value, cas: cas ? v.version : nil, into: &out)

@@ -100,9 +100,10 @@ extension TieredCache {
     /// it; its hash is reused while the namespace's tag is the one it was taken under (a
     /// prefetch for another key would only make a miss: the probe compares the key).
     /// Costs: one hash of the key (none with `prefetched`), one lock, one probe; no allocation
-    /// once `memo` names the namespace.
+    /// once `memo` names the namespace. `countHit` false: the hit is not counted (the caller
+    /// may still discard it; `countMemoryHits` counts the ones it keeps).
     public func withMemoryHit(namespace: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, now: Int64,
-                              memo: inout NamespaceMemo, prefetched: MemoryPrefetch? = nil,
+                              memo: inout NamespaceMemo, prefetched: MemoryPrefetch? = nil, countHit: Bool = true,
                               _ body: (MemoryHitView) -> Void) -> Bool {
         guard !key.isEmpty, key.count <= ItemLimits.maxKeyBytes, !closed.load(ordering: .relaxed),
               namespaceKnown(namespace, &memo), let counters = memo.counters else { return false }
@@ -113,7 +114,7 @@ extension TieredCache {
             shard.lock.lock()
             defer { shard.lock.unlock() }
             guard let p = shard.live(tag: tag, key: key, hash: hash, now: now) else { return false }
-            shard.hits += 1
+            if countHit { shard.hits += 1 }
             let k = shard.keyLen(p), e = shard.extLen(p), v = shard.valueLen(p)
             let data = UnsafeRawPointer(shard.keyStart(p))
             let expiry = shard.expiry(p), version = shard.version(p), marks = shard.marks(p)
@@ -129,7 +130,22 @@ extension TieredCache {
                                value: UnsafeRawBufferPointer(start: data + k + e, count: v)))
             return true
         }
-        if hit { counters._withUnsafeGuaranteedRef { _ = $0.hits.add(1, ordering: .relaxed) } }
+        if hit && countHit { counters._withUnsafeGuaranteedRef { _ = $0.hits.add(1, ordering: .relaxed) } }
         return hit
+    }
+
+    /// Counts, as `withMemoryHit` does, the hits of `keys` read with `countHit: false` and kept.
+    /// `memo` names their namespace (the reads filled it).
+    public func countMemoryHits(_ keys: [[UInt8]], memo: NamespaceMemo) {
+        guard let counters = memo.counters, !keys.isEmpty else { return }
+        for k in keys {
+            let i = k.withUnsafeBytes { memory.shardIndex(tag: memo.tag, key: $0).0 }
+            memory.withShard(i) { shard in
+                shard.lock.lock()
+                shard.hits += 1
+                shard.lock.unlock()
+            }
+        }
+        counters._withUnsafeGuaranteedRef { _ = $0.hits.add(keys.count, ordering: .relaxed) }
     }
 }

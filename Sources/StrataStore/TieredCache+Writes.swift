@@ -132,17 +132,26 @@ extension TieredCache {
             let needValue = needs == .value
             let now = clock.nowMicros()
             let hlc = self.hlc
-            return memory.with(loc, key) { shard, k in
+            var held = true
+            let result = memory.with(loc, key) { shard, k in
                 let existing = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
                 let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next(),
                                                          oldestLive: maxAge.oldestVersion(now: now))
                 switch effect {
                 case .none: break
                 case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
-                case .store(let s): shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                case .store(let s): held = shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
                 }
                 return result
             }
+            // A memory-only write the memory tier cannot hold is refused, not acknowledged and
+            // lost (an item over a shard's share of the limit; no memory tier at all).
+            guard held else {
+                throw StoreError(.valueTooLarge, memory.maxRecordBytes == 0
+                    ? "the memory tier holds nothing (--memory-limit 0): a write to the memory tier alone cannot be stored; nothing was stored"
+                    : "the memory tier holds items of at most \(memory.maxRecordBytes) bytes (1/\(memory.shards.count) of --memory-limit, key and header included): this write to the memory tier alone was not stored")
+            }
+            return result
         }
 
         // Write-behind is bounded: past `maxWriteBehindPending` writes or `maxWriteBehindBytes`
@@ -232,7 +241,11 @@ extension TieredCache {
                 // make room for it (see DiskBudget).
                 throw StoreError(.valueTooLarge, "value is \(encoded.1.count) bytes stored; the disk limit of \(disk.budget.limit) bytes holds items of at most \(disk.budget.maxStoredItem)")
             }
-            if !s.tombstone && !floor.admits(encoded.1.count + s.extended.count + key.count + namespace.count + 64) {
+            // An INVALIDATE rewrites a value the node holds (its row is replaced in place): below
+            // the floor it is taken, as removals are (PROTOCOL.md §6 DISK_FULL).
+            var invalidates = false
+            if case .invalidate = result { invalidates = true }
+            if !s.tombstone && !invalidates && !floor.admits(encoded.1.count + s.extended.count + key.count + namespace.count + 64) {
                 throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes and flushes; nothing was stored")
             }
             memory.with(loc, key) { shard, k in

@@ -22,7 +22,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest] [--pause-threshold 2]
                     [--max-age SECONDS] [--memory-count-limit N] [--disk-count-limit N]
                     [--idle-age SECONDS] [--namespace-stats-limit 100]
-                    [--max-output-bytes 256MiB] [--max-write-behind-bytes 64MiB]
+                    [--max-output-bytes 256MiB] [--max-buffered-bytes 1GiB] [--max-write-behind-bytes 64MiB]
                     [--image-decode-limit 128MiB]
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
                     [--tls-port PORT --tls-cert FILE --tls-key FILE [--tls-ca FILE] [--tls-only]]
@@ -79,7 +79,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "lease-timeout", "max-leases", "group-commit-window", "fsync", "log-limit",
                                "disk-trim-to", "disk-evict", "pause-threshold",
                                "max-age", "memory-count-limit", "disk-count-limit", "idle-age", "namespace-stats-limit",
-                               "max-output-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
+                               "max-output-bytes", "max-buffered-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
                                "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca",
                                "cluster-refresh", "disk-reads-on-loop"]
@@ -288,6 +288,10 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try size("max-output-bytes") {
         guard v >= 1 << 20 else { throw UsageError(message: "--max-output-bytes must be at least 1MiB, got '\(s["max-output-bytes"]!)'") }
         c.maxOutputBytes = v
+    }
+    if let v = try size("max-buffered-bytes") {
+        guard v >= 1 << 20 else { throw UsageError(message: "--max-buffered-bytes must be at least 1MiB, got '\(s["max-buffered-bytes"]!)'") }
+        c.maxBufferedBytes = v
     }
     if let v = try size("max-write-behind-bytes") { c.maxWriteBehindBytes = v }
     if let v = try size("image-decode-limit") {

@@ -34,6 +34,29 @@ final class AnswerBoundTests: XCTestCase {
         }
     }
 
+    /// An answer whose values come from memory and disk together is bounded whole (an outside
+    /// review saw 1.2 MB sent over a 1.1 MB bound when each part was under it).
+    func testAMemcachedGetSplitBetweenMemoryAndDiskIsBoundedWhole() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0", "--max-item", "1MiB"])
+        defer { node.terminate() }
+        let c = try node.connect()
+        var inMemory = SetRequest(key: b("c"), value: [UInt8](repeating: 0x63, count: 600_000)); inMemory.tiers = 3
+        var onDisk = SetRequest(key: b("d"), value: [UInt8](repeating: 0x64, count: 600_000)); onDisk.tiers = 2
+        XCTAssertEqual(try c.set(inMemory).statusCode, .ok)
+        XCTAssertEqual(try c.set(onDisk).statusCode, .ok)
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort), timeout: 20)
+        for line in ["get c d\r\n", "get d c\r\n", "gets c d\r\n"] {
+            mc.send(line)
+            let answer = mc.line()
+            XCTAssertTrue(answer.hasPrefix("SERVER_ERROR the answer would be over 1114112 bytes"), "\(line): \(answer.prefix(80))")
+        }
+        mc.send("get c\r\n")
+        XCTAssertEqual(mc.line(), "VALUE c 0 600000")
+        XCTAssertEqual(mc.line().count, 600_000)
+        XCTAssertEqual(mc.line(), "END")
+    }
+
     func testAnMGetOfOneLargeValueManyTimesStopsReadingAtTheLimit() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path, extra: ["--max-item", "1MiB"])

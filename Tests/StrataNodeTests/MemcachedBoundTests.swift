@@ -3,6 +3,7 @@ import XCTest
 import StrataClient
 import StrataCore
 import TestSupport
+import StrataWire
 
 /// The memcached listener under the binary listener's output rules (one OutputQueue and
 /// OutputBudget for both): `--max-output-bytes` holds clients that do not read, and a stuck
@@ -64,5 +65,43 @@ final class MemcachedBoundTests: XCTestCase {
         XCTAssertEqual(fresh.readBytes(until: "END\r\n").count, size + "VALUE big 0 \(size)\r\n\r\nEND\r\n".utf8.count)
         withExtendedLifetime(stuck) {}
         reportFigure("memcached output bound", "6 memcached connections × 40 gets of a 1 MiB value, never reading, --max-output-bytes 8MiB: unsent output peaked at \((stats["output_peak_bytes"] as? Int ?? 0) >> 10) KiB (sampled max \(worstOutput >> 10) KiB), \(stats["output_held_requests"] ?? 0) commands held; anonymous memory +\((worstAnon - baseline) >> 20) MiB")
+    }
+
+    /// Past `--max-buffered-bytes` (a binary client holding half of a 3 MiB frame) the
+    /// memcached listener answers `SERVER_ERROR busy` to everything that holds data — a `get`
+    /// of a key in memory, a `set`, `mg` — as the binary listener answers BUSY, while
+    /// `version`, `stats` and `mn` still run; once the bytes are gone it serves again.
+    func testPastTheBufferedBytesBoundMemcachedCommandsAreBusy() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0", "--max-buffered-bytes", "1MiB"])
+        defer { node.terminate() }
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort), timeout: 10)
+        mc.send("set k 0 0 1\r\nv\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        let c = try node.connect()
+        // Half of a 3 MiB SET: the node buffers it while it waits for the rest.
+        let frame = Request.set(SetRequest(key: b("large"), value: [UInt8](repeating: 1, count: 3 << 20))).frame(id: 1).encoded()
+        let holder = try node.connect()
+        try holder.sendRaw(Array(frame[0..<(frame.count / 2)]))
+        XCTAssertTrue(eventually(10, interval: 0.05) { ((try? nodeStats(c)["buffered_bytes"] as? Int) ?? 0) ?? 0 > 1 << 20 },
+                      "the held frame is not counted")
+        let busy = "SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later"
+        mc.send("get k\r\n")
+        XCTAssertEqual(mc.line(), busy)
+        mc.send("set z 0 0 1\r\nz\r\n")
+        XCTAssertEqual(mc.line(), busy)
+        mc.send("mg k v\r\n")
+        XCTAssertEqual(mc.line(), busy)
+        mc.send("version\r\nmn\r\n")
+        XCTAssertTrue(mc.line().hasPrefix("VERSION "))
+        XCTAssertEqual(mc.line(), "MN")
+        XCTAssertEqual(try c.call(.get(GetRequest(key: b("k")))).statusCode, .busy, "the binary listener agrees")
+        XCTAssertEqual(try c.call(.ping).statusCode, .ok)
+        holder.close()
+        XCTAssertTrue(eventually(10, interval: 0.05) { ((try? nodeStats(c)["buffered_bytes"] as? Int) ?? 0) ?? 0 < 1 << 20 })
+        mc.send("get k z\r\n")
+        XCTAssertEqual(mc.line(), "VALUE k 0 1")
+        XCTAssertEqual(mc.line(), "v")
+        XCTAssertEqual(mc.line(), "END", "the refused set stored nothing")
     }
 }

@@ -173,8 +173,9 @@ final class MemcachedNodeTests: XCTestCase {
         }
     }
 
-    /// A multi-key get whose later key misses memory: the leading hits are answered from
-    /// memory and the rest the full way, each key counted once in the store's counters.
+    /// A multi-key get whose later key misses memory: the whole get goes the full way (its
+    /// answer is bounded whole), each key counted once in the store's counters — the memory
+    /// probe that found the leading keys counts nothing.
     func testAPartlyMissingMultiGetCountsEveryKeyOnce() throws {
         for extra in [["--memcached-memory-only"], []] {
             let dir = TempDir()

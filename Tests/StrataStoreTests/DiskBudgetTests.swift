@@ -223,7 +223,8 @@ final class DiskBudgetTests: XCTestCase {
     }
 
     /// Below the free-space floor new data is refused at once (DISK_FULL) while deletes,
-    /// versioned removes and flushes still run; once space exists, writes are taken again.
+    /// versioned removes, invalidates and flushes still run; once space exists, writes are
+    /// taken again.
     func testTheFloorRefusesNewDataButNotWhatFreesSpace() throws {
         let free = Counter()
         free.add(10 << 20)
@@ -241,6 +242,12 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(try f.store.remove(bytes("k0")), .removed)
         XCTAssertNoThrow(try f.store.remove(bytes("k1"), version: UInt64(f.clock.nowMicros()) + 1_000_000))
         XCTAssertNoThrow(try f.store.flush(namespace: bytes("other")))
+        // An INVALIDATE rewrites a value the store holds (PROTOCOL.md §6), with and without a version.
+        guard case .invalidated = try f.store.invalidate(bytes("k3")) else { return XCTFail("k3 not invalidated") }
+        guard case .invalidated = try f.store.invalidate(bytes("k4"), version: UInt64(f.clock.nowMicros()) + 2_000_000) else {
+            return XCTFail("k4 not invalidated")
+        }
+        XCTAssertEqual(try f.store.get(bytes("k3"))?.stale, true)
         XCTAssertNil(try f.store.get(bytes("k0")))
         XCTAssertEqual(try f.store.get(bytes("k2"))?.value, bytes("v2"), "reads go on")
         free.add(2 << 20)

@@ -224,6 +224,27 @@ final class MemoryLimitTests: XCTestCase {
         XCTAssertEqual(try f.store.metadata(bytes("big"))?.tiers, .disk)
     }
 
+    /// A write to the memory tier alone that the tier can never hold is refused (TOO_LARGE),
+    /// not acknowledged and lost, and leaves the key's older copy as it was; with no memory
+    /// tier (`--memory-limit 0`) every memory-only write is.
+    func testAMemoryOnlyWriteTheTierCannotHoldIsRefused() throws {
+        let f = try StoreFixture { $0.memoryCostLimit = 16 * 10_000; $0.memoryShards = 16 }
+        _ = try f.store.set(bytes("k"), bytes("small"), options: SetOptions(tiers: .memory))
+        XCTAssertThrowsError(try f.store.set(bytes("k"), [UInt8](repeating: 3, count: 20_000), options: SetOptions(tiers: .memory))) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .valueTooLarge, "\(e)")
+            XCTAssertTrue("\(e)".contains("at most 10000 bytes"), "\(e)")
+        }
+        XCTAssertEqual(try f.store.get(bytes("k"), tiers: .memory)?.value, bytes("small"), "the older copy stays")
+        let none = try StoreFixture { $0.memoryCostLimit = 0 }
+        XCTAssertThrowsError(try none.store.set(bytes("k"), bytes("v"), options: SetOptions(tiers: .memory))) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .valueTooLarge, "\(e)")
+            XCTAssertTrue("\(e)".contains("--memory-limit 0"), "\(e)")
+        }
+        // Both tiers: the disk tier holds it.
+        _ = try none.store.set(bytes("k"), bytes("v"))
+        XCTAssertEqual(try none.store.get(bytes("k"))?.value, bytes("v"))
+    }
+
     func testMemoryEvictionNeverLosesAnItemWrittenToDisk() throws {
         let f = try StoreFixture { $0.memoryCountLimit = 16; $0.memoryShards = 1 }
         for i in 0..<200 { _ = try f.store.set(bytes("k\(i)"), bytes("v\(i)")) }

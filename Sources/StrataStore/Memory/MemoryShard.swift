@@ -403,11 +403,12 @@ final class MemoryShard {
         let (layout, headerBytes) = Self.headerLayout(tag: tag, item: item)
         let size = headerBytes + key.count + item.extended.count + item.value.count
         let chunk = Self.sizeClass(for: size).map { Self.classSizes[$0] } ?? size
+        // An item the shard can never hold changes nothing (its older copy stays).
+        guard chunk <= costLimit, countLimit > 0, key.count <= Self.maxKeyLen, item.extended.count <= Int(UInt16.max),
+              item.value.count <= Int(UInt32.max) else { return false }
         let (old, oldSlot) = find(tag: tag, key: key, hash: hash)
         var policy: UInt8? = nil
         if old != 0 { policy = policyBits(old); remove(ref: old, slot: oldSlot) }
-        guard chunk <= costLimit, countLimit > 0, key.count <= Self.maxKeyLen, item.extended.count <= Int(UInt16.max),
-              item.value.count <= Int(UInt32.max) else { return false }
         evict(toFit: chunk, now: now)
         // After evicting, as the simulator does: the eviction may have pushed the key out of the ghost.
         let bits = policy ?? (ghost.remove(hash) ? Self.policyMain : 0)
