@@ -300,13 +300,14 @@ public final class Node: @unchecked Sendable {
     // MARK: Shutdown
 
     /// Stops accepting, answers in-flight requests (up to `drainTime`), closes connections,
-    /// flushes write-behind writes, checkpoints and closes the store.
+    /// hands on the cluster's pending hints (up to `drainTime` more), flushes write-behind
+    /// writes, checkpoints and closes the store.
     public func shutdown() {
         guard !drainFlag.exchange(true, ordering: .relaxed) else { return }
         log.info("draining", [("in_flight", String(workers.outstanding))])
         membershipRefresh?.stop()
         antiEntropy?.stop()
-        handoff?.stop()
+        // (Handoff goes on: the writes answered while draining are handed on too, below.)
         // Stop accepting: each loop drops the listening socket.
         let dropped = Counter()
         for loop in loops {
@@ -330,6 +331,13 @@ public final class Node: @unchecked Sendable {
             }
         }
         if !loops.isEmpty { allStopped.wait() }
+        // Hand on the writes this node took that a peer may lack, for up to another drain
+        // time: a node leaving the cluster (a removal) never returns to deliver them.
+        if let h = handoff {
+            let left = h.finish(by: monotonicSeconds() + config.drainTime)
+            if left > 0 { log.warn("handoff_undelivered", [("hints", String(left))]) }
+            h.stop()
+        }
         if listenFD >= 0 { Sys.close(listenFD) }
         if tlsFD >= 0 { Sys.close(tlsFD) }
         if memcachedFD >= 0 { Sys.close(memcachedFD) }

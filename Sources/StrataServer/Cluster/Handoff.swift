@@ -54,6 +54,12 @@ final class Handoff: @unchecked Sendable {
 
     private let cond = ConditionLock()
     private var queues: [String: [Hint]] = [:]
+    /// Hints taken from `queues` and being sent (under `cond`): not delivered yet.
+    private var inFlight = 0
+    /// Shutting down (`finish`): failed deliveries are retried every 0.1 s, not with the backoff.
+    private var finishing = false
+    /// Hints dropped while finishing for a peer that was down.
+    private var abandoned = 0
     private var stopped = false
     private var running = 0
     /// Peers with a delivering thread (under `cond`): a thread leaves the set when it sees its
@@ -74,6 +80,24 @@ final class Handoff: @unchecked Sendable {
 
     /// Hints waiting, over all peers (STATS `handoff_pending`).
     var pending: Int { cond.withLock { queues.values.reduce(0) { $0 + $1.count } } }
+
+    /// At shutdown, before `stop`: delivers what is queued or being sent — at once, and a
+    /// peer that fails again every 0.1 s instead of with the backoff — until nothing is left or
+    /// `deadline` (monotonic seconds) passes; a peer that refuses the connection (down) is not
+    /// waited for. Returns how many hints were not delivered. A node leaving the cluster for
+    /// good (a removal) never returns to hand these writes on, and the peers' rounds cannot
+    /// reach it once it stops accepting.
+    func finish(by deadline: Double) -> Int {
+        cond.withLock { finishing = true }
+        cond.broadcast()
+        var left = 0
+        repeat {
+            left = cond.withLock { inFlight + queues.values.reduce(0) { $0 + $1.count } }
+            if left == 0 { break }
+            usleep(10_000)
+        } while monotonicSeconds() < deadline
+        return left + cond.withLock { abandoned }
+    }
 
     /// This node applied a write of `version` to the disk tier (0: not known to the caller, as
     /// for the memcached listener's writes; looked up when sent): the key's other replicas get
@@ -187,8 +211,12 @@ final class Handoff: @unchecked Sendable {
         let n = min(queues[peer]!.count, SyncCheck.maxEntries)
         let batch = Array(queues[peer]!.prefix(n))
         queues[peer]!.removeFirst(n)
+        inFlight += n
         return batch
     }
+
+    /// A batch `take` gave out was delivered or given back.
+    private func settled(_ batch: [Hint]) { cond.withLock { inFlight -= batch.count } }
 
     /// Puts back hints that could not be delivered, ahead of the newer ones, within the bound.
     private func giveBack(_ hints: [Hint], _ peer: String) {
@@ -208,8 +236,6 @@ final class Handoff: @unchecked Sendable {
         }
     }
 
-    private var isStopped: Bool { cond.withLock { stopped } }
-
     private func deliver(to peer: NodeAddress) {
         var conn: NodeConnection? = nil
         var backoff = 0.2
@@ -218,20 +244,34 @@ final class Handoff: @unchecked Sendable {
             do {
                 if conn == nil { conn = try connect(peer) }
                 try send(batch, to: peer, conn!)
+                settled(batch)
                 if failing { log.info("handoff_resumed", [("peer", peer.name)]) }
                 failing = false
                 backoff = 0.2
             } catch {
+                let unreachable = conn == nil // the connection itself failed: the peer is down
                 conn?.close()
                 conn = nil
                 giveBack(batch, peer.name)
+                settled(batch)
+                // Shutting down, a peer that is down is not waited for: its hints are left to
+                // the rounds when it returns (a paused peer, which accepts connections, is).
+                if unreachable && cond.withLock({ finishing }) {
+                    cond.withLock {
+                        abandoned += queues[peer.name]?.count ?? 0
+                        queues[peer.name] = nil
+                    }
+                    log.warn("handoff_undelivered", [("peer", peer.name), ("error", "\(error)")])
+                    continue
+                }
                 // A member of another list that no list in use names any more (stopped after a
                 // removal): its hints are dropped (anti-entropy is the backstop) and the thread ends.
                 if !view.isHintTarget(peer.name) { cond.withLock { queues[peer.name] = nil } }
                 stats.handoffFailures.add()
                 if !failing { log.warn("handoff_failed", [("peer", peer.name), ("error", "\(error)"), ("pending", String(pending))]) }
                 failing = true
-                sleep(upTo: backoff) { isStopped }
+                let wasFinishing = cond.withLock { finishing }
+                sleep(upTo: wasFinishing ? 0.1 : backoff) { cond.withLock { stopped || (finishing && !wasFinishing) } }
                 backoff = min(backoff * 2, 5)
             }
         }
