@@ -116,6 +116,37 @@ extension Responses {
         return f.value.count > n ? Array(f.value[n...]) : []
     }
 
+    /// Member lists one after another (§7.19 "Member lists": a SYNC_DIGEST answer may carry
+    /// several): each list's text, joined by `\n`.
+    public static func joinMemberLists(_ lists: [[UInt8]]) -> [UInt8] {
+        var out: [UInt8] = []
+        for l in lists {
+            if !out.isEmpty { out.append(0x0A) }
+            out += l
+        }
+        return out
+    }
+
+    /// The member lists in `bytes` (`joinMemberLists`): each ends at its `replicas=R` line.
+    /// Bytes after the last such line are not a list and are left out.
+    public static func splitMemberLists(_ bytes: [UInt8]) -> [[UInt8]] {
+        var lists: [[UInt8]] = []
+        var start = 0, lineStart = 0
+        let marker = Array("replicas=".utf8)
+        var i = 0
+        while i <= bytes.count {
+            if i == bytes.count || bytes[i] == 0x0A {
+                if bytes[lineStart..<i].starts(with: marker) {
+                    lists.append(Array(bytes[start..<i]))
+                    start = i + 1
+                }
+                lineStart = i + 1
+            }
+            i += 1
+        }
+        return lists
+    }
+
     /// SYNC_KEYS: extras `u32 count, u32 buckets covered` (the first that many of the requested
     /// buckets are complete; ask again for the rest); value: `count` entries of `u8 ns length |
     /// ns | u16 key length | key | u64 version | u8 tombstone (0/1)`.

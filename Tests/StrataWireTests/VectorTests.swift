@@ -268,6 +268,13 @@ final class VectorTests: XCTestCase {
         XCTAssertEqual(try Responses.parseSyncDigest(withList, bits: 4, withList: true).count, 16)
         XCTAssertThrowsError(try Responses.parseSyncDigest(withList, bits: 4), "an answer to a request without a list has no list")
         XCTAssertEqual(Responses.syncDigestMemberList(withList, bits: 4), Array("10.0.0.1:7400\n10.0.0.2:7400\nreplicas=2".utf8))
+        // Several lists in one answer (§7.19 "Member lists"): each ends at its replicas= line.
+        let one = Array("10.0.0.1:7400\n10.0.0.2:7400\nreplicas=2".utf8), two = Array("a:1\nb:1\nc:1\nreplicas=3".utf8)
+        XCTAssertEqual(Responses.splitMemberLists(Responses.syncDigestMemberList(withList, bits: 4)), [one])
+        XCTAssertEqual(Responses.joinMemberLists([one, two]), one + [0x0A] + two)
+        XCTAssertEqual(Responses.splitMemberLists(Responses.joinMemberLists([one, two])), [one, two])
+        XCTAssertEqual(Responses.splitMemberLists([]), [])
+        XCTAssertEqual(Responses.splitMemberLists(Array("a:1\nb:1".utf8)), [], "no replicas= line: no list")
         let digests = try Responses.parseSyncDigest(XCTUnwrap(client.decode(load("sync_digest.resp.hex"))).frame, bits: 4)
         XCTAssertEqual(digests.count, 16)
         XCTAssertEqual(digests[9], 0xFEDC_BA98_7654_3210)

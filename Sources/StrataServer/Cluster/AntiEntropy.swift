@@ -201,9 +201,7 @@ final class AntiEntropy: @unchecked Sendable {
         }
         try NodeConnection.check(f, allow: [.ok])
         let theirs = try Responses.parseSyncDigest(f, bits: bits, withList: true)
-        let peerList = Responses.syncDigestMemberList(f, bits: bits)
-        // The peer's own list, when it is another than this node's: kept for hints and rounds.
-        if !peerList.isEmpty, XXH64.hash(peerList) != view.membersDigest { _ = view.domain(forList: XXH64.hash(peerList), text: peerList) }
+        learn(Responses.splitMemberLists(Responses.syncDigestMemberList(f, bits: bits)), from: peer.name)
         var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
         try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: shared) { e in
             ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
@@ -214,6 +212,23 @@ final class AntiEntropy: @unchecked Sendable {
         guard !differing.isEmpty else { return (0, 0) }
         let copied = try reconcile(peer, conn, buckets: differing, bits: bits, maxVersion: maxVersion, members: req.members!, shared: shared)
         return (differing.count, copied)
+    }
+
+    /// The lists a peer answered with — its own when it is another than this node's, and the
+    /// other lists it has in use that name both — kept for hints and rounds. One this node did
+    /// not know before that names it (a node restarted with a wiped directory learns the old
+    /// list here) makes the other peers it names unsynced: this node may hold keys by that
+    /// list only, and must compare those with them before it calls itself caught up.
+    private func learn(_ lists: [[UInt8]], from peer: String) {
+        for text in lists {
+            let digest = XXH64.hash(text)
+            guard digest != view.membersDigest else { continue }
+            let known = view.knowsList(digest)
+            guard case .success(let d) = view.domain(forList: digest, text: text), !known, d.names(view.selfName) else { continue }
+            let again = view.peers.map(\.name).filter { $0 != peer && d.names($0) }
+            for p in again { view.unverify(peer: p) }
+            log.info("member_list_learned", [("from", peer), ("members", String(d.ring.members.count)), ("peers_to_compare_again", String(again.count))])
+        }
     }
 
     /// 2^bits buckets, about 16 entries each (4 … 16 bits).

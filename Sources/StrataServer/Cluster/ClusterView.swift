@@ -171,6 +171,9 @@ final class ClusterView: @unchecked Sendable {
         return .success(d)
     }
 
+    /// Whether this node keeps the list of `digest` (in use or not).
+    func knowsList(_ digest: UInt64) -> Bool { lock.withLock { otherLists[digest] != nil } }
+
     /// This node's own previous member list (the one it last ran with, `DIR/cluster-members`,
     /// with the current replica count): it counts for hints as a peer's other list does, for
     /// `otherListLifetime` unless peers sync by it meanwhile — the writes this node takes right

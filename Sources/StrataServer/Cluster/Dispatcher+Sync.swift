@@ -54,9 +54,15 @@ extension Dispatcher {
         }
         // A requester on another list learns this node's in return (it hands writes to the
         // replicas by it during the change, and compares by it: `ClusterView.hintTargets`,
-        // `AntiEntropy.round`) — also when this node knew the requester's list already.
-        let differs = s.members.map { $0 != cluster!.membersDigest } ?? false
-        return Responses.syncDigest(to: f, digests: digests, entries: n, memberList: differs ? cluster!.membersText : [])
+        // `AntiEntropy.round`) — also when this node knew the requester's list already. So
+        // does any requester learn the other lists this node has in use that name both: a node
+        // restarted onto the new list with a wiped directory knows no old list of its own.
+        let c = cluster!
+        let differs = s.members.map { $0 != c.membersDigest } ?? false
+        var lists: [[UInt8]] = differs ? [c.membersText] : []
+        let peer = String(decoding: s.requester, as: UTF8.self)
+        for l in c.otherListsNaming(peer, c.selfName) where l.digest != s.members { lists.append(l.text) }
+        return Responses.syncDigest(to: f, digests: digests, entries: n, memberList: Responses.joinMemberLists(lists))
     }
 
     /// The most entry bytes one SYNC_KEYS answer carries (the rest of the buckets are asked for again).
