@@ -61,7 +61,10 @@ extension Dispatcher {
         let differs = s.members.map { $0 != c.membersDigest } ?? false
         var lists: [[UInt8]] = differs ? [c.membersText] : []
         let peer = String(decoding: s.requester, as: UTF8.self)
-        for l in c.otherListsNaming(peer, c.selfName) where l.digest != s.members { lists.append(l.text) }
+        // (Only to a request with `members`, as nodes send: a bare SYNC_DIGEST gets the digests alone.)
+        if s.members != nil {
+            for l in c.otherListsNaming(peer, c.selfName) where l.digest != s.members { lists.append(l.text) }
+        }
         return Responses.syncDigest(to: f, digests: digests, entries: n, memberList: Responses.joinMemberLists(lists))
     }
 
