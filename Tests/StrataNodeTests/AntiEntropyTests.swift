@@ -525,17 +525,8 @@ final class AntiEntropyTests: XCTestCase {
     /// of them before it calls itself caught up (an outside review saw it ready with unflagged
     /// misses for 25 of 25 such keys).
     func testAWipedNodeRestartedLastInAnAddCatchesUpOnKeysItHoldsByTheOldListOnly() throws {
-        let cluster = try SyncCluster(count: 4, members: [0, 1, 2], extra: ["--sync-interval", "60"])
+        let (cluster, k, a, x) = try addingANode()
         let three = [0, 1, 2], four = [0, 1, 2, 3]
-        XCTAssertTrue(eventually(20, interval: 0.1) { three.allSatisfy(cluster.verified) })
-        try cluster.start(3, members: four)
-        XCTAssertTrue(eventually(30, interval: 0.1) { cluster.verified(3) })
-        var found: (String, Int, Int)? = nil
-        for i in 0..<2000 where found == nil {
-            let k = "z\(i)", old = cluster.replicaSet(k, three), new = cluster.replicaSet(k, four)
-            if let x = old.first(where: { !new.contains($0) }), let a = old.first(where: { new.contains($0) }) { found = (k, a, x) }
-        }
-        let (k, a, x) = try XCTUnwrap(found)
         // Every old node but X moves to the new list, one at a time.
         for i in three where i != x {
             cluster.nodes[i]!.terminate()
@@ -555,19 +546,27 @@ final class AntiEntropyTests: XCTestCase {
                        "node \(x) called itself caught up without the write to \(k) it holds by the old list: \(cluster.nodes[x]!.stderr)")
     }
 
-    private func restartedNodeCatchesUp(wiped: Bool) throws {
+    /// Nodes 0, 1, 2 synced on their list, node 3 started on the list of all four (the first
+    /// step of an add), and a key K held by A and X under the old list, under the new one by A
+    /// but not X.
+    private func addingANode() throws -> (SyncCluster, String, Int, Int) {
         let cluster = try SyncCluster(count: 4, members: [0, 1, 2], extra: ["--sync-interval", "60"])
         let three = [0, 1, 2], four = [0, 1, 2, 3]
         XCTAssertTrue(eventually(20, interval: 0.1) { three.allSatisfy(cluster.verified) })
         try cluster.start(3, members: four)
         XCTAssertTrue(eventually(30, interval: 0.1) { cluster.verified(3) })
-        // K: held by A and X under the old list; under the new one by A but not X.
         var found: (String, Int, Int)? = nil
         for i in 0..<2000 where found == nil {
             let k = "w\(i)", old = cluster.replicaSet(k, three), new = cluster.replicaSet(k, four)
             if let x = old.first(where: { !new.contains($0) }), let a = old.first(where: { new.contains($0) }) { found = (k, a, x) }
         }
         let (k, a, x) = try XCTUnwrap(found)
+        return (cluster, k, a, x)
+    }
+
+    private func restartedNodeCatchesUp(wiped: Bool) throws {
+        let (cluster, k, a, x) = try addingANode()
+        let four = [0, 1, 2, 3]
         XCTAssertEqual(try cluster.connect(a).set(SetRequest(key: b(k), value: b("before"))).statusCode, .ok)
         let cx0 = try cluster.connect(x)
         XCTAssertTrue(eventually(10, interval: 0.05) { (try? cx0.get(b(k), tiers: 2))??.value == b("before") })
