@@ -62,6 +62,10 @@ final class AntiEntropy: @unchecked Sendable {
     /// The longest wait between passes while nothing differs (unless `interval` is longer).
     static let quietCeiling: Double = 30
     private let finished = Completion<Void>()
+    /// When rounds with each former member still to catch up with began failing (sync thread only).
+    private var formerFailing: [String: Double] = [:]
+    /// How long a former member whose rounds fail is tried before it is given up.
+    static let formerPatience: Double = 30
     /// Peers whose last round failed (touched by the sync thread only).
     private var outOfContact: Set<String> = []
     /// Why the last connection to each peer failed (for the `peer_contact_lost` line).
@@ -85,6 +89,7 @@ final class AntiEntropy: @unchecked Sendable {
                 for peer in peers where !stopFlag.load(ordering: .relaxed) {
                     if !round(peer) { failed.append(peer.name) } else if lastRoundCopied { differed = true }
                 }
+                for name in view.formerMembersToSync where !stopFlag.load(ordering: .relaxed) { catchUp(former: name) }
                 if !stopFlag.load(ordering: .relaxed) { lost(failed, of: peers.count) }
                 quietPasses = failed.isEmpty && !differed ? quietPasses + 1 : 0
                 let wait = Self.wait(interval: interval, spent: monotonicSeconds() - t0, quietPasses: quietPasses,
@@ -227,7 +232,44 @@ final class AntiEntropy: @unchecked Sendable {
             guard case .success(let d) = view.domain(forList: digest, text: text), !known, d.names(view.selfName) else { continue }
             let again = view.peers.map(\.name).filter { $0 != peer && d.names($0) }
             for p in again { view.unverify(peer: p) }
+            view.addFormerMembers(d.ring.members.map(\.name))
             log.info("member_list_learned", [("from", peer), ("members", String(d.ring.members.count)), ("peers_to_compare_again", String(again.count))])
+        }
+    }
+
+    /// A round with a former member (`ClusterView.addFormerMembers`: a node being removed that
+    /// still runs a list naming this node) by each list in use that names both — its writes of
+    /// the keys both hold by that list are copied here, and this node's there. Done once; given
+    /// up when it cannot be reached (it stopped: it handed its writes on as it did) or when its
+    /// rounds have failed for `formerPatience` seconds (paused).
+    private func catchUp(former name: String) {
+        let lists = view.otherListsNaming(view.selfName, name)
+        guard let peer = NodeAddress.parse(name), !lists.isEmpty else { return formerDone(name, "no list in use names it") }
+        let conn: NodeConnection
+        do { conn = try NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true, tls: tls) } catch {
+            return formerDone(name, "unreachable: \(error)")
+        }
+        defer { conn.close() }
+        do {
+            let bits = bucketBits()
+            var copied = 0
+            for l in lists { copied += try compare(peer, conn, list: l, bits: bits, maxVersion: .max).copied }
+            formerDone(name, nil, copied: copied)
+        } catch {
+            let since = formerFailing[name] ?? monotonicSeconds()
+            formerFailing[name] = since
+            if monotonicSeconds() - since > Self.formerPatience { return formerDone(name, "its rounds failed for \(Int(Self.formerPatience)) s: \(error)") }
+            log.warn("sync_failed", [("peer", name), ("former_member", "1"), ("error", "\(error)")])
+        }
+    }
+
+    private func formerDone(_ name: String, _ gaveUp: String?, copied: Int = 0) {
+        formerFailing[name] = nil
+        view.formerMemberDone(name)
+        if let why = gaveUp {
+            log.info("former_member_given_up", [("member", name), ("why", why)])
+        } else {
+            log.info("former_member_synced", [("member", name), ("copied", String(copied))])
         }
     }
 

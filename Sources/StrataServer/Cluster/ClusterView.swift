@@ -28,6 +28,9 @@ final class ClusterView: @unchecked Sendable {
     private var membership: Membership
     private var epochs: [String: UInt64] = [:]
     private var synced: Set<String> = []
+    /// Former members to catch up with once (`addFormerMembers`): while any is left, nothing
+    /// is verified.
+    private var formerToSync: Set<String> = []
     private let everythingVerified = Atomic<Bool>(false)
 
     /// One member list: the ring, the peers, its digest and text (§7.19 "Member lists"), and the
@@ -183,6 +186,7 @@ final class ClusterView: @unchecked Sendable {
         let text = Self.membersText(names: names, replicas: replicas), digest = XXH64.hash(text)
         guard digest != membersDigest else { return }
         keep(OtherList(domain: RingDomain(names: names, replicas: replicas), text: text, digest: digest, used: monotonicSeconds()))
+        if names.contains(selfName) { addFormerMembers(names) }
     }
 
     /// Keeps another list by its digest, making room by forgetting the least recently used.
@@ -230,7 +234,8 @@ final class ClusterView: @unchecked Sendable {
             for p in next.peers { nextEpochs[p.name] = (epochs[p.name] ?? 0) + 1 }
             epochs = nextEpochs
             synced.removeAll()
-            everythingVerified.store(next.peers.isEmpty, ordering: .relaxed)
+            formerToSync.subtract(next.ring.members.map(\.name))
+            everythingVerified.store(next.peers.isEmpty && formerToSync.isEmpty, ordering: .relaxed)
             return Change(added: after.subtracting(before).sorted(), removed: before.subtracting(after).sorted())
         }
     }
@@ -269,25 +274,54 @@ final class ClusterView: @unchecked Sendable {
         }
     }
 
-    /// Whether this node has caught up with every other node of the key's replica set.
+    /// Whether this node has caught up with every other node of the key's replica set (and
+    /// with every former member it must catch up with: until then, with none of its keys).
     func isVerified(namespace: [UInt8], key: [UInt8]) -> Bool {
         if everythingVerified.load(ordering: .relaxed) { return true }
         let set = replicaSet(namespace: namespace, key: key)
-        return lock.withLock { set.allSatisfy { $0 == selfName || synced.contains($0) } }
+        return lock.withLock { formerToSync.isEmpty && set.allSatisfy { $0 == selfName || synced.contains($0) } }
+    }
+
+    /// Members of another list naming this node — its previous list at a start, or one a peer
+    /// answered with — that its own list does not name: a node being removed, which still runs
+    /// the old list and may have taken writes of keys this node holds by that list while this
+    /// node was down. This node catches up with each once (a round by the lists naming both,
+    /// `AntiEntropy`) and is unverified until then; one that cannot be reached is given up
+    /// (`formerMemberDone`).
+    func addFormerMembers(_ names: [String]) {
+        lock.withLock {
+            let members = Set(membership.ring.members.map(\.name))
+            for n in names where n != selfName && !members.contains(n) {
+                if formerToSync.insert(n).inserted { everythingVerified.store(false, ordering: .relaxed) }
+            }
+        }
+    }
+
+    /// The former members still to catch up with.
+    var formerMembersToSync: [String] { lock.withLock { formerToSync.sorted() } }
+
+    /// A former member was caught up with, or given up.
+    func formerMemberDone(_ name: String) {
+        lock.withLock {
+            formerToSync.remove(name)
+            if formerToSync.isEmpty && synced.count == membership.peers.count { everythingVerified.store(true, ordering: .relaxed) }
+        }
     }
 
     /// Whether every peer is synced (STATS `cluster_verified`).
     var verified: Bool { everythingVerified.load(ordering: .relaxed) }
 
-    /// Peers not synced in their current epoch.
-    var unsyncedPeers: [String] { lock.withLock { membership.peers.map(\.name).filter { !synced.contains($0) } } }
+    /// Peers not synced in their current epoch, and former members still to catch up with.
+    var unsyncedPeers: [String] {
+        lock.withLock { membership.peers.map(\.name).filter { !synced.contains($0) } + formerToSync.sorted() }
+    }
 
     /// The node may have missed writes any peer holds (a start, a pause).
     func unverifyAll() {
         lock.withLock {
             for p in membership.peers { epochs[p.name, default: 0] += 1 }
             synced.removeAll()
-            everythingVerified.store(membership.peers.isEmpty, ordering: .relaxed)
+            everythingVerified.store(membership.peers.isEmpty && formerToSync.isEmpty, ordering: .relaxed)
         }
     }
 
@@ -311,7 +345,7 @@ final class ClusterView: @unchecked Sendable {
         lock.withLock {
             guard epochs[peer] == epoch else { return false }
             synced.insert(peer)
-            if synced.count == membership.peers.count { everythingVerified.store(true, ordering: .relaxed) }
+            if synced.count == membership.peers.count && formerToSync.isEmpty { everythingVerified.store(true, ordering: .relaxed) }
             return true
         }
     }
