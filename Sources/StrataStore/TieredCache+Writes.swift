@@ -149,7 +149,7 @@ extension TieredCache {
             guard held else {
                 throw StoreError(.valueTooLarge, memory.maxRecordBytes == 0
                     ? "the memory tier holds nothing (--memory-limit 0): a write to the memory tier alone cannot be stored; nothing was stored"
-                    : "the memory tier holds items of at most \(memory.maxRecordBytes) bytes (1/\(memory.shards.count) of --memory-limit, key and header included): this write to the memory tier alone was not stored")
+                    : "the memory tier holds items of at most \(memory.maxRecordBytes) bytes (1/\(memory.shards.count) of --memory-limit: key, value and a ~30-byte header, rounded up to a size class): this write to the memory tier alone was not stored")
             }
             return result
         }
@@ -246,7 +246,7 @@ extension TieredCache {
             var invalidates = false
             if case .invalidate = result { invalidates = true }
             if !s.tombstone && !invalidates && !floor.admits(encoded.1.count + s.extended.count + key.count + namespace.count + 64) {
-                throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes and flushes; nothing was stored")
+                throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes, invalidates and flushes; nothing was stored")
             }
             memory.with(loc, key) { shard, k in
                 if memoryToo && !s.tombstone {
