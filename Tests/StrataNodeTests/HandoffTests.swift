@@ -61,12 +61,12 @@ final class HandoffTests: XCTestCase {
     }
 
     /// A node that stops (SIGTERM) hands on the writes it took before it exits: a removed
-    /// node never returns to deliver them, and the others' rounds no longer reach it (an
-    /// outside review lost acknowledged writes when the removed node was stopped as soon as
-    /// the others were ready). Node 0 takes a write while node 1, the key's other replica, is
-    /// down; node 1 comes back on the list without node 0 (a removal) and node 0 is stopped at
-    /// once, its hint still waiting in its backoff: the write must reach node 1 before node 0
-    /// exits (node 1's own rounds do not ask node 0, which its list no longer names).
+    /// node never returns to deliver them (an outside review lost acknowledged writes when the
+    /// removed node was stopped as soon as the others were ready). Node 0 takes a write while
+    /// node 1, the key's other replica, is down; node 1 comes back on the list without node 0
+    /// (a removal) and is paused at once — it cannot catch up with node 0 itself — and node 0
+    /// is stopped: it must wait for the paused peer (a second review saw it give up after the
+    /// 2 s connection timeout) and deliver the write before it exits.
     func testARemovedNodeHandsOnItsPendingWritesBeforeItExits() throws {
         let cluster = try quietCluster(count: 3)
         let k = key(cluster, owner: 0, replica: 1, prefix: "last")
@@ -74,10 +74,21 @@ final class HandoffTests: XCTestCase {
         XCTAssertEqual(try cluster.connect(0).set(SetRequest(key: b(k), value: b("v1"))).statusCode, .ok)
         usleep(1_500_000) // node 0's hint to node 1 fails and backs off
         try cluster.start(1, members: [1, 2])
+        let peer = try XCTUnwrap(cluster.nodes[1]).process.processIdentifier
+        kill(peer, SIGSTOP)
+        var resumed = false
+        defer { if !resumed { kill(peer, SIGCONT) } }
         let stopping = try XCTUnwrap(cluster.nodes[0])
+        let exited = Completion<Int32>()
         let t0 = monotonicSeconds()
-        XCTAssertEqual(stopping.terminate(), 0, "the removed node exits cleanly")
-        print("FIGURE handoff at shutdown: the removed node exited \(String(format: "%.2f", monotonicSeconds() - t0)) s after SIGTERM")
+        Thread.detachNewThread { exited.fulfil(stopping.terminate()) }
+        usleep(3_000_000)
+        kill(peer, SIGCONT)
+        resumed = true
+        XCTAssertEqual(exited.wait(), 0, "the removed node exits cleanly")
+        let took = monotonicSeconds() - t0
+        print("FIGURE handoff at shutdown: the removed node exited \(String(format: "%.2f", took)) s after SIGTERM (its paused peer resumed at 3 s)")
+        XCTAssertGreaterThan(took, 2.9, "it did not wait for the paused peer")
         XCTAssertFalse(stopping.stderr.contains("handoff_undelivered"), stopping.stderr)
         let f = try cluster.connect(1).call(.get(GetRequest(key: b(k), tiers: 2)))
         XCTAssertEqual(f.statusCode, .ok, "the removed node's write never reached the key's other replica")

@@ -241,6 +241,7 @@ final class Handoff: @unchecked Sendable {
         var backoff = 0.2
         var failing = false
         while let batch = take(peer.name) {
+            let tried = monotonicSeconds()
             do {
                 if conn == nil { conn = try connect(peer) }
                 try send(batch, to: peer, conn!)
@@ -249,7 +250,9 @@ final class Handoff: @unchecked Sendable {
                 failing = false
                 backoff = 0.2
             } catch {
-                let unreachable = conn == nil // the connection itself failed: the peer is down
+                // The connection itself failed at once (refused): the peer is down. (A paused peer
+                // accepts and then times out: it is waited for.)
+                let unreachable = conn == nil && monotonicSeconds() - tried < 0.5
                 conn?.close()
                 conn = nil
                 giveBack(batch, peer.name)
