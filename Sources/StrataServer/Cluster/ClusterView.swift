@@ -234,7 +234,10 @@ final class ClusterView: @unchecked Sendable {
             for p in next.peers { nextEpochs[p.name] = (epochs[p.name] ?? 0) + 1 }
             epochs = nextEpochs
             synced.removeAll()
-            formerToSync.subtract(next.ring.members.map(\.name))
+            // The members the new list drops are former members (a removal), in the same step:
+            // the node is never verified in between.
+            formerToSync.formUnion(before.subtracting(after).subtracting([selfName]))
+            formerToSync.subtract(after)
             everythingVerified.store(next.peers.isEmpty && formerToSync.isEmpty, ordering: .relaxed)
             return Change(added: after.subtracting(before).sorted(), removed: before.subtracting(after).sorted())
         }
