@@ -78,14 +78,21 @@ final class MembershipUnitTests: XCTestCase {
         XCTAssertTrue(view.markSynced(a(2).name, epoch: view.epoch(of: a(2).name)))
         XCTAssertTrue(view.verified)
 
-        // A removed peer: no epoch, nothing to sync, and a late round with it does not count.
+        // A removed peer: no epoch, and a late round with it does not count; it is a former
+        // member to catch up with once (it may have taken writes of shared keys), then no more.
         let e3 = view.epoch(of: a(3).name)
         XCTAssertEqual(view.replace(members: [a(1), a(2)]), ClusterView.Change(added: [], removed: [a(3).name]))
+        XCTAssertFalse(view.verified)
         XCTAssertFalse(view.markSynced(a(3).name, epoch: e3))
         view.unverify(peer: a(3).name)
-        XCTAssertEqual(view.unsyncedPeers, [a(2).name])
+        XCTAssertEqual(view.unsyncedPeers, [a(2).name, a(3).name])
+        XCTAssertEqual(view.formerMembersToSync, [a(3).name])
         XCTAssertTrue(view.markSynced(a(2).name, epoch: view.epoch(of: a(2).name)))
-        XCTAssertTrue(view.verified, "only the current peers count")
+        XCTAssertFalse(view.verified, "the former member is still to catch up with")
+        XCTAssertFalse(view.isVerified(namespace: [], key: key), "no key is verified meanwhile")
+        view.formerMemberDone(a(3).name)
+        XCTAssertEqual(view.unsyncedPeers, [])
+        XCTAssertTrue(view.verified, "only the current peers count once the former member is done")
     }
 
     func testHandoffFollowsTheMembers() {

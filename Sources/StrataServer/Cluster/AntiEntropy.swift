@@ -240,23 +240,26 @@ final class AntiEntropy: @unchecked Sendable {
     /// A round with a former member (`ClusterView.addFormerMembers`: a node being removed that
     /// still runs a list naming this node) by each list in use that names both — its writes of
     /// the keys both hold by that list are copied here, and this node's there. Done once; given
-    /// up when it cannot be reached (it stopped: it handed its writes on as it did) or when its
-    /// rounds have failed for `formerPatience` seconds (paused).
+    /// up when its connection is refused at once (it stopped: it handed its writes on as it
+    /// did) or when its rounds have failed for `formerPatience` seconds (a paused node accepts
+    /// connections and times out: it is waited for).
     private func catchUp(former name: String) {
         let lists = view.otherListsNaming(view.selfName, name)
         guard let peer = NodeAddress.parse(name), !lists.isEmpty else { return formerDone(name, "no list in use names it") }
-        let conn: NodeConnection
-        do { conn = try NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true, tls: tls) } catch {
-            return formerDone(name, "unreachable: \(error)")
-        }
-        defer { conn.close() }
+        let tried = monotonicSeconds()
         do {
+            let conn: NodeConnection
+            do { conn = try NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true, tls: tls) } catch {
+                if monotonicSeconds() - tried < 0.5 { return formerDone(name, "unreachable: \(error)") }
+                throw error
+            }
+            defer { conn.close() }
             let bits = bucketBits()
             var copied = 0
             for l in lists { copied += try compare(peer, conn, list: l, bits: bits, maxVersion: .max).copied }
             formerDone(name, nil, copied: copied)
         } catch {
-            let since = formerFailing[name] ?? monotonicSeconds()
+            let since = formerFailing[name] ?? tried
             formerFailing[name] = since
             if monotonicSeconds() - since > Self.formerPatience { return formerDone(name, "its rounds failed for \(Int(Self.formerPatience)) s: \(error)") }
             log.warn("sync_failed", [("peer", name), ("former_member", "1"), ("error", "\(error)")])
