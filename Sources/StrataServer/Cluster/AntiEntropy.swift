@@ -270,7 +270,10 @@ final class AntiEntropy: @unchecked Sendable {
         formerFailing[name] = nil
         view.formerMemberDone(name)
         if let why = gaveUp {
-            log.info("former_member_given_up", [("member", name), ("why", why)])
+            // Given up while it may still run (paused): writes only it took may read older here
+            // until it resumes — a warning. Refused or gone: the usual end of a removal.
+            let line: [(String, String)] = [("member", name), ("why", why)]
+            if why.hasPrefix("its rounds failed") { log.warn("former_member_given_up", line) } else { log.info("former_member_given_up", line) }
         } else {
             log.info("former_member_synced", [("member", name), ("copied", String(copied))])
         }
