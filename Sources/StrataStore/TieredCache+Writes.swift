@@ -225,8 +225,12 @@ extension TieredCache {
         case .delete:
             // A remove touches only the tiers it names (YYCache's removeObjectForKey:withType:):
             // with the disk tier alone, a memory copy stays and is what a later read finds.
+            // The memory copy goes once the delete is visible in the log's pending index: a read
+            // that found the older disk copy before cannot promote it after (`delete` moves the
+            // shard's delete epoch even when memory held nothing).
+            let end = log.append(.delete(id), at: now, flushedByCaller: flushedByCaller)
             if memoryToo { memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) } }
-            return (result, log.append(.delete(id), at: now, flushedByCaller: flushedByCaller))
+            return (result, end)
         case .store(let s):
             if !s.value.isEmpty, log.refusal != nil {
                 // SQLite cannot take the backlog (a full disk): no new value is accepted until
@@ -248,19 +252,22 @@ extension TieredCache {
             if !s.tombstone && !invalidates && !floor.admits(encoded.1.count + s.extended.count + key.count + namespace.count + 64) {
                 throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes, invalidates and flushes; nothing was stored")
             }
-            memory.with(loc, key) { shard, k in
-                if memoryToo && !s.tombstone {
-                    shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
-                } else if memoryToo || !s.tombstone {
-                    // Disk-only writes (replicas) invalidate an older memory copy, so a read never
-                    // finds an older version in memory than the disk holds; so do tombstones of
-                    // removes that name the memory tier. A disk-only remove leaves memory alone.
-                    shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now)
-                }
+            if memoryToo && !s.tombstone {
+                memory.with(loc, key) { shard, k in shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now) }
             }
             disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
             disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)
-            return (result, log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller))
+            let end = log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller)
+            if !(memoryToo && !s.tombstone) && (memoryToo || !s.tombstone) {
+                // Disk-only writes (replicas) invalidate an older memory copy, so a read never
+                // finds an older version in memory than the disk holds; so do tombstones of
+                // removes that name the memory tier. A disk-only remove leaves memory alone.
+                // After the log append (the write is visible to reads from then on): a read that
+                // found the older disk copy before cannot promote it after — `deleteIfNotNewer`
+                // moves the shard's delete epoch even when memory held nothing.
+                memory.with(loc, key) { shard, k in shard.deleteIfNotNewer(tag: ns.tag, key: k, hash: loc.hash, version: s.version, now: now) }
+            }
+            return (result, end)
         }
     }
 

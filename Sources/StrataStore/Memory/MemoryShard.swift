@@ -427,7 +427,12 @@ final class MemoryShard {
     @discardableResult
     func delete(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32) -> Bool {
         let (r, slot) = find(tag: tag, key: key, hash: hash)
-        guard r != 0 else { return false }
+        guard r != 0 else {
+            // Nothing here, but a disk read begun before this delete must not promote what it
+            // found (`MemoryTier.promote` checks the epoch).
+            deleteEpoch &+= 1
+            return false
+        }
         remove(ref: r, slot: slot)
         return true
     }
