@@ -89,12 +89,9 @@ final class MemcachedListener: Sendable {
 
     /// Whether `c` may run on an event loop thread: it cannot wait on SQLite or the log.
     func runsOnLoop(_ c: MemcachedCommand) -> Bool {
-        switch c {
-        case .version, .verbosity, .quit, .stats: return true
-        case .meta(let m) where m.verb == .noop: return true
-        case .flushAll: return false
-        default: return memoryOnly
-        }
+        if Self.runsWhenOverloaded(c) { return true } // holds no data
+        if case .flushAll = c { return false }
+        return memoryOnly
     }
 
     /// A get/gets answered from the memory tier, on the loop: each value copied once, from

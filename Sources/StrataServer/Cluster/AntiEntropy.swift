@@ -261,19 +261,21 @@ final class AntiEntropy: @unchecked Sendable {
         } catch {
             let since = formerFailing[name] ?? tried
             formerFailing[name] = since
-            if monotonicSeconds() - since > Self.formerPatience { return formerDone(name, "its rounds failed for \(Int(Self.formerPatience)) s: \(error)") }
+            if monotonicSeconds() - since > Self.formerPatience {
+                return formerDone(name, "its rounds failed for \(Int(Self.formerPatience)) s: \(error)", mayStillRun: true)
+            }
             log.warn("sync_failed", [("peer", name), ("former_member", "1"), ("error", "\(error)")])
         }
     }
 
-    private func formerDone(_ name: String, _ gaveUp: String?, copied: Int = 0) {
+    private func formerDone(_ name: String, _ gaveUp: String?, copied: Int = 0, mayStillRun: Bool = false) {
         formerFailing[name] = nil
         view.formerMemberDone(name)
         if let why = gaveUp {
             // Given up while it may still run (paused): writes only it took may read older here
             // until it resumes — a warning. Refused or gone: the usual end of a removal.
             let line: [(String, String)] = [("member", name), ("why", why)]
-            if why.hasPrefix("its rounds failed") { log.warn("former_member_given_up", line) } else { log.info("former_member_given_up", line) }
+            if mayStillRun { log.warn("former_member_given_up", line) } else { log.info("former_member_given_up", line) }
         } else {
             log.info("former_member_synced", [("member", name), ("copied", String(copied))])
         }
