@@ -58,7 +58,7 @@ let package = Package(
         .testTarget(name: "StrataFuzzTests", dependencies: ["StrataFuzzEntries"]),
         .testTarget(name: "StrataBenchTests", dependencies: ["strata-bench", "StrataCore", "TestSupport"]),
         // End-to-end: start the real `strata` binary and talk to it over sockets.
-        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataServer", "StrataWire", "StrataCore", "StrataImage", "StrataNet", "TestSupport"]),
+        .testTarget(name: "StrataNodeTests", dependencies: ["StrataClient", "StrataServer", "StrataStore", "StrataWire", "StrataCore", "StrataImage", "StrataNet", "TestSupport"]),
         .testTarget(name: "StrataStoreTests", dependencies: ["StrataStore", "TestSupport"]),
         // The facade against the embedded store, a real node, a real cluster, and the example.
         .testTarget(name: "StrataCacheTests", dependencies: ["StrataCache", "StrataClient", "StrataStore", "StrataCore", "StrataWire", "StrataImage", "TestSupport"]),

@@ -53,6 +53,8 @@ final class Dispatcher: @unchecked Sendable {
     var pauseCheck: (@Sendable () -> Void)? = nil
     /// Hinted handoff: told of every write applied to the disk tier; nil without a cluster.
     var handoff: Handoff? = nil
+    /// Anti-entropy's maintained digests (nil without `--cluster`, or before the cluster starts).
+    var syncDigests: SyncDigests? = nil
     /// Flush marks (versioned FLUSH): set with `cluster`.
     var flushMarks: FlushMarks? = nil
 

@@ -228,7 +228,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     /// Runs a batch: on the loop while each command may, the rest on one disk worker; from
     /// the first command the output bound does not let start, the rest waits (`hold`).
     private func run(_ commands: [MemcachedParse]) {
-        var batch = commands
+        let batch = commands
         var i = 0
         while i < batch.count && !closed {
             guard mayStart(batch[i]) else {

@@ -323,7 +323,7 @@ final class MemcachedListener: Sendable {
             if delay > 0 {
                 DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) { [self] in
                     guard flushGeneration.load(ordering: .relaxed) == generation else { return } // replaced
-                    try? dispatcher.flush(namespace: namespace, all: false, tiers: .all)
+                    _ = try? dispatcher.flush(namespace: namespace, all: false, tiers: .all)
                 }
             } else {
                 try dispatcher.flush(namespace: namespace, all: false, tiers: .all)

@@ -114,6 +114,8 @@ final class NodeStats: Sendable {
     let syncPulled = Counter()
     let syncPushed = Counter()
     let syncBucketsDiffering = Counter()
+    /// Digests (ours for a round, or a SYNC_DIGEST answer) taken from `SyncDigests`, and made by a pass over the rows.
+    let syncDigestsMaintained = Counter(), syncDigestsPassed = Counter()
     let syncMicros = Counter()
     let peersLost = Counter()
     let membershipChanges = Counter()

@@ -75,4 +75,14 @@ extension TieredCache {
     public func syncRead(_ key: [UInt8], namespace: [UInt8]) throws -> ReadResult {
         try read(key, namespace: namespace, tiers: .disk)
     }
+
+    /// Tells `watcher` of every row the disk tier holds, then of every change to its rows
+    /// (`DiskRowWatcher`). Returns once the listing is done. One watcher per store.
+    public func watchDiskRows(_ watcher: any DiskRowWatcher) throws { try control(.watchRows(watcher)) }
+
+    /// Lists every row to the watcher again (its view of the rows changed shape: a new member
+    /// list). Returns at once; the writer lists them after the work queued before.
+    public func relistDiskRows() {
+        disk.enqueue(DiskJob(.relistRows) { _ in })
+    }
 }

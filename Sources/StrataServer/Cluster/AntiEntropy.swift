@@ -79,6 +79,10 @@ final class AntiEntropy: @unchecked Sendable {
 
     func start() {
         _ = startThread(name: "strata-sync") { [self] in
+            // The maintained digests: one listing of the rows, then every change (SyncDigests).
+            if let d = dispatcher.syncDigests {
+                do { try store.watchDiskRows(d) } catch { log.warn("sync_digests_off", [("why", "\(error)")]) }
+            }
             while !stopFlag.load(ordering: .relaxed) {
                 let t0 = monotonicSeconds()
                 var failed: [String] = []
@@ -207,11 +211,8 @@ final class AntiEntropy: @unchecked Sendable {
         try NodeConnection.check(f, allow: [.ok])
         let theirs = try Responses.parseSyncDigest(f, bits: bits, withList: true)
         learn(Responses.splitMemberLists(Responses.syncDigestMemberList(f, bits: bits)), from: peer.name)
-        var ours = [UInt64](repeating: 0, count: 1 << Int(bits))
-        try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: shared) { e in
-            ours[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
-                ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
-        }
+        let ours = try dispatcher.syncDigests(peer: peer.name, list: list == nil ? req.members! : nil, bits: bits,
+                                              maxVersion: maxVersion, include: shared).digests
         contacted(peer.name)
         let differing = (0..<ours.count).filter { ours[$0] != theirs[$0] }
         guard !differing.isEmpty else { return (0, 0) }

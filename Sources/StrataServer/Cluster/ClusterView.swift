@@ -127,6 +127,8 @@ final class ClusterView: @unchecked Sendable {
     var ring: HashRing { lock.withLock { membership.ring } }
     /// The current member list's digest (§7.19 "Member lists").
     var membersDigest: UInt64 { lock.withLock { membership.digest } }
+    /// The current member list's ring domain and digest, read together.
+    var currentDomain: (domain: RingDomain, digest: UInt64) { lock.withLock { (membership.domain, membership.digest) } }
 
     /// The digest of a member list: XXH64 of `membersText` (§7.19 "Member lists").
     static func membersDigest(names: [String], replicas: Int) -> UInt64 {

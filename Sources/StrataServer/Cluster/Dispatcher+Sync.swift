@@ -45,27 +45,49 @@ extension Dispatcher {
         case .failure(let e): return Responses.error(to: f, .invalidArgument, e.message)
         case .success(let test): shared = test
         }
-        var digests = [UInt64](repeating: 0, count: 1 << Int(s.bucketBits))
-        var n = 0
-        try forEachSyncEntry(maxVersion: s.maxVersion, include: shared) { e in
-            digests[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)] ^=
-                ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
-            n += 1
-        }
+        let c = cluster!
+        let peer = String(decoding: s.requester, as: UTF8.self)
+        let sameList = s.members.map { $0 == c.membersDigest } ?? true
+        let (digests, n) = try syncDigests(peer: peer, list: sameList ? c.membersDigest : nil, bits: s.bucketBits,
+                                           maxVersion: s.maxVersion, include: shared)
         // A requester on another list learns this node's in return (it hands writes to the
         // replicas by it during the change, and compares by it: `ClusterView.hintTargets`,
         // `AntiEntropy.round`) — also when this node knew the requester's list already. So
         // does any requester learn the other lists this node has in use that name both: a node
         // restarted onto the new list with a wiped directory knows no old list of its own.
-        let c = cluster!
-        let differs = s.members.map { $0 != c.membersDigest } ?? false
-        var lists: [[UInt8]] = differs ? [c.membersText] : []
-        let peer = String(decoding: s.requester, as: UTF8.self)
+        var lists: [[UInt8]] = sameList ? [] : [c.membersText]
         // (Only to a request with `members`, as nodes send: a bare SYNC_DIGEST gets the digests alone.)
         if s.members != nil {
             for l in c.otherListsNaming(peer, c.selfName) where l.digest != s.members { lists.append(l.text) }
         }
         return Responses.syncDigest(to: f, digests: digests, entries: n, memberList: Responses.joinMemberLists(lists))
+    }
+
+    /// One digest per bucket of the entries this node and `peer` both hold (`include`) with a
+    /// version up to `maxVersion`, and their count: from the maintained digests (`SyncDigests`)
+    /// for a settled comparison (`maxVersion` below 2^64 − 1) by this node's member list
+    /// (`list`: its digest; nil for another list) when they are ready, else by a pass over the
+    /// rows (`forEachSyncEntry`) — always for a catching-up one, which must be exact.
+    func syncDigests(peer: String, list: UInt64?, bits: UInt8, maxVersion: UInt64,
+                     include: ([UInt8], [UInt8]) -> Bool) throws -> (digests: [UInt64], entries: Int) {
+        if maxVersion < .max, let list, let d = syncDigests, var (digests, n) = d.digests(for: peer, list: list, bits: bits, maxVersion: maxVersion) {
+            // The flush marks, as `FlushMarks.forEachSyncEntry` lists them (every pair's).
+            for (ns, v) in flushMarks?.floors().live ?? [] where v <= maxVersion {
+                digests[ClusterView.bucket(namespace: ns, key: [], bits: bits)] ^= ClusterView.digest(namespace: ns, key: [], version: v, tombstone: true)
+                n += 1
+            }
+            stats?.syncDigestsMaintained.add()
+            return (digests, n)
+        }
+        var digests = [UInt64](repeating: 0, count: 1 << Int(bits))
+        var n = 0
+        try forEachSyncEntry(maxVersion: maxVersion, include: include) { e in
+            digests[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: bits)] ^=
+                ClusterView.digest(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone)
+            n += 1
+        }
+        stats?.syncDigestsPassed.add()
+        return (digests, n)
     }
 
     /// The most entry bytes one SYNC_KEYS answer carries (the rest of the buckets are asked for again).

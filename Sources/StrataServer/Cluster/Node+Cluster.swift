@@ -91,6 +91,9 @@ extension Node {
         recordMembership()
         guard let c = cluster else { return }
         dispatcher.pauseCheck = { [weak self] in self?.checkPause() }
+        let (domain, digest) = c.currentDomain
+        dispatcher.syncDigests = SyncDigests(domain: domain, listDigest: digest, selfName: c.selfName, clock: store.clock, log: log,
+                                             relist: { [store] in store.relistDiskRows() })
         let ae = AntiEntropy(view: c, store: store, dispatcher: dispatcher, log: log, stats: stats,
                              token: config.authToken, interval: config.syncInterval,
                              tls: config.clusterTLSCA.map { TLSClientConfiguration(caFile: $0, certificateFile: config.tlsCertificate, keyFile: config.tlsKey) })
@@ -137,6 +140,8 @@ extension Node {
         membershipIgnored.store(false, ordering: .relaxed)
         guard let change = c.replace(members: members) else { return }
         stats.membershipChanges.add()
+        let (domain, digest) = c.currentDomain
+        dispatcher.syncDigests?.rebuild(domain: domain, listDigest: digest, selfName: c.selfName)
         handoff?.update()
         recordMembership(source: "refresh")
         log.info("cluster_members_changed", [("members", String(c.ring.members.count)), ("added", change.added.joined(separator: ",")),
@@ -163,6 +168,8 @@ extension Node {
             NodeNumber("sync_pushed", .counter, "Items and tombstones copied to peers (anti-entropy and handoff).", stats.syncPushed.load()),
             NodeNumber("sync_buckets_differing", .counter, "Buckets whose digests differed in rounds.", stats.syncBucketsDiffering.load()),
             NodeNumber("sync_us", .counter, "Microseconds spent in anti-entropy rounds.", stats.syncMicros.load()),
+            NodeNumber("sync_digests_maintained", .counter, "Digests (a round's own, or a SYNC_DIGEST answer) taken from the maintained digests.", stats.syncDigestsMaintained.load()),
+            NodeNumber("sync_digests_passed", .counter, "Digests made by a pass over every row (catching up, another member list, maintained digests not ready).", stats.syncDigestsPassed.load()),
             NodeNumber("peers_lost", .counter, "Times a peer went out of contact.", stats.peersLost.load()),
             NodeNumber("unverified_answers", .counter, "Answers flagged UNVERIFIED.", stats.unverifiedAnswers.load()),
             NodeNumber("handoff_hints", .counter, "Hints made: one per write applied to the disk tier and other replica of its key.", stats.handoffHints.load()),

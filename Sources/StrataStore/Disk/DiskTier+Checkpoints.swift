@@ -14,6 +14,13 @@ extension DiskTier {
         if case .quarantine(let reason, let epoch) = job.kind, epoch == readerLock.withLock({ readerEpoch }) {
             quarantineAndReopen(reason: reason)
         }
+        switch job.kind {
+        case .watchRows(let w):
+            rowWatcher = w
+            relistRows()
+        case .relistRows: relistRows()
+        default: break
+        }
         finish(job, .success(nil))
     }
 
@@ -37,6 +44,9 @@ extension DiskTier {
         } catch {
             log("level=error event=disk_reopen_failed path=\(dbPath) error=\"\(error)\"")
         }
+        // A fresh file: the watcher's rows are gone (the writer relists after this job).
+        rowWatchConnection = nil
+        if rowWatcher != nil { rowWatchDirty = true }
     }
 
     // MARK: Checkpoints

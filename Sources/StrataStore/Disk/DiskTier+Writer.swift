@@ -21,6 +21,7 @@ extension DiskTier {
                 if pending.isEmpty && !stopping {
                     queue.unlock()
                     maintenance(force: true)
+                    if rowWatchDirty { relistRows() }
                     queue.lock()
                 }
             }
@@ -50,6 +51,7 @@ extension DiskTier {
             runBatch(batch)
             checkpointIfDue()
             maintenance(force: false)
+            if rowWatchDirty { relistRows() }
         }
         if copierStarted {
             copyQueue.withLock { copyStop = true; copyQueue.signal() }

@@ -34,6 +34,10 @@ final class DiskJob: @unchecked Sendable {
         case applyLog([LoggedWrite], end: UInt64?)
         /// Completes once everything queued before it has committed.
         case barrier
+        /// Starts telling `watcher` of row changes (after listing every row to it).
+        case watchRows(any DiskRowWatcher)
+        /// Lists every row to the watcher again (`DiskRowWatcher.rowsReset`).
+        case relistRows
     }
     let kind: Kind
     /// Called after the commit (or with the error): on the notifier thread, or with `inline`
@@ -106,6 +110,18 @@ final class DiskTier: @unchecked Sendable {
 
     // Writer state: touched only by the writer thread after `start()`.
     var writer: SQLiteConnection?
+    /// Anti-entropy's watcher of row changes (`DiskTier+RowWatch.swift`; writer thread only).
+    var rowWatcher: (any DiskRowWatcher)?
+    /// The writer connection the row triggers are on (nil: none yet, or the file was replaced).
+    var rowWatchConnection: ObjectIdentifier?
+    /// The watcher may have been told changes that did not commit: relist after the batch.
+    var rowWatchDirty = false
+    /// The open transaction's row changes, told to the watcher when it commits (dropped when it
+    /// rolls back, so a failed batch — a full disk — costs no relisting).
+    var rowChanges: [RowChange] = []
+    /// Changes were told at a commit that may yet fail (SQLite then rolls back): set by the
+    /// commit hook, cleared by the next change.
+    var rowChangesTold = false
     var rowCount = 0
     /// The newest version ever committed, so a reopened store's clock starts past every
     /// version it holds. What the file holds is `persisted.version`, never less.

@@ -38,6 +38,8 @@ public final class SQLiteConnection {
     let handle: OpaquePointer
     private var cache: [String: SQLiteStatement] = [:]
     private var literalCache: [UInt: SQLiteStatement] = [:]
+    /// What `createFunction` and the hooks handed SQLite pointers to: kept alive with the connection.
+    private var retained: [AnyObject] = []
 
     /// Opens (creating unless `readOnly` or `mustExist`) the database at `path`. `immutable`
     /// (read-only): SQLite assumes no one changes the file and takes no locks and no `-shm`,
@@ -180,6 +182,54 @@ public final class SQLiteConnection {
     }
 
     public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+
+    // MARK: Functions and transaction hooks
+
+    /// Registers the SQL function `name` taking `argc` arguments on this connection only (SQL
+    /// run here — a TEMP trigger — may call it; it returns NULL). `body` runs on the thread
+    /// that runs the statement, inside it: it must not use this connection.
+    public func createFunction(_ name: String, argc: Int32, _ body: @escaping (SQLiteArguments) -> Void) throws {
+        let box = Box(body)
+        let rc = sqlite3_create_function_v2(handle, name, argc, SQLITE_UTF8, Unmanaged.passUnretained(box).toOpaque(), { context, n, argv in
+            guard let context, let argv, let me = sqlite3_user_data(context) else { return }
+            Unmanaged<Box<(SQLiteArguments) -> Void>>.fromOpaque(me).takeUnretainedValue().value(SQLiteArguments(argv: argv, count: Int(n)))
+            sqlite3_result_null(context)
+        }, nil, nil, nil)
+        guard rc == SQLITE_OK else { throw error(rc) }
+        retained.append(box)
+    }
+
+    /// Calls `commit` after each transaction on this connection commits and `rollback` after
+    /// each one rolls back (SQLite's commit and rollback hooks; one of each per connection).
+    public func onTransactionEnd(commit: @escaping () -> Void, rollback: @escaping () -> Void) {
+        let c = Box(commit), r = Box(rollback)
+        retained += [c, r]
+        sqlite3_commit_hook(handle, { me in
+            Unmanaged<Box<() -> Void>>.fromOpaque(me!).takeUnretainedValue().value()
+            return 0 // 0: the commit goes ahead
+        }, Unmanaged.passUnretained(c).toOpaque())
+        sqlite3_rollback_hook(handle, { me in
+            Unmanaged<Box<() -> Void>>.fromOpaque(me!).takeUnretainedValue().value()
+        }, Unmanaged.passUnretained(r).toOpaque())
+    }
+
+    private final class Box<T> {
+        let value: T
+        init(_ v: T) { value = v }
+    }
+}
+
+/// The arguments of one call of a function registered with `createFunction`; valid only
+/// during the call.
+public struct SQLiteArguments {
+    let argv: UnsafeMutablePointer<OpaquePointer?>
+    public let count: Int
+    public func int(_ i: Int) -> Int64 { sqlite3_value_int64(argv[i]) }
+    public func bytes(_ i: Int) -> [UInt8] {
+        let n = Int(sqlite3_value_bytes(argv[i]))
+        guard n > 0, let p = sqlite3_value_blob(argv[i]) else { return [] }
+        return [UInt8](UnsafeRawBufferPointer(start: p, count: n))
+    }
 }
 
 /// A prepared statement owned by one connection. Bind indexes are 1-based, column indexes 0-based.

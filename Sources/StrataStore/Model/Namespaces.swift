@@ -117,6 +117,9 @@ final class NamespaceRegistry: @unchecked Sendable {
         lock.withLock { diskNames[id].flatMap { byName[ByteKey($0)]?.generation } }
     }
 
+    /// The name of a disk namespace id (nil when unknown).
+    func name(ofDiskID id: Int64) -> [UInt8]? { lock.withLock { diskNames[id] } }
+
     /// Forgets disk ids (after the database was replaced); memory tags stay valid.
     func forgetDisk() {
         lock.withLock {
