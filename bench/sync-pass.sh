@@ -7,7 +7,7 @@ ROUNDS=$1; KEYS=$2; VALUE=$3; shift 3
 cd "$(dirname "$0")/.."
 BENCH=.build/release/strata-bench
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-st() { "$1" stats --json --server 127.0.0.1:$2 | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['sync_us'], d['sync_rounds'], d.get('sync_pulled',0), d.get('rows', d.get('disk_items','?')))"; }
+st() { "$1" stats --json --server 127.0.0.1:$2 | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['sync_us'], d['sync_rounds'], d.get('sync_pulled',0), d.get('rows', d.get('disk_items','?')), d.get('sync_buckets_differing',0), d.get('sync_digests_maintained',0), d.get('sync_digests_passed',0))"; }
 for r in $(seq 1 $ROUNDS); do
 for B in "$@"; do
   W=$(mktemp -d /tmp/syncb-XXXX); PA=$(free_port); PB=$(free_port)
@@ -23,9 +23,9 @@ for B in "$@"; do
   python3 - "$B" "$s0" "$s1" "$c0" "$c1" <<'PY'
 import sys
 b,s0,s1,c0,c1=sys.argv[1:]
-u0,r0,p0,_=s0.split(); u1,r1,p1,n=s1.split()
+u0,r0,p0,_,b0,m0,q0=s0.split(); u1,r1,p1,n,b1,m1,q1=s1.split()
 du=int(u1)-int(u0); dr=int(r1)-int(r0)
-print(f"{b}: rounds {dr}, {du/max(dr,1)/1000:.1f} ms/round, idle cpu {(int(c1)-int(c0))/60:.2f} % of a core, pulled {int(p1)-int(p0)}, rows {n}")
+print(f"{b}: rounds {dr}, {du/max(dr,1)/1000:.1f} ms/round, idle cpu {(int(c1)-int(c0))/60:.2f} % of a core, pulled {int(p1)-int(p0)}, rows {n}, buckets differing {int(b1)-int(b0)}, digests maintained {int(m1)-int(m0)} passed {int(q1)-int(q0)}")
 PY
   kill $A $Bp; wait $A $Bp 2>/dev/null; rm -rf $W
 done; done

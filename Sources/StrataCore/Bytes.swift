@@ -35,15 +35,16 @@ extension Array where Element == UInt8 {
     }
 }
 
-/// Parses sizes such as `512`, `64KiB`, `256MiB`, `4GiB` (also `KB`/`MB`/`GB`/`K`/`M`/`G`,
-/// all binary). Nil when malformed or negative.
+/// Parses sizes such as `512`, `64KiB`, `256MiB`, `4GiB`, `2TiB` (also `KB`/`MB`/`GB`/`TB`/`K`/
+/// `M`/`G`/`T`, all binary; units in any case). Nil when malformed, negative or past Int.
 public func parseByteSize(_ text: String) -> Int? {
-    let units: [(String, Int)] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10),
-                                  ("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10),
-                                  ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("B", 1)]
+    let units: [(String, Int)] = [("tib", 1 << 40), ("gib", 1 << 30), ("mib", 1 << 20), ("kib", 1 << 10),
+                                  ("tb", 1 << 40), ("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10),
+                                  ("t", 1 << 40), ("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10), ("b", 1)]
     var number = Substring(text)
     var multiplier = 1
-    for (suffix, m) in units where text.hasSuffix(suffix) {
+    let lower = text.lowercased()
+    for (suffix, m) in units where lower.hasSuffix(suffix) {
         number = text.dropLast(suffix.count)
         multiplier = m
         break

@@ -122,7 +122,7 @@ extension Node {
         let budget = DescriptorBudget(requested: config.maxConnections, fileLimit: soft, reserve: reserve)
         guard budget.effective > 0 else {
             store.close()
-            throw NodeError(exitCode: 2, "the descriptor limit (RLIMIT_NOFILE \(soft)) leaves no room for connections: the node keeps \(reserve) descriptors for its store and loops; raise it (ulimit -n, LimitNOFILE) or lower --disk-workers")
+            throw NodeError(exitCode: 2, "the descriptor limit (RLIMIT_NOFILE \(soft)) leaves no room for connections: the node keeps \(reserve) descriptors for its store and loops; raise it (ulimit -n, LimitNOFILE) or lower --threads or --disk-workers")
         }
         effectiveMaxConnections = budget.effective
         if budget.effective < config.maxConnections {

@@ -172,7 +172,7 @@ public struct Credentials: Sendable {
     public static func parse(_ bytes: [UInt8], legacyToken: [UInt8]? = nil) throws(CredentialsError) -> Credentials {
         let obj: Any
         do { obj = try JSONSerialization.jsonObject(with: Data(bytes)) } catch {
-            throw CredentialsError("not JSON: \(error.localizedDescription)")
+            throw CredentialsError("not JSON: \(jsonErrorReason(error, in: bytes))")
         }
         guard let top = obj as? [String: Any], let list = top["users"] as? [Any] else {
             throw CredentialsError("expected an object {\"users\": [...]}")

@@ -111,6 +111,17 @@ public final class Node: @unchecked Sendable {
             if !config.memcachedNamespace.isEmpty { throw NodeError(exitCode: 2, "--memcached-namespace needs --memcached-port or --memcached-tls-port") }
             if config.memcachedMemoryOnly { throw NodeError(exitCode: 2, "--memcached-memory-only needs --memcached-port or --memcached-tls-port") }
         }
+        // Two of the node's own listeners on one port (and address) is a usage error, not a busy port.
+        var listeners: [(String, String, UInt16)] = [("--tls-port", config.host, config.tlsPort ?? 0),
+                                                     ("--memcached-port", config.host, config.memcachedPort ?? 0),
+                                                     ("--memcached-tls-port", config.host, config.memcachedTLSPort ?? 0),
+                                                     ("--metrics-port", config.metricsHost, config.metricsPort ?? 0)]
+        if !config.tlsOnly { listeners.insert(("--port", config.host, config.port), at: 0) }
+        for (i, a) in listeners.enumerated() where a.2 != 0 {
+            if let b = listeners[(i + 1)...].first(where: { $0.2 == a.2 && $0.1 == a.1 }) {
+                throw NodeError(exitCode: 2, "\(a.0) and \(b.0) are both \(a.2): each listener needs its own port")
+            }
+        }
         if !address.isLoopback && config.authToken == nil && config.credentialsFile == nil && !config.insecure {
             throw NodeError(exitCode: 2, "refusing to listen on \(address) without an auth token: set --auth-token-file or --credentials, or pass --insecure to allow it")
         }
@@ -159,7 +170,14 @@ public final class Node: @unchecked Sendable {
         // Also on an empty directory: a wiped disk (or a node new to its keys) holds none of
         // what was written before, so its misses are checked with the replicas (issue 17).
         verifiedSince.store(store.openedVersion, ordering: .relaxed)
-        do { nodeID = try Node.loadIdentity(directory: config.dataDirectory) } catch {
+        do {
+            let (id, replaced) = try Node.loadIdentity(directory: config.dataDirectory)
+            nodeID = id
+            if let why = replaced {
+                log.warn("node_id_replaced", [("path", config.dataDirectory + "/node-id"), ("why", why), ("node_id", id),
+                                              ("effect", "a new identity: peers treat this node as one they have not synced with")])
+            }
+        } catch {
             store.close()
             throw error
         }

@@ -94,7 +94,11 @@ func printItem(_ item: ItemPayload, _ o: ParsedOptions) -> Int32 {
     if o.switches.contains("--meta") {
         printErr("version \(item.version), flags \(item.flags), \(item.value.count) bytes, from \(item.tier == 1 ? "memory" : "disk"), expires \(formatExpiry(item.expiresAt))\(item.stale ? ", stale" : "")")
     }
-    writeValue(o.switches.contains("--ext") ? item.extended : item.value)
+    if o.switches.contains("--ext") {
+        if !item.extended.isEmpty { writeValue(item.extended) } // none: nothing at all, not even a newline
+    } else {
+        writeValue(item.value)
+    }
     return 0
 }
 

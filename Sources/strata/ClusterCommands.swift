@@ -124,36 +124,49 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
     case "stats":
         if let q = try namespaceQuery(o) {
             var down = 0
+            var entries: [String] = [] // --json: {"nodes": [{"node", "stats"} or {"node", "error"}…]}
             for n in cluster.configuration.nodes {
                 do {
                     let json = try cluster.onNode(n.name) { try $0.stats(q) }
-                    if !o.switches.contains("--json") { printOut("== \(n.name)") }
+                    if o.switches.contains("--json") { entries.append("{\"node\":\(jsonString(n.name)),\"stats\":\(json)}"); continue }
+                    printOut("== \(n.name)")
                     _ = try printNamespaceStats(json, o, from: n.name)
                 } catch {
-                    printOut("== \(n.name) DOWN: \(error)")
                     down += 1
+                    if o.switches.contains("--json") { entries.append("{\"node\":\(jsonString(n.name)),\"error\":\(jsonString("\(error)"))}"); continue }
+                    printOut("== \(n.name) DOWN: \(error)")
                 }
             }
+            if o.switches.contains("--json") { printOut("{\"nodes\":[\(entries.joined(separator: ","))]}") }
             return down == 0 ? 0 : 3
         }
         var totals: [String: Double] = [:]
         var down = 0
+        let asJSON = o.switches.contains("--json")
+        // --json: one document — {"nodes": [{"node", "stats"} or {"node", "error"}…], "totals", "answering", "members"}.
+        var entries: [String] = []
         for n in cluster.configuration.nodes {
             do {
                 let json = try cluster.onNode(n.name) { try $0.stats() }
                 let obj = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:]
-                if o.switches.contains("--json") { printOut("{\"node\":\"\(n.name)\",\"stats\":\(json)}"); continue }
+                for (k, v) in obj { if let d = (v as? NSNumber)?.doubleValue, !k.hasPrefix("latency") { totals[k, default: 0] += d } }
+                if asJSON { entries.append("{\"node\":\(jsonString(n.name)),\"stats\":\(json)}"); continue }
                 printOut("== \(n.name)")
                 for k in obj.keys.sorted() { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + "\(obj[k]!)") }
-                for (k, v) in obj { if let d = (v as? NSNumber)?.doubleValue, !k.hasPrefix("latency") { totals[k, default: 0] += d } }
             } catch {
-                printOut("== \(n.name) DOWN: \(error)")
                 down += 1
+                if asJSON { entries.append("{\"node\":\(jsonString(n.name)),\"error\":\(jsonString("\(error)"))}"); continue }
+                printOut("== \(n.name) DOWN: \(error)")
             }
         }
-        if !o.switches.contains("--json") {
-            printOut("== cluster totals (\(cluster.configuration.nodes.count - down) of \(cluster.configuration.nodes.count) nodes answering)")
-            for k in totals.keys.sorted() where k != "uptime_s" { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + String(Int64(totals[k]!))) }
+        let members = cluster.configuration.nodes.count
+        let summed = totals.keys.sorted().filter { $0 != "uptime_s" }
+        if asJSON {
+            let t = summed.map { "\(jsonString($0)):\(Int64(totals[$0]!))" }.joined(separator: ",")
+            printOut("{\"nodes\":[\(entries.joined(separator: ","))],\"totals\":{\(t)},\"answering\":\(members - down),\"members\":\(members)}")
+        } else {
+            printOut("== cluster totals (\(members - down) of \(members) nodes answering)")
+            for k in summed { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + String(Int64(totals[k]!))) }
         }
         return down == 0 ? 0 : 3
     case "keys":
@@ -229,4 +242,30 @@ func ringCommand(_ args: [String]) throws -> Int32 {
         printOut("\(k) owner \(nodes.first ?? "-") replicas \(nodes.dropFirst().joined(separator: ","))")
     }
     return 0
+}
+
+/// `s` as a JSON string literal (quotes, backslashes and control characters escaped).
+func jsonString(_ s: String) -> String {
+    var out = "\""
+    for u in s.unicodeScalars {
+        switch u {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case _ where u.value < 0x20: out += String(format: "\\u%04x", u.value)
+        default: out.unicodeScalars.append(u)
+        }
+    }
+    return out + "\""
+}
+
+/// `s` safe to print on a terminal: control characters (C0, DEL, C1 — escape sequences, line
+/// breaks) as `\xNN` or `\u{NN}`, so a name a client chose cannot drive the reader's terminal.
+func terminalSafe(_ s: String) -> String {
+    var out = ""
+    for u in s.unicodeScalars {
+        if u.value < 0x20 || u.value == 0x7F { out += String(format: "\\x%02x", u.value) }
+        else if (0x80...0x9F).contains(u.value) { out += "\\u{\(String(u.value, radix: 16))}" }
+        else { out.unicodeScalars.append(u) }
+    }
+    return out
 }

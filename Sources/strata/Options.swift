@@ -31,7 +31,12 @@ struct ParsedOptions {
                 if valued.contains(a) {
                     if let v = inline { values[a] = v; i += 1; continue }
                     guard i + 1 < args.count else { throw UsageError(message: "\(a) needs a value") }
-                    values[a] = args[i + 1]
+                    // `--data --validate-images` is a forgotten value, not a directory named so.
+                    let next = args[i + 1], nextName = String(next.prefix { $0 != "=" })
+                    if next == "--" || (next.hasPrefix("--") && (valued.contains(nextName) || allowed.contains(nextName))) {
+                        throw UsageError(message: "\(a) needs a value, got the option '\(next)' (a value that starts with -- is written \(a)=VALUE)")
+                    }
+                    values[a] = next
                     i += 2
                     continue
                 }

@@ -93,31 +93,36 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     }
     // Layering: file, then environment, then flags.
     var settings: [String: String] = [:]
+    // Where each setting that is not a flag came from, for errors: "STRATA_PORT", "config 'port' in 'FILE'".
+    var sources: [String: String] = [:]
     var insecure = false
     if let path = opts.string("--config") {
-        let (fileSettings, fileInsecure) = try loadConfigFile(path)
+        let (fileSettings, fileInsecure, keys) = try loadConfigFile(path)
         settings.merge(fileSettings) { $1 }
+        for name in fileSettings.keys { sources[name] = "config '\(keys[name] ?? name)' in '\(path)'" }
         insecure = fileInsecure ?? insecure
     }
     let env = ProcessInfo.processInfo.environment
-    for name in serveSettings {
+    for name in serveSettings + ["validate-images", "memcached-memory-only", "tls-only", "metrics-tls"] {
         let envName = "STRATA_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
-        if let v = env[envName] { settings[name] = v }
+        if let v = env[envName] { settings[name] = v; sources[name] = envName }
     }
     if let v = env["STRATA_INSECURE"] { insecure = try parseBool(v, name: "STRATA_INSECURE") }
-    if let v = env["STRATA_VALIDATE_IMAGES"] { settings["validate-images"] = v }
-    if let v = env["STRATA_MEMCACHED_MEMORY_ONLY"] { settings["memcached-memory-only"] = v }
-    if let v = env["STRATA_TLS_ONLY"] { settings["tls-only"] = v }
-    if let v = env["STRATA_METRICS_TLS"] { settings["metrics-tls"] = v }
-    for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v } }
+    for name in serveSettings { if let v = opts.string("--" + name) { settings[name] = v; sources[name] = nil } }
     for name in ["validate-images", "memcached-memory-only", "tls-only", "metrics-tls"] {
-        if let on = opts.switchValue("--" + name) { settings[name] = on ? "true" : "false" }
+        if let on = opts.switchValue("--" + name) { settings[name] = on ? "true" : "false"; sources[name] = nil }
     }
     if let on = opts.switchValue("--insecure") { insecure = on }
 
     var config = NodeConfiguration()
     config.insecure = insecure
-    try apply(settings, to: &config)
+    do { try apply(settings, to: &config) } catch let e as UsageError {
+        // A value from the environment or the file is named as the operator wrote it.
+        for (name, source) in sources where e.message.hasPrefix("--\(name) ") {
+            throw UsageError(message: "\(source) (--\(name))" + e.message.dropFirst(name.count + 2))
+        }
+        throw e
+    }
 
     // Signals are blocked before any thread starts, so every thread inherits the mask and
     // only sigwait below sees them.
@@ -161,7 +166,7 @@ func serveCommand(_ args: [String]) throws -> Int32 {
 func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     func size(_ name: String) throws -> Int? {
         guard let v = s[name] else { return nil }
-        guard let n = parseByteSize(v) else { throw UsageError(message: "--\(name) must be a size such as 512MiB, got '\(v)'") }
+        guard let n = parseByteSize(v) else { throw UsageError(message: "--\(name) must be a size — bytes, or a number with B, KiB, MiB, GiB or TiB (K/KB, M/MB, G/GB, T/TB read the same; any case) such as 512MiB — got '\(v)'") }
         return n
     }
     func int(_ name: String, min: Int = 0) throws -> Int? {
@@ -366,21 +371,31 @@ func describeJSONError(_ error: Error) -> String {
 }
 
 /// Reads a JSON object whose keys are the serve flags' names (with - or _) plus `insecure`.
-/// Switches take `true`/`false`; every other key a string or a number.
-func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
+/// Switches take `true`/`false`; every other key a string or a number. Returns the settings by
+/// flag name, whether `insecure` was set, and the key each setting was written as (for errors).
+/// A setting written both ways (`max_connections` and `max-connections`) is refused.
+func loadConfigFile(_ path: String) throws -> ([String: String], Bool?, [String: String]) {
     let data: Data
     do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-        let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { "\($0)" } ?? error.localizedDescription
+        let reason = access(path, R_OK) != 0 ? String(cString: strerror(errno)) : error.localizedDescription
         throw UsageError(message: "cannot read the config file '\(path)': \(reason)")
     }
     let obj: [String: ConfigValue]
     do { obj = try JSONDecoder().decode([String: ConfigValue].self, from: data) } catch {
-        throw UsageError(message: "the config file '\(path)' is not a JSON object of settings: \(describeJSONError(error))")
+        // JSONSerialization says where the JSON breaks; the decoder only that it does.
+        var reason = describeJSONError(error)
+        do { _ = try JSONSerialization.jsonObject(with: data) } catch { reason = jsonErrorReason(error, in: [UInt8](data)) }
+        throw UsageError(message: "the config file '\(path)' is not a JSON object of settings: \(reason)")
     }
     var out: [String: String] = [:]
     var insecure: Bool? = nil
-    for (k, v) in obj {
+    var keys: [String: String] = [:]
+    for (k, v) in obj.sorted(by: { $0.key < $1.key }) {
         let name = k.replacingOccurrences(of: "_", with: "-")
+        if let other = keys[name] {
+            throw UsageError(message: "config keys '\(other)' and '\(k)' in '\(path)' name the same setting: give it once")
+        }
+        keys[name] = k
         if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" || name == "metrics-tls"
             || name == "disk-reads-on-loop" {
             guard case .bool(let b) = v else { throw UsageError(message: "config '\(k)' must be true or false") }
@@ -393,5 +408,5 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?) {
         case .bool, .other: throw UsageError(message: "config '\(k)' must be a string or a number")
         }
     }
-    return (out, insecure)
+    return (out, insecure, keys)
 }

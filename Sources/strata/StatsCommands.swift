@@ -61,8 +61,14 @@ func printNamespaceStats(_ json: String, _ o: ParsedOptions, from node: String) 
     }
     let columns = ["items", "bytes", "hits", "misses", "sets", "writes"]
     func number(_ d: [String: Any], _ k: String) -> String { (d[k] as? NSNumber).map { "\($0.int64Value)" } ?? "-" }
-    if let name = obj["namespace"] as? String {
-        printOut("namespace  \"\(name)\"")
+    // Names are a client's bytes: escaped for the terminal, and by hex when not UTF-8.
+    func shown(_ d: [String: Any]) -> String {
+        let name = d["namespace"] as? String ?? "?"
+        if name.unicodeScalars.contains("\u{FFFD}"), let h = d["namespace_hex"] as? String { return "hex:\(h)" }
+        return "\"\(terminalSafe(name))\""
+    }
+    if obj["namespace"] is String {
+        printOut("namespace  \(shown(obj))")
         for k in columns { printOut(k.padding(toLength: 11, withPad: " ", startingAt: 0) + number(obj, k)) }
         return 0
     }
@@ -72,7 +78,7 @@ func printNamespaceStats(_ json: String, _ o: ParsedOptions, from node: String) 
         return String(text.reversed().drop { $0 == " " }.reversed())
     }
     printOut(line("namespace", columns))
-    for r in rows { printOut(line("\"\(r["namespace"] as? String ?? "?")\"", columns.map { number(r, $0) })) }
+    for r in rows { printOut(line(shown(r), columns.map { number(r, $0) })) }
     if let other = obj["other"] as? [String: Any] {
         printOut(line("(other: \(number(other, "namespaces")))", columns.map { number(other, $0) }))
     }
@@ -106,13 +112,15 @@ func watchStats(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
                             now["connections_current"] ?? 0, now["memory_items"] ?? 0, now["disk_items"] ?? 0,
                             hits + misses > 0 ? String(format: "%.1f %%", hits * 100 / (hits + misses)) : "-"))
         lines.append("")
-        lines.append("op        ops/s       p99 µs")
+        // The first column as wide as the longest name shown, plus a space (image_variant is 13).
+        let width = Opcode.allCases.map(\.name.count).max()! + 1
+        lines.append("op".padding(toLength: width, withPad: " ", startingAt: 0) + "ops/s       p99 µs")
         for op in Opcode.allCases {
             let key = "ops_\(op.name)"
             let rate = ((now[key] ?? 0) - (before[key] ?? 0)) / dt
             guard (now[key] ?? 0) > 0 else { continue }
             let p99 = now["latency_us_\(op.name)_p99"].map { String(format: "%.1f", $0) } ?? "-"
-            lines.append(op.name.padding(toLength: 10, withPad: " ", startingAt: 0)
+            lines.append(op.name.padding(toLength: width, withPad: " ", startingAt: 0)
                          + String(format: "%-12.1f", rate) + p99)
         }
         // Clear the screen and redraw, as top does.

@@ -90,6 +90,70 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertEqual(stats["max_connections"] as? Int, 77)
     }
 
+    /// An outside review (nu1): a setting written both ways in the file took a random one of its
+    /// values from start to start; a value from the environment or the file was named by the
+    /// flag; malformed JSON had no place; a missing file printed a raw NSError; an option left
+    /// without its value took the next option as its value; two listeners on one port looked
+    /// like a busy port.
+    func testSettingsAreReadDeterministicallyAndErrorsNameWhatTheOperatorWrote() throws {
+        let dir = TempDir()
+        func serve(_ json: String?, _ args: [String] = [], env: [String: String] = [:]) throws -> (code: Int32, err: String) {
+            var a = ["serve", "--data", TempDir().path, "--port", "0"] + args
+            if let json {
+                try json.write(toFile: dir.path + "/c.json", atomically: true, encoding: .utf8)
+                a += ["--config", dir.path + "/c.json"]
+            }
+            let r = try runCLI(a, env: env)
+            return (r.code, r.err)
+        }
+        for (json, says) in [("{\"max_connections\": 100, \"max-connections\": 111}",
+                              "config keys 'max-connections' and 'max_connections' in '\(dir.path)/c.json' name the same setting"),
+                             ("{\"memory_limit\": \"lots\"}", "config 'memory_limit' in '\(dir.path)/c.json' (--memory-limit) must be a size"),
+                             ("{\n  \"port\": 7400,\n  \"data\": x\n}", "(line 3, column 11)")] {
+            let r = try serve(json)
+            XCTAssertEqual(r.code, 2, "\(json): \(r.err)")
+            XCTAssertTrue(r.err.contains(says), "\(json): \(r.err)")
+        }
+        let env = try serve(nil, env: ["STRATA_MAX_CONNECTIONS": "abc"])
+        XCTAssertEqual(env.code, 2)
+        XCTAssertTrue(env.err.contains("STRATA_MAX_CONNECTIONS (--max-connections) must be an integer"), env.err)
+        let missing = try runCLI(["serve", "--config", dir.path + "/none.json", "--data", TempDir().path])
+        XCTAssertEqual(missing.code, 2)
+        XCTAssertTrue(missing.err.contains("cannot read the config file '\(dir.path)/none.json': No such file or directory") &&
+                      !missing.err.contains("NSPOSIXErrorDomain"), missing.err)
+        for (args, says) in [(["--data", "--validate-images"], "--data needs a value, got the option '--validate-images'"),
+                             (["--memory-limit", "--port=0"], "--memory-limit needs a value, got the option '--port=0'"),
+                             (["--metrics-port", "29377", "--memcached-port", "29377"], "--memcached-port and --metrics-port are both 29377"),
+                             (["--disk-limit", "2x"], "TiB")] {
+            let r = try runCLI(["serve", "--port", "0"] + args + (args.first == "--data" ? [] : ["--data", TempDir().path]))
+            XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
+            XCTAssertTrue(r.err.contains(says), "\(args): \(r.err)")
+        }
+        // A value that merely starts with -- (not an option) is still a value; 2TiB is a size.
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--memcached-port", "0", "--memcached-namespace", "--odd", "--disk-limit", "2tib"])
+        XCTAssertTrue(node.startupLines.contains("namespace '--odd'"), node.startupLines)
+    }
+
+    /// `stats --nodes … --json` is one JSON document with the totals; the table escapes the
+    /// control characters of a namespace's name (a tenant's name must not drive an admin's terminal).
+    func testClusterStatsJSONIsOneDocumentAndNamesAreEscapedOnTheTerminal() throws {
+        let a = try NodeProcess(dataDir: TempDir().path), b = try NodeProcess(dataDir: TempDir().path)
+        let nodes = "127.0.0.1:\(a.port),127.0.0.1:\(b.port)"
+        for i in 0..<20 { XCTAssertEqual(try runCLI(["set", "k\(i)", "v", "--nodes", nodes]).code, 0) }
+        let r = try runCLI(["stats", "--nodes", nodes, "--json"])
+        XCTAssertEqual(r.code, 0, r.err)
+        let doc = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(r.out)) as? [String: Any], String(decoding: r.out, as: UTF8.self))
+        XCTAssertEqual((doc["nodes"] as? [Any])?.count, 2)
+        XCTAssertEqual(doc["answering"] as? Int, 2)
+        let totals = try XCTUnwrap(doc["totals"] as? [String: Any])
+        XCTAssertGreaterThanOrEqual(totals["disk_items"] as? Int ?? 0, 20, "\(totals)")
+        XCTAssertEqual(try cli(a, ["set", "k", "v", "--ns", "tenant-\u{1B}[2Jred\nline"]).code, 0)
+        let table = try cli(a, ["stats", "--by-namespace"])
+        XCTAssertEqual(table.code, 0, table.err)
+        XCTAssertFalse(table.out.contains("\u{1B}"), table.out)
+        XCTAssertTrue(table.out.contains("tenant-\\x1b[2Jred\\x0aline"), table.out)
+    }
+
     /// Settings that would make a node useless are refused at start, as their siblings are.
     func testSettingsThatWouldDisableTheNodeAreRefused() throws {
         for (args, says) in [(["--output-cap", "0"], "--output-cap must be at least 64KiB"),

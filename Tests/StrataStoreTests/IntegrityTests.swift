@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import Synchronization
 import StrataCore
 @testable import StrataStore
 
@@ -262,6 +263,54 @@ final class ConcurrencyTests: XCTestCase {
         let s = store.stats()
         XCTAssertLessThanOrEqual(s.memory.items, 2000)
         XCTAssertEqual(s.diskWriteErrors, 0)
+    }
+
+    /// A read that finds the disk copy and promotes it into memory must never leave an older
+    /// value (or a deleted one) in memory after a newer disk-only write or a delete: each of 4
+    /// writers writes its own key over and over — disk-only sets and deletes, so every read
+    /// that wants it goes to the disk and promotes — while 4 readers hammer the same keys; after
+    /// every write, the writer reads its key 3 times and must see exactly what it wrote.
+    func testAPromotingReadNeverOutlivesANewerDiskOnlyWriteOrDelete() throws {
+        let f = try StoreFixture { $0.memoryShards = 2 }
+        let store = f.store!
+        let keys = (0..<4).map { bytes("race-\($0)") }
+        let stop = Atomic<Bool>(false)
+        let stale = Counter(), failures = Counter()
+        let group = DispatchGroup()
+        for r in 0..<4 {
+            group.enter()
+            DispatchQueue.global().async {
+                var i = r
+                while !stop.load(ordering: .relaxed) {
+                    do { _ = try store.get(keys[i % keys.count]) } catch { failures.add() }
+                    i += 1
+                }
+                group.leave()
+            }
+        }
+        DispatchQueue.concurrentPerform(iterations: keys.count) { w in
+            let k = keys[w]
+            let deadline = monotonicSeconds() + 20
+            for n in 0..<1_500 where monotonicSeconds() < deadline {
+                do {
+                    let want: [UInt8]?
+                    if n % 3 == 2 {
+                        _ = try store.remove(k)
+                        want = nil
+                    } else {
+                        want = bytes("w\(w)-\(n)")
+                        // Disk-only, so a memory copy (promoted by a reader) must go.
+                        _ = try store.set(k, want!, options: SetOptions(tiers: .disk))
+                    }
+                    for _ in 0..<3 where try store.get(k)?.value != want { stale.add() }
+                } catch { failures.add() }
+            }
+        }
+        stop.store(true, ordering: .relaxed)
+        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(failures.load(), 0)
+        XCTAssertEqual(stale.load(), 0, "reads after a write returned an older value or a deleted one")
+        XCTAssertGreaterThan(store.stats().memory.hits, 0, "readers promoted copies into memory")
     }
 
     func testConcurrentIncrementsAreNeverLost() throws {

@@ -39,14 +39,20 @@ extension Node {
 
     /// The node's identity: a random 128-bit id kept in `DIR/node-id`, made on the first start
     /// in a directory (so a wiped directory is a new identity).
-    static func loadIdentity(directory: String) throws -> String {
+    /// Also says why, when a `node-id` file was there but held no identity (empty or damaged:
+    /// it is replaced, and the node logs `node_id_replaced`).
+    static func loadIdentity(directory: String) throws -> (id: String, replaced: String?) {
         let path = directory + "/node-id"
+        var replaced: String? = nil
         if let f = fopen(path, "r") {
             defer { fclose(f) }
             var buf = [CChar](repeating: 0, count: 64)
             if fgets(&buf, 64, f) != nil {
                 let s = String(decoding: buf.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                if s.count == 32 && s.allSatisfy({ $0.isHexDigit }) { return s }
+                if s.count == 32 && s.allSatisfy({ $0.isHexDigit }) { return (s, nil) }
+                replaced = "it does not hold 32 hex digits"
+            } else {
+                replaced = "it is empty"
             }
         }
         var rng = SystemRandomNumberGenerator()
@@ -59,7 +65,7 @@ extension Node {
         } catch {
             throw NodeError(exitCode: 3, "cannot write \(error)")
         }
-        return id
+        return (id, replaced)
     }
 
     /// Audits a membership change (docs/OPERATING.md "Clusters"): the `--cluster` list (or no

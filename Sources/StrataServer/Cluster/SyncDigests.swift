@@ -190,13 +190,17 @@ final class SyncDigests: DiskRowWatcher, @unchecked Sendable {
             var full = digests[i] ?? [UInt64](repeating: 0, count: 1 << Int(Self.bits))
             var n = counts[i]
             if maxVersion < .max {
-                // The newest change of each key: a row still there with a newer version is left out.
-                var seen = Set<UInt64>(minimumCapacity: min(recent.count, 1 << 12))
+                // The newest change of each key: a row still there with a newer version is left
+                // out. Only changes above `maxVersion` matter (a key's versions grow: its newest
+                // change is above whenever an older one is — but after a delete without a
+                // tombstone, where a bucket may then differ for nothing), so the others cost a
+                // comparison each, not a set insert.
+                var seen = Set<UInt64>()
                 var at = recentNext
                 for _ in 0..<recent.count {
                     at = at == 0 ? recent.count - 1 : at - 1
                     let r = recent[at]
-                    guard seen.insert(r.pos).inserted, r.appeared, r.version > maxVersion, r.mask & bit != 0 else { continue }
+                    guard r.version > maxVersion, seen.insert(r.pos).inserted, r.appeared, r.mask & bit != 0 else { continue }
                     if r.slot != 0 && r.slot < foldedBelow { continue } // expired: already out
                     full[Int(r.pos >> 48)] ^= r.e
                     n -= 1
