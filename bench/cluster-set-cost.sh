@@ -22,10 +22,10 @@ for r in $(seq 1 "$ROUNDS"); do
     "$BIN" serve --port "$PB" --data "$W/b" --cluster "$CL" --threads 1 --log-level warn > "$W/b.log" 2>&1 & B=$!
     for p in $PA $PB; do for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null && break; sleep 0.1; done; done
     LINE=$(.build/release/strata-bench run --target "cluster=$CL" --replicas 2 --get-ratio 0 --value-size 100 --keys 200000 \
-      --connections 8 --duration "$SECS" --no-preload 2>&1 | grep -E "ops/s" | tail -1)
-    WR=$(for t in /proc/$A/task/*; do [ "$(cat "$t/comm")" = strata-writer ] && awk '{print $14+$15}' "$t/stat"; done | head -1)
+      --connections 8 --duration "$SECS" --no-preload 2>&1 | tail -1)
+    WR=$(for t in /proc/$A/task/*; do if [ "$(cat "$t/comm")" = strata-writer ]; then awk '{print $14+$15}' "$t/stat"; fi; done | head -1)
     ALL=$(awk '{print $14+$15}' /proc/$A/stat)
-    N=$("$BIN" stats --server "127.0.0.1:$PA" | awk '/log_applied_records/ {print $2}')
+    N=$("$BIN" stats --server "127.0.0.1:$PA" | awk '/log_applied_records/ {print $2}' || true)
     python3 - "$BIN" "$r" "$WR" "$ALL" "$N" "$HZ" "$LINE" <<'PY'
 import sys
 b, r, wr, al, n, hz, line = sys.argv[1:]

@@ -126,16 +126,17 @@ public final class ByteGate: @unchecked Sendable {
     public init(limit: Int) { self.limit = max(1, limit) }
 
     /// With `mayStart`, also waits (looking every 10 ms) while it says no — memory held
-    /// elsewhere that this acquisition must not add to — for at most `maxWait` seconds: then
-    /// it gives up and returns false, holding nothing (the bound is never passed by a wait
-    /// that ran out). True once acquired.
+    /// elsewhere that this acquisition must not add to; it is told the bytes the gate would
+    /// hold with this acquisition, and whether it would be the only one — for at most `maxWait`
+    /// seconds: then it gives up and returns false, holding nothing (the bound is never passed
+    /// by a wait that ran out). True once acquired.
     @discardableResult
-    public func acquire(_ n: Int, mayStart: (() -> Bool)? = nil, maxWait: Double = 5) -> Bool {
+    public func acquire(_ n: Int, mayStart: ((_ held: Int, _ alone: Bool) -> Bool)? = nil, maxWait: Double = 5) -> Bool {
         let deadline = monotonicSeconds() + maxWait
         cond.lock()
         defer { cond.unlock() }
         while true {
-            let refused = mayStart.map { !$0() } ?? false
+            let refused = mayStart.map { !$0(held + n, held == 0) } ?? false
             if !(held > 0 && held + n > limit) && !refused { break }
             if refused && monotonicSeconds() >= deadline { return false }
             cond.wait(seconds: 0.01)

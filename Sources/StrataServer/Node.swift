@@ -148,10 +148,12 @@ public final class Node: @unchecked Sendable {
         sc.memoryAgeLimit = config.idleAge ?? 0
         sc.diskAgeLimit = config.idleAge ?? 0
         sc.maxWriteBehindBytes = config.maxWriteBehindBytes
-        // Large values are read one gate-full at a time, and not while unsent output is over
-        // its bound (each would add a whole value to it).
+        // Large values are read one gate-full at a time, not while unsent output is over its
+        // bound, and — unless one would be alone — only while the output and every large read
+        // in flight fit under it: reads admitted together each add a whole value (an outside
+        // review saw 24 non-reading connections take output to 32 + 40 MiB past a 32 MiB bound).
         let output = outputBudget
-        sc.largeReadsMayStart = { !output.over }
+        sc.largeReadsMayStart = { held, alone in !output.over && (alone || output.bytes + held <= output.limit) }
         // Counted as output as soon as it is read; the worker hands the charge back once its
         // answer is counted (`PrechargedOutput`).
         sc.largeReadDone = { bytes in if PrechargedOutput.charge(bytes) { output.add(bytes) } }

@@ -183,11 +183,17 @@ final class ByteGateTests: XCTestCase {
     func testAWaitThatRunsOutGivesUpHoldingNothing() {
         let gate = ByteGate(limit: 100)
         let t0 = monotonicSeconds()
-        XCTAssertFalse(gate.acquire(10, mayStart: { false }, maxWait: 0.05), "refused for the whole wait")
+        XCTAssertFalse(gate.acquire(10, mayStart: { _, _ in false }, maxWait: 0.05), "refused for the whole wait")
         XCTAssertGreaterThanOrEqual(monotonicSeconds() - t0, 0.05)
         XCTAssertEqual(gate.inUse, 0)
-        XCTAssertTrue(gate.acquire(10, mayStart: { true }))
+        XCTAssertTrue(gate.acquire(10, mayStart: { held, alone in
+            XCTAssertEqual(held, 10); XCTAssertTrue(alone); return true
+        }))
         XCTAssertEqual(gate.inUse, 10)
+        // The next is told what the gate would hold with it, and that it would not be alone.
+        XCTAssertFalse(gate.acquire(30, mayStart: { held, alone in held <= 35 || alone }, maxWait: 0.05))
+        XCTAssertTrue(gate.acquire(20, mayStart: { held, alone in held == 30 && !alone }))
+        gate.release(20)
         gate.release(10)
         XCTAssertTrue(gate.acquire(200), "one acquisition over the limit runs alone")
         gate.release(200)

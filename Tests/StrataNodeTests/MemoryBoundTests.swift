@@ -107,6 +107,43 @@ final class MemoryBoundTests: XCTestCase {
         reportFigure("write-behind flood", "\(conns * perConn) write-behind SETs of 8 MiB on \(conns) connections, --memory-limit 256MiB: peak RSS \(peak >> 20) MiB (baseline \(baseline >> 20) MiB; asserted < \(bound >> 20) MiB); \(String(format: "%.1f", elapsed)) s")
     }
 
+    /// Many large reads admitted together each added a whole value past the bound: an outside
+    /// review (dl1) saw 24 never-reading connections asking for 4 MiB values (in memory and
+    /// disk-only) take unsent output to 44–72 MiB past a 32 MiB bound. Now a large disk read
+    /// starts only while the output and the large reads in flight fit under the bound (or it
+    /// would be alone), so output passes it by at most one value per event loop and one read
+    /// from disk (docs/OPERATING.md "Memory bounds").
+    func testLargeReadsAdmittedTogetherDoNotPileOutputPastItsBound() throws {
+        // A 16 MiB memory tier holds no 4 MiB value (1/16 of it at most): every GET reads the disk.
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--max-output-bytes", "32MiB", "--threads", "1", "--memory-limit", "16MiB"])
+        let size = 4 << 20
+        let setter = try node.connect(timeout: 30)
+        for i in 0..<12 {
+            var s = SetRequest(key: b("v\(i)"), value: Self.noise(size, seed: UInt64(i + 1)))
+            s.tiers = 2
+            XCTAssertEqual(try setter.set(s).statusCode, .ok)
+        }
+        setter.close()
+        var stuck: [NodeConnection] = []
+        for c in 0..<24 {
+            let conn = try node.connect(timeout: 30)
+            var batch: [UInt8] = []
+            for i in 0..<40 { batch += Request.get(GetRequest(key: b("v\((c + i) % 12)"))).frame(id: UInt32(i + 1)).encoded() }
+            try conn.sendRaw(batch)
+            stuck.append(conn)
+        }
+        let watch = try node.connect()
+        usleep(3_000_000)
+        let stats = try nodeStats(watch)
+        withExtendedLifetime(stuck) {}
+        XCTAssertGreaterThan(stats["output_held_requests"] as? Int ?? 0, 0, "the bound held requests back")
+        // One loop (--threads 1): one value from memory, one from disk, and answers' headers.
+        let bound = (32 << 20) + 2 * size + 64 * (64 << 10)
+        let peak = stats["output_peak_bytes"] as? Int ?? .max
+        XCTAssertLessThanOrEqual(peak, bound, "output peaked at \(peak >> 20) MiB")
+        reportFigure("large reads admitted together", "24 never-reading connections × 40 GETs of 4 MiB disk-only values, --max-output-bytes 32MiB, one loop: output peaked at \(String(format: "%.1f", Double(peak) / 1048576)) MiB (asserted ≤ \(bound >> 20) MiB)")
+    }
+
     /// 24 connections each send 4 GETs of a 32 MiB value and never read (the issue's attack,
     /// which drove RSS from 337 MiB to 1.9–3.2 GiB): unsent output stays near
     /// `--max-output-bytes` (256 MiB), RSS within it + a documented margin, a new client's
@@ -158,8 +195,9 @@ final class MemoryBoundTests: XCTestCase {
         XCTAssertGreaterThan(stats["output_held_requests"] as? Int ?? 0, 0, "the bound held requests back")
         // Margin (docs/OPERATING.md "Memory bounds"): large values are read a gate-full at a
         // time (64 MiB: one 32 MiB value, its stored bytes and the value made from them) and
-        // not while output is over the bound, so output passes it by at most two values (reads
-        // the gate admitted before it was crossed; a value counts from the moment it is read,
+        // not while output is over the bound (nor while it would be with the reads in flight,
+        // unless alone), so output passes it by at most two values (one from disk, one made on
+        // a loop as it is crossed; a value counts from the moment it is read,
         // `PrechargedOutput` — before that, a worker kept off the CPU between its read and its
         // answer let a third through: 337 MiB in a full suite on 2 busy cores) + each
         // answer's header. Anonymous memory adds the value being read (2 × 32 MiB) + 64 MiB

@@ -96,6 +96,28 @@ final class DiskBudgetTests: XCTestCase {
         reportFigure("disk budget utilisation (16 KiB values)", figures.joined(separator: "; "))
     }
 
+    /// A key rewritten with the same bytes writes no SQLite pages (SQLite skips an identical
+    /// row), so the WAL never reached its checkpoint limit and the log's applied segments were
+    /// never let go: an outside review saw 205 MiB of segments for a 1 MiB backlog, the
+    /// directory past the limit, and every other item evicted (gone after a restart).
+    func testRewritingAKeyWithTheSameBytesLetsTheLogGo() throws {
+        let limit = 64 << 20
+        let f = try StoreFixture { $0.diskByteLimit = limit }
+        let keep = (0..<10).map { Self.noise($0 + 10, 512 << 10) }
+        for (i, v) in keep.enumerated() { _ = try f.store.set(bytes("keep\(i)"), v) }
+        let same = Self.noise(99, 1 << 20)
+        var peak = 0
+        for i in 0..<200 {
+            _ = try f.store.set(bytes("same"), same)
+            if i % 20 == 19 { try f.store.sync(); peak = max(peak, f.store.stats().logBytes) }
+        }
+        try f.store.sync()
+        XCTAssertLessThan(peak, 24 << 20, "the log's applied segments go at checkpoints (200 MiB written)")
+        XCTAssertEqual(f.store.stats().disk.evictions, 0, "nothing evicted: the items take a tenth of the budget")
+        try f.reopen()
+        for (i, v) in keep.enumerated() { XCTAssertTrue(try f.store.get(bytes("keep\(i)"), tiers: .disk)?.value == v, "keep\(i) lost") }
+    }
+
     func testValueThatCannotFitIsRefusedBeforeAnythingChanges() throws {
         let f = try StoreFixture { $0.diskByteLimit = 16 << 20 }
         let big = Self.noise(1, 6 << 20)

@@ -256,6 +256,9 @@ final class LogFiles: @unchecked Sendable {
         directory.hasSuffix("/log") ? String(directory.dropLast(4)) : directory
     }
 
+    /// The log position the oldest segment starts at (`end` when there is none).
+    var firstPosition: UInt64 { lock.withLock { segments.first ?? end } }
+
     /// Bytes the segments hold on disk.
     var bytesOnDisk: Int {
         lock.withLock { segments.isEmpty ? 0 : Int(end - segments[0]) + segments.count * LogSegment.headerBytes }

@@ -62,10 +62,12 @@ public struct StoreConfiguration: Sendable {
     /// about this much memory, not one copy per reading thread. One read larger than it still
     /// runs, alone.
     public var maxLargeReadBytes: Int = 64 << 20
-    /// Asked before a large value is read (after its turn at `maxLargeReadBytes`): while it
-    /// says no, the read waits (up to 5 s). A node says no while its unsent output is over
-    /// `--max-output-bytes`, so values already admitted do not pile onto it.
-    public var largeReadsMayStart: (@Sendable () -> Bool)? = nil
+    /// Asked before a large value is read (after its turn at `maxLargeReadBytes`), with the
+    /// bytes the large reads in flight would hold with it and whether it would be the only
+    /// one: while it says no, the read waits (up to 5 s). A node says no while its unsent
+    /// output is over `--max-output-bytes`, or would be with the reads in flight — unless the
+    /// read would be alone — so the reads admitted together cannot pile past it.
+    public var largeReadsMayStart: (@Sendable (_ held: Int, _ alone: Bool) -> Bool)? = nil
     /// Told the size of a large value just read, before its turn at `maxLargeReadBytes` ends
     /// (so before the next large read may start). A node counts it as unsent output until the
     /// answer made from it is counted, so `largeReadsMayStart` sees it with no gap.
