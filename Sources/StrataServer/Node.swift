@@ -285,6 +285,8 @@ public final class Node: @unchecked Sendable {
 
     var draining: Bool { drainFlag.load(ordering: .relaxed) }
 
+    /// Trims the heap after heavy traffic (`MemoryRelease`).
+    let memoryRelease = MemoryRelease()
     var overloaded: Bool { stats.bufferedBytes.load(ordering: .relaxed) > config.maxBufferedBytes }
 
     // MARK: Connections (each loop's own map, touched on that loop only)
@@ -297,6 +299,10 @@ public final class Node: @unchecked Sendable {
     private func tick(_ loop: EventLoop) {
         let now = monotonicSeconds()
         checkPause(now: now)
+        if loop.index == 0 {
+            memoryRelease.tick(bytesIn: stats.bytesIn.load(ordering: .relaxed),
+                               transient: stats.bufferedBytes.load(ordering: .relaxed) + outputBudget.bytes, now: now)
+        }
         for c in connections[loop.index].map.values { c.checkTimers(now: now) }
     }
 

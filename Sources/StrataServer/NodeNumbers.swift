@@ -46,6 +46,7 @@ extension Node {
             NodeNumber("bytes_in", .counter, "Bytes read from clients.", stats.bytesIn.load(ordering: .relaxed)),
             NodeNumber("bytes_out", .counter, "Bytes written to clients.", stats.bytesOut.load(ordering: .relaxed)),
             NodeNumber("buffered_bytes", .gauge, "Bytes buffered for all connections (input and output).", stats.bufferedBytes.load(ordering: .relaxed)),
+            NodeNumber("heap_trims", .counter, "Times the heap's free memory was given back to the kernel (after 64 MiB of client traffic, once calm).", memoryRelease.trims.load(ordering: .relaxed)),
             NodeNumber("output_bytes", .gauge, "Unsent response bytes across connections (bounded by --max-output-bytes).", outputBudget.bytes),
             NodeNumber("output_peak_bytes", .gauge, "The most unsent response bytes across connections since the node started.", outputBudget.peakBytes),
             NodeNumber("output_held_requests", .counter, "Requests held back while unsent output was over --max-output-bytes.", outputBudget.heldRequests.load(ordering: .relaxed)),
