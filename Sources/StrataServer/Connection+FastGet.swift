@@ -120,7 +120,7 @@ extension Connection {
                 while next < n && group[next].at < at { next += 1 }
                 let prefetched = next < n && group[next].at == at ? group[next].p : nil
                 guard let f = plainGet(all, at: at, maxBody: maxBody),
-                      admin || scopeMemo.rights(user, f.ns).read, !budget.over else { return (answered, bytes, false) }
+                      admin || scopeMemo.rights(user, f.ns).read, !budget.over, output.count < budget.share else { return (answered, bytes, false) }
                 if !inFlightKeys.isEmpty && inFlightKeys[ItemKey(namespace: [UInt8](f.ns), key: [UInt8](f.key))] != nil {
                     return (answered, bytes, false)
                 }

@@ -191,6 +191,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             guard node.store.isLargeLogRecord(s.value.count), inFlight == 0,
                   node.largeSetsAtWorkers.load(ordering: .relaxed) < Node.maxLargeSetsAtWorkers else { return false }
         }
+        if output.count >= node.outputBudget.share && Self.answersWithValues(r) { return false } // its share (OutputBudget)
         return !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
     }
 

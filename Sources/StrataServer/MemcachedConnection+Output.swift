@@ -67,10 +67,12 @@ extension MemcachedConnection: OutputConnection {
     }
 
     /// The binary listener's rule (`Connection.mayStart`): any command while the node is under
-    /// `--max-output-bytes`; past it, only a command without values on a connection with
-    /// nothing unsent.
+    /// `--max-output-bytes` — but none with values past the connection's share of it
+    /// (`OutputBudget.share`); past the bound, only a command without values on a connection
+    /// with nothing unsent.
     func mayStart(_ p: MemcachedParse) -> Bool {
-        !node.outputBudget.over || (output.isEmpty && !Self.answersWithValues(p))
+        if output.count >= node.outputBudget.share && Self.answersWithValues(p) { return false }
+        return !node.outputBudget.over || (output.isEmpty && !Self.answersWithValues(p))
     }
 
     /// `rest` waits (reading paused) until `mayStart` lets its first command run: after a

@@ -208,7 +208,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     /// live in memory, a draining node or an output bound that holds values back; the general
     /// path then runs the command as before.
     private func answerGetInPlace() -> Bool {
-        guard !node.draining, !node.outputBudget.over, !node.overloaded else { return false }
+        guard !node.draining, !node.outputBudget.over, !node.overloaded, output.count < node.outputBudget.share else { return false }
         let before = output.count
         var consumed = 0
         let hit = input.withUnsafeBytes { raw -> Bool in

@@ -16,14 +16,25 @@ import Synchronization
 /// 16 KiB or more share the value's buffer (`OutputQueue`), so many connections reading one
 /// value hold one copy. Costs one relaxed atomic add per change of a connection's unsent
 /// bytes and one atomic load per request.
+///
+/// One connection's share: a connection whose own unsent output reached `share` (1/16 of the
+/// limit, at least 1 MiB) starts no more requests that answer with values (GET, MGET, SCAN,
+/// IMAGE_VARIANT; memcached get/gets/gat/gats/mg) until it has sent it all. So one client that
+/// pipelines many large GETs and never reads cannot fill the bound alone: it takes 16 such
+/// clients, which stall together and are cut together (an outside review saw 24 of them hold
+/// other clients' GETs for 10–15 s, one connection at a time).
 final class OutputBudget: Sendable {
     let limit: Int
+    let share: Int
     private let used = Atomic<Int>(0)
     private let peak = Atomic<Int>(0)
     /// Requests held back because the node was over the limit.
     let heldRequests = Atomic<Int>(0)
 
-    init(limit: Int) { self.limit = limit }
+    init(limit: Int) {
+        self.limit = limit
+        share = max(limit / 16, 1 << 20)
+    }
 
     func add(_ n: Int) {
         let now = used.add(n, ordering: .relaxed).newValue

@@ -137,6 +137,47 @@ final class MemoryBoundTests: XCTestCase {
         reportFigure("heap trim after a burst", "16 connections × 12 pipelined 1 MiB SETs, --memory-limit 64MiB: anonymous RSS peak \(peakAnon >> 20) MiB, after the trim \(after >> 20) MiB")
     }
 
+    /// One never-reading client could fill the output bound alone, be cut after 1 s, and the
+    /// next one fill it again: an outside review (dl1) saw 24 such clients, each pipelining 40
+    /// GETs of 4 MiB values, hold a reading client's 100-byte GET for 10–15 s. Now each
+    /// connection stops starting value-bearing requests at its share (1/16 of the bound), so
+    /// the stuck ones stall and are cut together: the reading client's GETs are answered well
+    /// within the CLI's 5 s timeout, on both listeners.
+    func testNeverReadingClientsDoNotHoldOthersGetsForSeconds() throws {
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--max-output-bytes", "32MiB", "--memcached-port", "0"])
+        let size = 4 << 20
+        let setter = try node.connect(timeout: 30)
+        for i in 0..<6 { XCTAssertEqual(try setter.set(SetRequest(key: b("big\(i)"), value: Self.noise(size, seed: UInt64(i + 7)))).statusCode, .ok) }
+        XCTAssertEqual(try setter.set(SetRequest(key: b("small"), value: b("tiny"))).statusCode, .ok)
+        var stuck: [NodeConnection] = []
+        for c in 0..<24 {
+            let conn = try node.connect(timeout: 30)
+            var batch: [UInt8] = []
+            for i in 0..<40 { batch += Request.get(GetRequest(key: b("big\((c + i) % 6)"))).frame(id: UInt32(i + 1)).encoded() }
+            try conn.sendRaw(batch)
+            stuck.append(conn)
+        }
+        usleep(300_000)
+        var worst = 0.0, worstMemcached = 0.0
+        let until = monotonicSeconds() + 6
+        while monotonicSeconds() < until {
+            let t0 = monotonicSeconds()
+            let reader = try node.connect(timeout: 20)
+            XCTAssertEqual(try reader.get(b("small"))?.value, b("tiny"))
+            worst = max(worst, monotonicSeconds() - t0)
+            let t1 = monotonicSeconds()
+            let mc = try TextSocket(port: XCTUnwrap(node.memcachedPort), timeout: 20)
+            mc.send("get small\r\n")
+            XCTAssertTrue(mc.read(until: "END\r\n").hasPrefix("VALUE small"))
+            worstMemcached = max(worstMemcached, monotonicSeconds() - t1)
+            usleep(200_000)
+        }
+        withExtendedLifetime(stuck) {}
+        XCTAssertLessThan(worst, 4, "a reading client's GET waited \(worst) s")
+        XCTAssertLessThan(worstMemcached, 4, "a reading client's memcached get waited \(worstMemcached) s")
+        reportFigure("never-reading clients", "24 × 40 pipelined GETs of 4 MiB, --max-output-bytes 32MiB: a reading client's GET waited at most \(String(format: "%.2f", worst)) s (memcached \(String(format: "%.2f", worstMemcached)) s)")
+    }
+
     /// Many large reads admitted together each added a whole value past the bound: an outside
     /// review (dl1) saw 24 never-reading connections asking for 4 MiB values (in memory and
     /// disk-only) take unsent output to 44–72 MiB past a 32 MiB bound. Now a large disk read
