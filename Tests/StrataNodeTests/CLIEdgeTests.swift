@@ -154,6 +154,23 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertTrue(table.out.contains("tenant-\\x1b[2Jred\\x0aline"), table.out)
     }
 
+    /// On a terminal, `get --ext` of an item with no extended data prints nothing — not even
+    /// the newline a value gets there (README; an outside review saw "\r\n"). Run under
+    /// `script` (bsdutils, essential in Debian) for a pseudo-terminal.
+    func testExtOnATerminalPrintsNothingForAnItemWithNone() throws {
+        let node = try NodeProcess(dataDir: TempDir().path)
+        XCTAssertEqual(try cli(node, ["set", "plain", "v"]).code, 0)
+        let strata = try XCTUnwrap(builtExecutable("strata"))
+        let server = "127.0.0.1:\(node.port)"
+        func onTerminal(_ args: String) throws -> String {
+            let r = try runProcess("/usr/bin/script", ["-qec", "\(strata) \(args) --server \(server)", "/dev/null"])
+            XCTAssertEqual(r.status, 0, r.output)
+            return r.output
+        }
+        XCTAssertEqual(try onTerminal("get plain --ext"), "", "no extended data: nothing at all")
+        XCTAssertEqual(try onTerminal("get plain"), "v\r\n", "a value on a terminal ends with a newline")
+    }
+
     /// Settings that would make a node useless are refused at start, as their siblings are.
     func testSettingsThatWouldDisableTheNodeAreRefused() throws {
         for (args, says) in [(["--output-cap", "0"], "--output-cap must be at least 64KiB"),
