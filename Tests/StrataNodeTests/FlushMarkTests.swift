@@ -82,7 +82,11 @@ final class FlushMarkTests: XCTestCase {
         let ancient = try conn.call(.flush(namespace: b("other"), all: false, tiers: 0, version: 900))
         XCTAssertEqual(ancient.statusCode, .invalidArgument)
         XCTAssertTrue(String(decoding: ancient.value, as: UTF8.self).contains("tombstone lifetime"), String(decoding: ancient.value, as: UTF8.self))
-        XCTAssertEqual(try conn.call(.flush(namespace: b("app"), all: false, tiers: 0, version: 900)).statusCode, .superseded, "older than the mark held")
+        // Also where a mark is held (§7.12: version 0 and versions that old are INVALID_ARGUMENT,
+        // whatever the node holds — an outside review got SUPERSEDED here).
+        XCTAssertEqual(try conn.call(.flush(namespace: b("app"), all: false, tiers: 0, version: 900)).statusCode, .invalidArgument)
+        XCTAssertEqual(try conn.call(.flush(namespace: b("app"), all: false, tiers: 0, version: 0)).statusCode, .invalidArgument)
+        XCTAssertEqual(try conn.call(.flush(namespace: b("app"), all: false, tiers: 0, version: old.cas)).statusCode, .superseded, "not newer than the mark held")
 
         // FLUSH with a version: older items go, the rest stay.
         let v1 = try conn.set(SetRequest(key: b("n1"), value: b("x"), namespace: b("app"))).cas
@@ -131,9 +135,11 @@ final class FlushMarkTests: XCTestCase {
         let w = try c.client([0, 1, 2])
         for i in 0..<30 { _ = try w.set(b("k\(i)"), b("v"), namespace: b("app")) }
         XCTAssertTrue(w.flushEverywhere(namespace: b("app"), all: false).isEmpty)
-        // An old mark is refused with the mark held: the same on all three.
+        // An older mark (an hour old: within the tombstone lifetime, so not INVALID_ARGUMENT)
+        // is refused with the mark held: the same on all three.
+        let hourAgo = UInt64(Date().timeIntervalSince1970 * 1e6) - 3_600_000_000
         let held = try (0..<3).map { i -> UInt64 in
-            let f = try c.connect(i).call(.flush(namespace: b("app"), all: false, tiers: 0, version: 1))
+            let f = try c.connect(i).call(.flush(namespace: b("app"), all: false, tiers: 0, version: hourAgo))
             XCTAssertEqual(f.statusCode, .superseded)
             return f.cas
         }

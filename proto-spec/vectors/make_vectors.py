@@ -198,7 +198,7 @@ case("get_lease_granted", "GET with LEASE of a missing key: NOT_FOUND, response 
 case("get_lease_filling", "GET with LEASE while another client holds the lease: NOT_FOUND, response flag FILLING",
      frame(REQ, OPS["GET"], 111, flags=LEASE, key=b"cold"),
      frame(RESP, OPS["GET"], 111, flags=LEASE, status=NOT_FOUND, rflags=R_FILLING))
-case("get_lease_refresh_ahead", "GET with LEASE and a 5000 ms refresh-ahead window, a hit expiring within it: the value and the lease",
+case("get_lease_refresh_ahead", "GET of key hot with LEASE and a 5000 ms refresh-ahead window, a hit (value warm) expiring within it: the value and the lease",
      frame(REQ, OPS["GET"], 112, flags=LEASE, extras=struct.pack(">I", 5000), key=b"hot"),
      frame(RESP, OPS["GET"], 112, flags=LEASE, tiers=1, cas=V, rflags=R_LEASE, extras=get_extras(0, 1764400003000000),
            key=struct.pack(">Q", TOKEN + 1), value=b"warm"),
@@ -210,7 +210,7 @@ case("get_negative", "GET of a negative entry: NEGATIVE, the failure's message a
      frame(REQ, OPS["GET"], 114, key=b"bad-url"),
      frame(RESP, OPS["GET"], 114, status=NEGATIVE, tiers=1, cas=V + 6, extras=get_extras(0, 1764400030000000), value=b"HTTP 404"),
      "version; expires at")
-case("set_lease", "SET mode lease (4) with the token in the CAS field: fills the key and releases the lease",
+case("set_lease", "SET mode lease (4) of key cold (value loaded, expiry 600 s) with the token in the CAS field: fills the key and releases the lease",
      frame(REQ, OPS["SET"], 115, cas=TOKEN, extras=set_extras(4, expiry(2, 600)), key=b"cold", value=b"loaded"),
      frame(RESP, OPS["SET"], 115, cas=V + 7), "version (the request carries the token the node granted)")
 case("set_lease_lost", "SET mode lease whose lease expired or was revoked: LEASE_LOST, nothing stored",
@@ -227,7 +227,7 @@ case("invalidate", "INVALIDATE page: marked stale with a new version",
 case("invalidate_quiet", "INVALIDATE page with QUIET: the OK is still sent (§2.1)",
      frame(REQ, OPS["INVALIDATE"], 121, flags=QUIET, key=b"page"),
      frame(RESP, OPS["INVALIDATE"], 121, flags=QUIET, cas=V + 10), "version")
-case("invalidate_versioned", "INVALIDATE with caller version 400 when 500 is stored (a late replica copy): SUPERSEDED",
+case("invalidate_versioned", "INVALIDATE of key page in the disk tier (tiers 2) with caller version 400 when 500 is stored (a late replica copy): SUPERSEDED",
      frame(REQ, OPS["INVALIDATE"], 119, tiers=2, extras=struct.pack(">Q", 400), key=b"page"),
      frame(RESP, OPS["INVALIDATE"], 119, status=SUPERSEDED, cas=500))
 case("release", "RELEASE a lease without filling (the loader failed)",
@@ -287,7 +287,7 @@ case("sync_digest_members", "SYNC_DIGEST from peer 10.0.0.2:7400 that runs anoth
      frame(REQ, OPS["SYNC_DIGEST"], 134, extras=struct.pack(">BQQ", 4, V, xxh64(MEMBERS)), key=b"10.0.0.2:7400", value=MEMBERS),
      frame(RESP, OPS["SYNC_DIGEST"], 134, extras=struct.pack(">I", 2), value=b"".join(struct.pack(">Q", d) for d in DIGESTS) + OWN_MEMBERS),
      "the digests, which are this node's entries' (and the entry count); the member list after them, which is this node's (and the body length)")
-case("sync_keys", "SYNC_KEYS from peer 10.0.0.2:7400 for buckets 3 and 9 (4 bits): foo at version V, and alice's gone deleted at V + 1; both buckets covered (§7.19)",
+case("sync_keys", "SYNC_KEYS from peer 10.0.0.2:7400 for buckets 3 and 9 (4 bits, max version V + 1): foo at version V, and alice's gone deleted at V + 1; both buckets covered (§7.19)",
      frame(REQ, OPS["SYNC_KEYS"], 132, extras=struct.pack(">BQ", 4, V + 1), key=b"10.0.0.2:7400", value=struct.pack(">II", 3, 9)),
      frame(RESP, OPS["SYNC_KEYS"], 132, extras=struct.pack(">II", 2, 2),
            value=b"\x00" + struct.pack(">H", 3) + b"foo" + struct.pack(">QB", V, 0)
@@ -357,7 +357,9 @@ README_HEAD = """# Golden frames
 Written by `make_vectors.py` (an encoder written from PROTOCOL.md alone). Each case has
 `NAME.req.hex` (what a client sends) and `NAME.resp.hex` (what the node answers); hex text,
 whitespace ignored. An empty `.resp.hex` means no response (QUIET); an empty `.req.hex`, a
-response the node sends unprompted (opcode 0, request id 0; PROTOCOL.md §3).
+response the node sends unprompted (opcode 0, request id 0; PROTOCOL.md §3). Request ids are
+arbitrary (`error_unsupported_version` and `error_forbidden` share 0x5e); read every field —
+key, tiers, extras — from the hex, as the descriptions name only what the case is about.
 
 Each case is one exchange with a node in the state its description gives; the cases are not
 one session. The column *varies* names the response fields a node may answer differently

@@ -37,15 +37,16 @@ extension Dispatcher {
         if let ns, ns.count > ItemLimits.maxNamespaceBytes {
             throw StoreError(.invalidNamespace, "namespace is \(ns.count) bytes; the limit is \(ItemLimits.maxNamespaceBytes)")
         }
-        // Not newer than a mark in force: SUPERSEDED (with that mark). Else a mark that old
-        // would be dropped at once (marks live as long as tombstones): refused, rather than
-        // acknowledged and forgotten.
+        // A mark that old would be dropped at once (marks live as long as tombstones): refused,
+        // rather than acknowledged and forgotten — whatever mark is held (§7.12: version 0 and
+        // every version that old are INVALID_ARGUMENT; an outside review got SUPERSEDED once the
+        // namespace held a mark). Then, not newer than a mark in force: SUPERSEDED (with that mark).
         let floors = m.floors()
-        let held = floors.held(ns)
-        if held > 0 && held >= version { return false }
         if version <= floors.expired {
             throw StoreError(.invalidArgument, "FLUSH version \(version) is older than the tombstone lifetime (\(Int(store.configuration.tombstoneTTL)) s): a flush mark that old is not kept")
         }
+        let held = floors.held(ns)
+        if held > 0 && held >= version { return false }
         try store.observe(version: version)
         guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : []) else { return false }
         leases.revokeAll(namespace: ns)
