@@ -2,6 +2,7 @@ import XCTest
 import StrataClient
 import StrataCore
 import StrataStore
+import StrataWire
 import TestSupport
 @testable import StrataServer
 
@@ -21,11 +22,13 @@ final class SyncDigestsTests: XCTestCase {
         let digests: SyncDigests
     }
 
-    private func fixture(watchAfter setup: (TieredCache) throws -> Void = { _ in }) throws -> Fixture {
+    private func fixture(_ tweak: (inout StoreConfiguration) -> Void = { _ in },
+                         watchAfter setup: (TieredCache) throws -> Void = { _ in }) throws -> Fixture {
         let dir = TempDir()
         var c = StoreConfiguration(directory: dir.path)
         c.sweepBatch = 100_000
         c.maintenanceInterval = 0.02
+        tweak(&c)
         let clock = ManualClock()
         let store = try TieredCache(configuration: c, clock: clock)
         let view = ClusterView(members: members, selfName: members[0].name, replicas: 2)
@@ -108,6 +111,17 @@ final class SyncDigestsTests: XCTestCase {
         try assertAgree(f, "a new member list")
     }
 
+    /// Eviction by the disk tier's count limit (an outside review, cl10: replicas that evict
+    /// saw ~130 buckets differ in every settled round with nothing to copy).
+    func testMaintainedDigestsFollowEvictionByTheCountLimit() throws {
+        let f = try fixture({ $0.diskCountLimit = 300 })
+        for i in 0..<600 { _ = try f.store.set(key(i), Array("v\(i)".utf8)) }
+        try assertAgree(f, "evicted to the count limit")
+        for i in 0..<200 { _ = try f.store.get(key(i)) } // reads move the LRU order
+        for i in 600..<800 { _ = try f.store.set(key(i), Array("w\(i)".utf8)) }
+        try assertAgree(f, "evicted again")
+    }
+
     /// A settled round's `max_version` leaves out the writes newer than it, as a pass does.
     func testMaintainedDigestsLeaveOutWritesNewerThanMaxVersion() throws {
         let f = try fixture(watchAfter: { s in
@@ -145,6 +159,31 @@ final class SyncDigestsTests: XCTestCase {
         for i in stride(from: 0, to: 300, by: 37) {
             for n in 0..<2 { XCTAssertEqual(try cluster.connect(n).get(b("m\(i)"), tiers: 2)?.value, b("v\(i)")) }
         }
+    }
+
+    /// On running cluster nodes whose disk tier evicts (the count limit), a node's maintained
+    /// answer (max version below 2^64 − 1) equals its pass (2^64 − 1) once writes are settled —
+    /// asked directly with SYNC_DIGEST as a peer would.
+    func testARunningNodesMaintainedAnswerEqualsItsPassUnderEviction() throws {
+        let cluster = try SyncCluster(count: 3, extra: ["--disk-count-limit", "300"])
+        XCTAssertTrue(eventually(20, interval: 0.1) { (0..<3).allSatisfy(cluster.verified) })
+        let w = try cluster.client([0, 1, 2]) { $0.ack = .all }
+        for i in 0..<900 { _ = try w.set(b("e\(i)"), b("v\(i)")) }
+        usleep(2_500_000) // past the settle window
+        let c = try cluster.connect(0)
+        let members = ClusterView.membersDigest(names: (0..<3).map(cluster.name), replicas: 2)
+        for peer in [1, 2] {
+            func ask(_ maxVersion: UInt64) throws -> [UInt64] {
+                let f = try c.call(.syncDigest(SyncRequest(requester: Array(cluster.name(peer).utf8), bucketBits: 10,
+                                                           maxVersion: maxVersion, members: members)))
+                XCTAssertEqual(f.statusCode, .ok, String(decoding: f.value, as: UTF8.self))
+                return try Responses.parseSyncDigest(f, bits: 10, withList: true)
+            }
+            let maintained = try ask(UInt64.max - 1), passed = try ask(.max)
+            XCTAssertEqual(zip(maintained, passed).filter { $0 != $1 }.count, 0, "buckets where node 0's maintained answer to \(peer) differs from its pass")
+        }
+        let s = try nodeStats(c)
+        XCTAssertGreaterThan(s["sync_digests_maintained"] as? Int ?? 0, 0)
     }
 
     private func waitForRows(_ f: Fixture, _ ok: (Int) -> Bool) throws {
