@@ -20,13 +20,15 @@ extension TieredCache {
         return outcome
     }
 
-    /// Removes `key`. With a `version`, leaves a tombstone (kept `tombstoneTTL`) so an older
-    /// write arriving later is ignored; a version not newer than the stored one is ignored.
+    /// Removes `key`. With a `version`, leaves a tombstone (kept `tombstoneTTL`, or
+    /// `tombstoneLifetime` seconds when given) so an older write arriving later is ignored; a
+    /// version not newer than the stored one is ignored. A lifetime of 0 leaves one already
+    /// expired — for a caller that refuses older writes itself (a flush mark's sweep).
     /// With `writeBehind`, returns before the removal's record is in the log (see `SetOptions`).
     public func remove(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil,
-                       writeBehind: Bool = false) throws -> RemoveOutcome {
+                       writeBehind: Bool = false, tombstoneLifetime: Double? = nil) throws -> RemoveOutcome {
         try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
-        let tombstoneExpiry = clock.nowMicros() + Int64(configuration.tombstoneTTL * 1_000_000)
+        let tombstoneExpiry = clock.nowMicros() + Int64((tombstoneLifetime ?? configuration.tombstoneTTL) * 1_000_000)
         guard case .remove(let o) = try write(.remove(callerVersion: version, tombstoneExpiry: max(1, tombstoneExpiry)),
                                               key: key, namespace: namespace, tiers: tiers, writeBehind: writeBehind,
                                               callerVersion: nil, preEncoded: nil)

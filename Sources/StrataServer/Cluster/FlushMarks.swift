@@ -144,7 +144,8 @@ final class FlushMarks: @unchecked Sendable {
 
     /// Removes this node's items of `namespace` (nil: of every namespace) older than their
     /// namespace's flush (writes that raced a local flush, or everything a peer's flush covers);
-    /// each leaves a tombstone at the flush's version, which the mark hides. Returns the keys
+    /// each leaves a tombstone at the flush's version, already expired (the mark hides it and
+    /// refuses the older writes it would have). Returns the keys
     /// removed. O(entries on disk) — one pass like a sync digest.
     func sweep(_ namespace: [UInt8]?) throws -> [ItemKey] {
         let f = floors()
@@ -155,7 +156,12 @@ final class FlushMarks: @unchecked Sendable {
         }
         var removed: [ItemKey] = []
         for (id, v) in doomed {
-            if case .removed = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: v) { removed.append(id) }
+            // The mark refuses older writes itself, so the tombstone need not outlive this: one
+            // kept 24 h was hidden from passes by the mark but counted by the maintained digests
+            // (an outside review: ~400 buckets differing every round after a one-node flush).
+            if case .removed = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: v, tombstoneLifetime: 0) {
+                removed.append(id)
+            }
         }
         return removed
     }
