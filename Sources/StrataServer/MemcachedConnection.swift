@@ -102,7 +102,9 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     func handle(readable: Bool, writable: Bool, hangup: Bool) {
         if handshakeTakes(readable: readable, writable: writable, hangup: hangup) { return }
-        if writable { flush() }
+        // Writable: once the output drains, commands held by the output bound run (as on the
+        // binary listener) — not only at the next tick.
+        if writable { flushAndResume() }
         if readable || (writable && readWantsWrite) { readAvailable() }
         if hangup && !closed && !readable { close(reason: "hangup") }
     }

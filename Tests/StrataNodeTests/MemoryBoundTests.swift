@@ -178,6 +178,31 @@ final class MemoryBoundTests: XCTestCase {
         reportFigure("never-reading clients", "24 × 40 pipelined GETs of 4 MiB, --max-output-bytes 32MiB: a reading client's GET waited at most \(String(format: "%.2f", worst)) s (memcached \(String(format: "%.2f", worstMemcached)) s)")
     }
 
+    /// A client that reads goes on past its share of the output bound: 64 pipelined GETs of
+    /// 1 MiB values with a 16 MiB bound (share 1 MiB) are all answered, in order, on both
+    /// listeners — the requests held at the share start again as the output drains.
+    func testAReadingClientPipeliningLargeGetsPastItsShareGetsEveryAnswer() throws {
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--max-output-bytes", "16MiB", "--memcached-port", "0"])
+        let size = 1 << 20
+        let c = try node.connect(timeout: 30)
+        for i in 0..<8 { XCTAssertEqual(try c.set(SetRequest(key: b("p\(i)"), value: Self.noise(size, seed: UInt64(i + 40)))).statusCode, .ok) }
+        let frames = try c.callAll((0..<64).map { .get(GetRequest(key: b("p\($0 % 8)"))) })
+        XCTAssertEqual(frames.count, 64)
+        XCTAssertTrue(frames.allSatisfy { $0.statusCode == .ok && $0.value.count == size })
+        let mc = try TextSocket(port: XCTUnwrap(node.memcachedPort), timeout: 30)
+        mc.send(String(repeating: "get p3\r\n", count: 64))
+        // (readBytes returns at a read that ends with END, which may hold several answers.)
+        let each = size + "VALUE p3 0 \(size)\r\n\r\nEND\r\n".utf8.count
+        var got = 0
+        let deadline = monotonicSeconds() + 30
+        while got < 64 * each && monotonicSeconds() < deadline {
+            let chunk = mc.readBytes(until: "END\r\n")
+            if chunk.isEmpty { break }
+            got += chunk.count
+        }
+        XCTAssertEqual(got, 64 * each, "every memcached answer, whole")
+    }
+
     /// Many large reads admitted together each added a whole value past the bound: an outside
     /// review (dl1) saw 24 never-reading connections asking for 4 MiB values (in memory and
     /// disk-only) take unsent output to 44–72 MiB past a 32 MiB bound. Now a large disk read
