@@ -83,7 +83,7 @@ public final class TieredCache: @unchecked Sendable {
         disk.onCheckpointed = { position in log.files.removeSegments(before: position) }
         let files = log.files
         disk.logBytes = { files.bytesOnDisk }
-        disk.logStart = { files.firstPosition }
+        disk.logReleasable = { files.bytesReleasable(at: $0) }
         let floor = self.floor
         disk.freePageBytes = { floor.reusable.store($0, ordering: .relaxed) }
         // Reads look items up by namespace: every namespace with a replayed write is known.

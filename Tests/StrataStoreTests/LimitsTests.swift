@@ -347,7 +347,16 @@ final class DiskLimitTests: XCTestCase {
         try f.store.sync()
         XCTAssertEqual(failures.load(), 0)
         let stats = f.store.stats()
-        XCTAssertGreaterThan(stats.walCopies, 3, "8 MiB written through a 256 KiB WAL: the checkpoint thread ran")
+        // 8 MiB through a 256 KiB WAL: the copier ran, and with the writer's own checkpoints
+        // (also taken once walLimit of applied log is held) the WAL was started over many times.
+        // (The copier's share varies with timing: a CI run saw 2 passes.)
+        print("FIGURE wal checkpoints: \(stats.walCopies) copier passes, \(stats.writerCheckpoints) by the writer")
+        XCTAssertGreaterThan(stats.walCopies, 0, "the checkpoint thread ran")
+        XCTAssertGreaterThan(stats.walCopies + stats.writerCheckpoints, 5, "checkpoints kept up with 8 MiB of writes")
+        // The log's 16 MiB segment is never wholly applied here, so held log is no reason to
+        // checkpoint: measured against the segment's start, the writer checkpointed after
+        // nearly every batch of 8 rows (223 of 256).
+        XCTAssertLessThan(stats.writerCheckpoints, 64)
         // At 4 × walLimit the writer waits for the copier's pass to end and checkpoints the rest
         // itself, so the WAL passes 4 × walLimit by at most one applier transaction (8 rows
         // here; a generous 24 pages each). Before that wait it reached 8.5–14.6 × walLimit here

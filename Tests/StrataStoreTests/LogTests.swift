@@ -222,9 +222,15 @@ final class LogFilesTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(files.count, 3, "64 KiB segments, 160 KB written: \(files)")
         // Every segment starts at a record boundary: its name is its first record's position.
         for name in files { XCTAssertTrue(positions.contains(LogSegment.start(fromFileName: name)!), name) }
+        XCTAssertEqual(log.bytesReleasable(at: positions[1]), 0, "within the oldest segment nothing can go")
+        let releasable = log.bytesReleasable(at: positions[30])
+        let before = log.bytesOnDisk
         log.removeSegments(before: positions[30])
         let left = try segmentNames(dir)
         XCTAssertLessThan(left.count, files.count)
+        XCTAssertEqual(Int(releasable), before - log.bytesOnDisk - (files.count - left.count) * LogSegment.headerBytes,
+                       "bytesReleasable names what the removal frees")
+        XCTAssertEqual(log.bytesReleasable(at: positions[30]), 0)
         log.close()
         var seen: [(UInt64, LogRecord)]
         (log, seen) = try open(dir, from: positions[30])

@@ -144,9 +144,10 @@ final class DiskTier: @unchecked Sendable {
     var onCheckpointed: ((UInt64) -> Void)?
     /// Bytes of the durability log's segment files (they count against the byte limit).
     var logBytes: (() -> Int)?
-    /// Where the durability log's oldest segment starts (its position): the log bytes a
-    /// checkpoint would let go are `appliedCommitted` minus this.
-    var logStart: (() -> UInt64)?
+    /// The bytes of durability log segments a complete checkpoint would let go with everything
+    /// up to the given log position applied (segments go whole: none until the segment after
+    /// the oldest one starts at or before it).
+    var logReleasable: ((UInt64) -> UInt64)?
     /// Told the bytes of the database's free pages after each maintenance step.
     var freePageBytes: ((Int) -> Void)?
     /// How the byte limit is shared (see `DiskBudget`).

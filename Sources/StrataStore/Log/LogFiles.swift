@@ -259,6 +259,16 @@ final class LogFiles: @unchecked Sendable {
     /// The log position the oldest segment starts at (`end` when there is none).
     var firstPosition: UInt64 { lock.withLock { segments.first ?? end } }
 
+    /// The bytes of the segments `removeSegments(before: position)` would remove (whole
+    /// segments wholly before the one holding `position`). Cost: one step per such segment.
+    func bytesReleasable(at position: UInt64) -> UInt64 {
+        lock.withLock {
+            var i = 0
+            while i + 1 < segments.count && segments[i + 1] <= position { i += 1 }
+            return segments.isEmpty ? 0 : segments[i] - segments[0]
+        }
+    }
+
     /// Bytes the segments hold on disk.
     var bytesOnDisk: Int {
         lock.withLock { segments.isEmpty ? 0 : Int(end - segments[0]) + segments.count * LogSegment.headerBytes }
