@@ -98,6 +98,9 @@ public struct NodeConfiguration: Sendable {
     public var memcachedPort: UInt16? = nil
     /// The namespace memcached keys live in (default: the default namespace, empty).
     public var memcachedNamespace: [UInt8] = []
+    /// `--memory-compression`: the namespaces whose memory-tier values are held compressed with
+    /// a zstd dictionary trained from the namespace's first values (nil: none).
+    public var memoryCompression: NamespaceScope? = nil
     /// The memcached listener reads and writes the memory tier only (default: memory and disk).
     public var memcachedMemoryOnly = false
 

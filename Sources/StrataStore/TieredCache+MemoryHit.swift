@@ -113,9 +113,9 @@ extension TieredCache {
         let hit = memory.withShard(i) { shard -> Bool in
             shard.lock.lock()
             defer { shard.lock.unlock() }
-            guard let p = shard.live(tag: tag, key: key, hash: hash, now: now) else { return false }
+            guard let p = shard.live(tag: tag, key: key, hash: hash, now: now), let value = shard.valueView(p) else { return false }
             if countHit { shard.hits += 1 }
-            let k = shard.keyLen(p), e = shard.extLen(p), v = shard.valueLen(p)
+            let k = shard.keyLen(p), e = shard.extLen(p)
             let data = UnsafeRawPointer(shard.keyStart(p))
             let expiry = shard.expiry(p), version = shard.version(p), marks = shard.marks(p)
             var expiresAt = expiry
@@ -127,7 +127,7 @@ extension TieredCache {
             body(MemoryHitView(flags: shard.flags(p), expiresAt: expiresAt, version: version,
                                stale: marks & ItemMarks.stale != 0, negative: marks & ItemMarks.negative != 0,
                                extended: UnsafeRawBufferPointer(start: data + k, count: e),
-                               value: UnsafeRawBufferPointer(start: data + k + e, count: v)))
+                               value: value))
             return true
         }
         if hit && countHit { counters._withUnsafeGuaranteedRef { _ = $0.hits.add(1, ordering: .relaxed) } }

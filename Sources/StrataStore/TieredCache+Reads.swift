@@ -73,7 +73,7 @@ extension TieredCache {
                     tombstone = max(tombstone ?? 0, s.version)
                 } else {
                     if tiers.contains(.memory) {
-                        memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now)
+                        memory.promote(loc, tag: ns.tag, key: key, item: s, ifEpoch: epoch, now: now, compression: ns.compression)
                     }
                     found = CacheItem(value: s.value, flags: s.flags, extended: s.extended,
                                       expiresAt: maxAge.effectiveExpiry(s), version: s.version, tier: .disk,

@@ -135,6 +135,10 @@ extension TieredCache {
             let now = clock.nowMicros()
             let hlc = self.hlc
             var held = true
+            // A plain set's value is compressed before the shard's lock is taken; a value the
+            // write derives from the item held (append, counters, touch) under it.
+            var setValue: [UInt8]? = nil, setCompressed: [UInt8]? = nil
+            if let c = ns.compression, case .set(let v, _, _, _, _, _, _) = op { setValue = v; setCompressed = c.encode(v) }
             let result = memory.with(loc, key) { shard, k in
                 let existing = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: needValue)?.state
                 let (result, effect) = WriteRules.decide(op, existing: existing, now: now, newVersion: callerVersion ?? hlc.next(),
@@ -142,7 +146,9 @@ extension TieredCache {
                 switch effect {
                 case .none: break
                 case .delete: shard.delete(tag: ns.tag, key: k, hash: loc.hash)
-                case .store(let s): held = shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now)
+                case .store(let s):
+                    let compressed = setValue.map { $0 == s.value } == true ? setCompressed : ns.compression?.encode(s.value)
+                    held = shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now, compressed: compressed)
                 }
                 return result
             }
@@ -255,7 +261,10 @@ extension TieredCache {
                 throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes, invalidates and flushes; nothing was stored")
             }
             if memoryToo && !s.tombstone {
-                memory.with(loc, key) { shard, k in shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now) }
+                let compressed = ns.compression?.encode(s.value)
+                memory.with(loc, key) { shard, k in
+                    shard.putIfNotOlder(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now, compressed: compressed)
+                }
             }
             disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
             disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)

@@ -56,6 +56,7 @@ public final class TieredCache: @unchecked Sendable {
         self.hlc = HybridLogicalClock(clock: clock)
         self.maxAge = MaxAge(seconds: configuration.maxAge)
         self.memory = MemoryTier(config: configuration)
+        if let c = memory.compression { registry.compressionFor = { c.namespace($0) } }
         let directory = configuration.directory
         floor = SpaceFloor(floor: configuration.freeSpaceFloor ?? SpaceFloor.defaultFloor(filesystemBytes: filesystem ?? Int.max),
                            probe: configuration.freeSpaceProbe ?? { SpaceFloor.freeBytes(directory) })

@@ -21,7 +21,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest] [--pause-threshold 2]
                     [--max-age SECONDS] [--memory-count-limit N] [--disk-count-limit N]
-                    [--idle-age SECONDS] [--namespace-stats-limit 100]
+                    [--idle-age SECONDS] [--namespace-stats-limit 100] [--memory-compression NS,prefix*,…]
                     [--max-output-bytes 256MiB] [--max-buffered-bytes 1GiB] [--max-write-behind-bytes 64MiB]
                     [--image-decode-limit 128MiB]
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
@@ -82,7 +82,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-output-bytes", "max-buffered-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
                                "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca",
-                               "cluster-refresh", "disk-reads-on-loop"]
+                               "cluster-refresh", "disk-reads-on-loop", "memory-compression"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -227,6 +227,15 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         c.memcachedNamespace = Array(v.utf8)
     }
     if let v = try bool("memcached-memory-only") { c.memcachedMemoryOnly = v }
+    if let v = s["memory-compression"] {
+        // Comma-separated names and `prefix*` patterns; `""` is the default namespace, `*` every one.
+        let patterns = v.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        guard !patterns.contains(where: \.isEmpty) else {
+            throw UsageError(message: "--memory-compression takes namespace names and prefix* patterns separated by commas (\"\" for the default namespace, * for all), got '\(v)'")
+        }
+        guard patterns.allSatisfy({ $0.utf8.count <= 66 }) else { throw UsageError(message: "--memory-compression: a namespace name is at most 64 bytes, got '\(v)'") }
+        c.memoryCompression = NamespaceScope(patterns: patterns.map { $0 == "\"\"" ? "" : $0 })
+    }
     if let v = try int("tls-port") {
         guard v <= 65535 else { throw UsageError(message: "--tls-port must be 0…65535, got \(v)") }
         c.tlsPort = UInt16(v)

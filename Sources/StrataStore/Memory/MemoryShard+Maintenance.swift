@@ -87,9 +87,10 @@ extension MemoryShard {
 
 extension MemoryShard {
     /// Stores `item` unless the shard holds a newer version of the key.
-    func putIfNotOlder(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) {
+    func putIfNotOlder(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64,
+                       compressed: [UInt8]? = nil) {
         if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > item.version { return }
-        put(tag: tag, key: key, hash: hash, item: item, now: now)
+        put(tag: tag, key: key, hash: hash, item: item, now: now, compressed: compressed)
     }
 
     /// Removes the key unless the shard holds a version newer than `version`.

@@ -17,6 +17,9 @@
 extension MemoryShard {
     static let policyFreqMask: UInt8 = 3
     static let policyMain: UInt8 = 4
+    /// Not the policy's: the record's value is a zstd frame (`MemoryCompression`). Every
+    /// change of the policy bits keeps it.
+    static let policyCompressed: UInt8 = 8
 
     /// The small queue's share of the byte and count limits.
     var smallCostShare: Int { costLimit / 10 }
@@ -67,7 +70,7 @@ extension MemoryShard {
             let t = queueTail.0
             if policyBits(t) & Self.policyFreqMask != 0 {
                 unlink(t)
-                setPolicyBits(t, Self.policyMain)
+                setPolicyBits(t, policyBits(t) & Self.policyCompressed | Self.policyMain)
                 linkAtHead(t)
                 while mainOverShare { evictMain() }
             } else {

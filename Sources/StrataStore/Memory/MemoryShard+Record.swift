@@ -127,16 +127,76 @@ extension MemoryShard {
         item.value.withUnsafeBytes { if $0.count > 0 { (data + key.count + item.extended.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
     }
 
-    func state(_ p: UnsafeMutableRawPointer) -> ItemState {
-        let k = keyLen(p), e = extLen(p), v = valueLen(p)
+    /// The record as an item, its value expanded when stored compressed; nil only when a
+    /// compressed value cannot be expanded (never for frames this shard wrote).
+    func state(_ p: UnsafeMutableRawPointer) -> ItemState? {
+        let k = keyLen(p), e = extLen(p)
         let data = keyStart(p)
         let ext = e == 0 ? [] : [UInt8](UnsafeRawBufferPointer(start: data + k, count: e))
-        let value = [UInt8](UnsafeRawBufferPointer(start: data + k + e, count: v))
+        let stored = storedValue(p)
+        var value: [UInt8]
+        if isCompressed(p) {
+            guard let (n, d) = frameParts(stored) else { return nil }
+            var ok = false
+            value = [UInt8](unsafeUninitializedCapacity: max(n, 1)) { buf, count in
+                ok = expander().decompress(stored, dictionary: d, into: UnsafeMutableRawBufferPointer(start: buf.baseAddress, count: n))
+                count = ok ? n : 0
+            }
+            guard ok else { return nil }
+        } else {
+            value = [UInt8](stored)
+        }
         return ItemState(value: value, flags: flags(p), extended: ext, expiry: expiry(p), version: version(p), marks: marks(p))
     }
 
-    /// Metadata without copying the value (the value is left empty).
+    /// Metadata without copying the value (the value is left empty); `valueLen` is the
+    /// value's real size, compressed or not.
     func header(_ p: UnsafeMutableRawPointer) -> (state: ItemState, valueLen: Int) {
-        (ItemState(value: [], flags: flags(p), extended: [], expiry: expiry(p), version: version(p), marks: marks(p)), valueLen(p))
+        (ItemState(value: [], flags: flags(p), extended: [], expiry: expiry(p), version: version(p), marks: marks(p)), realValueLen(p))
+    }
+
+    // MARK: Compressed values
+
+    @inline(__always) func isCompressed(_ p: UnsafeMutableRawPointer) -> Bool {
+        p.load(fromByteOffset: Self.oPolicy, as: UInt8.self) & Self.policyCompressed != 0
+    }
+
+    /// The value's bytes as stored (a zstd frame when `isCompressed`).
+    @inline(__always) func storedValue(_ p: UnsafeMutableRawPointer) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: keyStart(p) + keyLen(p) + extLen(p), count: valueLen(p))
+    }
+
+    /// The value's size as written by the client.
+    func realValueLen(_ p: UnsafeMutableRawPointer) -> Int {
+        guard isCompressed(p) else { return valueLen(p) }
+        return Zstd.frameInfo(storedValue(p))?.contentSize ?? 0
+    }
+
+    /// A compressed value's expanded size and its dictionary (nil when either is unknown or
+    /// the size is over what the store compresses).
+    private func frameParts(_ frame: UnsafeRawBufferPointer) -> (Int, ZstdDictionary)? {
+        guard let info = Zstd.frameInfo(frame), info.contentSize <= MemoryCompression.maxValue,
+              let d = compression?.dictionary(id: info.dictionaryID) else { return nil }
+        return (info.contentSize, d)
+    }
+
+    private func expander() -> ZstdDecoder {
+        if let d = decoder { return d }
+        let d = ZstdDecoder()
+        decoder = d
+        return d
+    }
+
+    /// The record's value for a reader in place: the stored bytes, or a compressed value
+    /// expanded into the shard's buffer (valid until the shard's next expansion: use it under
+    /// the lock). Nil when a compressed value cannot be expanded.
+    @inline(__always)
+    func valueView(_ p: UnsafeMutableRawPointer) -> UnsafeRawBufferPointer? {
+        let stored = storedValue(p)
+        guard isCompressed(p) else { return stored }
+        guard let (n, d) = frameParts(stored) else { return nil }
+        if expandBuffer == nil { expandBuffer = .allocate(byteCount: MemoryCompression.maxValue, alignment: 16) }
+        let out = UnsafeMutableRawBufferPointer(start: expandBuffer, count: n)
+        return expander().decompress(stored, dictionary: d, into: out) ? UnsafeRawBufferPointer(out) : nil
     }
 }

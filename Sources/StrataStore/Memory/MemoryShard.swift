@@ -102,6 +102,14 @@ final class MemoryShard {
 
     // Counters (read under the lock by stats).
     var hits = 0, misses = 0, evictions = 0, expirations = 0
+    /// Records whose value is a zstd frame (`MemoryCompression`).
+    private(set) var compressedCount = 0
+
+    /// The store's dictionaries, when some namespace's values are compressed; the decoder
+    /// and the buffer a hit's value is expanded into are made on first use.
+    var compression: MemoryCompression?
+    var decoder: ZstdDecoder?
+    var expandBuffer: UnsafeMutableRawPointer?
 
     init(countLimit: Int, costLimit: Int, ageLimitSeconds: Int64) {
         self.countLimit = countLimit
@@ -125,6 +133,7 @@ final class MemoryShard {
         pages.deallocate()
         pageClass.deallocate()
         index.deallocate()
+        expandBuffer?.deallocate()
     }
 
     // MARK: Record access
@@ -338,6 +347,7 @@ final class MemoryShard {
     func remove(ref: UInt32, slot: Int) {
         usedBytes -= chunkSize(ref)
         count -= 1
+        if policyBits(ref) & Self.policyCompressed != 0 { compressedCount -= 1 }
         unlink(ref)
         removeSlot(slot)
         release(ref)
@@ -356,8 +366,9 @@ final class MemoryShard {
     /// relinked); nil on a miss (expired items are removed).
     func get(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64, countStats: Bool = true) -> ItemState? {
         guard let p = live(tag: tag, key: key, hash: hash, now: now) else { if countStats { misses += 1 }; return nil }
+        guard let s = state(p) else { if countStats { misses += 1 }; return nil }
         if countStats { hits += 1 }
-        return state(p)
+        return s
     }
 
     /// The live record of the key, its access counted as `get` counts it (expired records are
@@ -389,7 +400,7 @@ final class MemoryShard {
             remove(ref: r, slot: slot)
             return nil
         }
-        if withValue { let s = state(p); return (s, s.value.count) }
+        if withValue { return state(p).map { ($0, $0.value.count) } }
         return header(p)
     }
 
@@ -397,9 +408,13 @@ final class MemoryShard {
     /// `evict(toFit:now:)`) so the count and byte limits hold. A new key enters the small queue,
     /// or the main queue when the ghost queue remembers it; a replaced record keeps its queue
     /// and counter. False when the item cannot be held (larger than the shard's share, or
-    /// memory could not be allocated).
+    /// memory could not be allocated). `compressed`: `item.value` as a zstd frame made with one
+    /// of `compression`'s dictionaries, stored instead (readers see `item.value`).
     @discardableResult
-    func put(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64) -> Bool {
+    func put(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item original: ItemState, now: Int64,
+             compressed: [UInt8]? = nil) -> Bool {
+        var item = original
+        if let compressed { item.value = compressed }
         let (layout, headerBytes) = Self.headerLayout(tag: tag, item: item)
         let size = headerBytes + key.count + item.extended.count + item.value.count
         let chunk = Self.sizeClass(for: size).map { Self.classSizes[$0] } ?? size
@@ -411,7 +426,8 @@ final class MemoryShard {
         if old != 0 { policy = policyBits(old); remove(ref: old, slot: oldSlot) }
         evict(toFit: chunk, now: now)
         // After evicting, as the simulator does: the eviction may have pushed the key out of the ghost.
-        let bits = policy ?? (ghost.remove(hash) ? Self.policyMain : 0)
+        var bits = (policy ?? (ghost.remove(hash) ? Self.policyMain : 0)) & ~Self.policyCompressed
+        if compressed != nil { bits |= Self.policyCompressed }
         guard let ref = allocate(size: size) else { return false }
         writeRecord(ptr(ref), tag: tag, key: key, hash: hash, item: item, layout: layout, policy: bits, now: now)
         growIndexIfNeeded()
@@ -420,6 +436,7 @@ final class MemoryShard {
         linkAtHead(ref)
         count += 1
         usedBytes += chunk
+        if compressed != nil { compressedCount += 1 }
         return true
     }
 

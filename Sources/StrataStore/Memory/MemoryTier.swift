@@ -12,6 +12,8 @@ final class MemoryTier: @unchecked Sendable {
     private let shardMask: Int
     /// Largest record (header + key + extended data + value) the tier will hold.
     let maxRecordBytes: Int
+    /// Dictionaries of the namespaces whose values are held compressed (nil: none are).
+    let compression: MemoryCompression?
 
     init(config: StoreConfiguration) {
         var n = 1
@@ -28,6 +30,10 @@ final class MemoryTier: @unchecked Sendable {
         }
         shardMask = n - 1
         maxRecordBytes = costShare
+        compression = config.memoryCompression.map {
+            MemoryCompression(includes: $0, sampleCount: config.memoryCompressionSamples, sampleBytes: config.memoryCompressionSampleBytes)
+        }
+        for s in shards { s.compression = compression }
         unretained = .allocate(capacity: n)
         for (i, shard) in shards.enumerated() { (unretained + i).initialize(to: .passUnretained(shard)) }
     }
@@ -72,11 +78,14 @@ final class MemoryTier: @unchecked Sendable {
 
     func deleteEpoch(_ loc: Location) -> UInt64 { loc.shard.lock.withLock { loc.shard.deleteEpoch } }
 
-    /// Stores a disk hit unless a delete ran in the shard since `epoch` or a newer version is there.
-    func promote(_ loc: Location, tag: UInt32, key: [UInt8], item: ItemState, ifEpoch epoch: UInt64, now: Int64) {
+    /// Stores a disk hit unless a delete ran in the shard since `epoch` or a newer version is
+    /// there (compressed as `compression` says).
+    func promote(_ loc: Location, tag: UInt32, key: [UInt8], item: ItemState, ifEpoch epoch: UInt64, now: Int64,
+                 compression: NamespaceCompression?) {
+        let compressed = compression?.encode(item.value)
         with(loc, key) { shard, k in
             guard shard.deleteEpoch == epoch else { return }
-            shard.putIfNotOlder(tag: tag, key: k, hash: loc.hash, item: item, now: now)
+            shard.putIfNotOlder(tag: tag, key: k, hash: loc.hash, item: item, now: now, compressed: compressed)
         }
     }
 

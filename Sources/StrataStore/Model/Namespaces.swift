@@ -26,6 +26,16 @@ final class NamespaceRegistry: @unchecked Sendable {
         var generation: Int64
         var tag: UInt32
         let counters: NamespaceCounters
+        /// The namespace's memory-tier compression, when the store compresses it (kept
+        /// through flushes: records compressed before one may still be read until swept).
+        var compression: NamespaceCompression? = nil
+    }
+
+    /// Makes a new entry's `compression` (set once, before the registry is used).
+    var compressionFor: (([UInt8]) -> NamespaceCompression?)?
+
+    private func newEntry(_ name: [UInt8]) -> Entry {
+        Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters(), compression: compressionFor?(name))
     }
 
     private let lock = Lock()
@@ -44,7 +54,7 @@ final class NamespaceRegistry: @unchecked Sendable {
     func entry(_ name: [UInt8]) -> Entry {
         lock.withLock {
             if let e = byName[ByteKey(name)] { return e }
-            let e = Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
+            let e = newEntry(name)
             byName[ByteKey(name)] = e
             changed()
             return e
@@ -65,7 +75,7 @@ final class NamespaceRegistry: @unchecked Sendable {
     /// Records what the database holds for a namespace (at open, or once created on disk).
     func setDisk(name: [UInt8], id: Int64, generation: Int64) {
         lock.withLock {
-            var e = byName[ByteKey(name)] ?? Entry(diskID: nil, generation: 0, tag: takeTag(), counters: NamespaceCounters())
+            var e = byName[ByteKey(name)] ?? newEntry(name)
             e.diskID = id
             e.generation = generation
             byName[ByteKey(name)] = e

@@ -18,6 +18,12 @@ public struct StoreConfiguration: Sendable {
     public var memoryAgeLimit: Double = 0
     /// Shards of the memory tier (a power of two); each has its own lock and its share of the limits.
     public var memoryShards: Int = 16
+    /// The namespaces whose memory records hold their values compressed with a zstd
+    /// dictionary trained from the namespace's first values (`MemoryCompression`); nil: none.
+    public var memoryCompression: (@Sendable ([UInt8]) -> Bool)? = nil
+    /// The values (and bytes) a namespace's dictionary is trained from.
+    public var memoryCompressionSamples = 1_000
+    public var memoryCompressionSampleBytes = 128 << 10
 
     // Disk tier.
     public var diskCountLimit: Int = Int.max

@@ -46,6 +46,14 @@ public struct StoreStats: Sendable {
     public var writeBehindPeakBytes = 0
     public var writeBehindTotal = 0
     public var flushedRowsCollected = 0
+    /// Memory-tier compression (`StoreConfiguration.memoryCompression`): records holding a
+    /// compressed value now, values stored compressed since open, dictionaries trained, the
+    /// memory they hold (outside the memory limit), and trainings that found nothing to learn.
+    public var memoryCompressedItems = 0
+    public var memoryCompressedWrites = 0
+    public var memoryDictionaries = 0
+    public var memoryDictionaryBytes = 0
+    public var memoryDictionaryFailures = 0
     /// WAL checkpoints done by the checkpoint thread, and by the writer alone (see DiskTier).
     public var walCopies = 0
     public var writerCheckpoints = 0
@@ -81,7 +89,14 @@ extension TieredCache {
                 s.memory.misses += shard.misses
                 s.memory.evictions += shard.evictions
                 s.memory.expirations += shard.expirations
+                s.memoryCompressedItems += shard.compressedCount
             }
+        }
+        if let mc = memory.compression {
+            s.memoryCompressedWrites = mc.compressedWrites.load(ordering: .relaxed)
+            s.memoryDictionaries = mc.dictionaryCount
+            s.memoryDictionaryBytes = mc.dictionaryBytes
+            s.memoryDictionaryFailures = mc.failedTrainings.load(ordering: .relaxed)
         }
         let c = disk.counters
         // Rows in SQLite plus writes still in the log that will be rows (an overwrite of an

@@ -1,0 +1,155 @@
+import XCTest
+import StrataCore
+@testable import StrataStore
+
+/// Memory-tier compression (`StoreConfiguration.memoryCompression`): a namespace's dictionary
+/// is trained from its first values, later values are held compressed, and no reader sees a
+/// compressed byte.
+final class MemoryCompressionTests: XCTestCase {
+    /// JSON documents of one API's shape (as bench/zstd-json.c): similar structure, varying fields.
+    static func document(_ i: Int, _ rng: inout SplitMix) -> [UInt8] {
+        let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+                     "kilo", "lima", "mike", "november", "oscar", "papa"]
+        var items: [String] = []
+        for _ in 0..<Int(1 + rng.next() % 3) {
+            items.append("{\"sku\":\"\(words[Int(rng.next() % 16)])-\(rng.next() % 1000)\",\"qty\":\(rng.next() % 9 + 1),\"price\":\(rng.next() % 10_000)}")
+        }
+        let s = "{\"id\":\(100_000 + i),\"email\":\"user\(rng.next() % 100_000)@example.com\",\"created\":\"2026-11-\(10 + rng.next() % 20)T\(10 + rng.next() % 14):\(10 + rng.next() % 50):00Z\",\"status\":\"\(words[Int(rng.next() % 4)])\",\"items\":[\(items.joined(separator: ","))]}"
+        return Array(s.utf8)
+    }
+
+    func compressing(_ tweak: (inout StoreConfiguration) -> Void = { _ in }) throws -> StoreFixture {
+        try StoreFixture {
+            $0.memoryCompression = { $0 == Array("json".utf8) || $0.starts(with: Array("t-".utf8)) }
+            $0.memoryCompressionSamples = 200
+            tweak(&$0)
+        }
+    }
+
+    func waitForDictionaries(_ f: StoreFixture, _ n: Int) throws {
+        let until = Date().addingTimeInterval(20)
+        while f.store.stats().memoryDictionaries < n && Date() < until { usleep(5_000) }
+        XCTAssertEqual(f.store.stats().memoryDictionaries, n, "the dictionary was trained")
+    }
+
+    func memoryHit(_ f: StoreFixture, _ key: [UInt8], ns: [UInt8]) -> [UInt8]? {
+        var memo = NamespaceMemo()
+        var value: [UInt8]?
+        _ = ns.withUnsafeBytes { n in
+            key.withUnsafeBytes { k in
+                f.store.withMemoryHit(namespace: n, key: k, now: f.store.clock.nowMicros(), memo: &memo) { value = [UInt8]($0.value) }
+            }
+        }
+        return value
+    }
+
+    /// After the first values train the dictionary, later ones are held compressed; every read
+    /// — a get from memory, the in-place hit, metadata, a disk read — sees the bytes written.
+    func testValuesAfterTrainingAreHeldCompressedAndReadBackExactly() throws {
+        let f = try compressing()
+        let ns = Array("json".utf8)
+        var rng = SplitMix(seed: 7)
+        var written: [[UInt8]] = []
+        for i in 0..<400 {
+            let v = Self.document(i, &rng)
+            written.append(v)
+            _ = try f.store.set(Array("k\(i)".utf8), v, namespace: ns, options: SetOptions(flags: UInt32(i)))
+            if i == 199 { try waitForDictionaries(f, 1) }
+        }
+        let s = f.store.stats()
+        XCTAssertGreaterThanOrEqual(s.memoryCompressedItems, 150, "values written after training are compressed")
+        XCTAssertLessThanOrEqual(s.memoryCompressedItems, 200, "values before training stay as written")
+        XCTAssertEqual(s.memoryCompressedWrites, s.memoryCompressedItems)
+        XCTAssertGreaterThan(s.memoryDictionaryBytes, 0)
+        for (i, v) in written.enumerated() {
+            let key = Array("k\(i)".utf8)
+            let m = try XCTUnwrap(f.store.get(key, namespace: ns, tiers: .memory), "k\(i)")
+            XCTAssertEqual(m.value, v, "k\(i)")
+            XCTAssertEqual(m.flags, UInt32(i))
+            XCTAssertEqual(memoryHit(f, key, ns: ns), v, "k\(i) in place")
+            XCTAssertEqual(try f.store.metadata(key, namespace: ns, tiers: .memory)?.size, v.count, "the real size")
+        }
+        try f.store.sync()
+        XCTAssertEqual(try f.store.get(Array("k399".utf8), namespace: ns, tiers: .disk)?.value, written[399],
+                       "the disk tier holds the value as written")
+    }
+
+    /// The point of it: the same memory limit holds about twice the items or more.
+    func testTheSameLimitHoldsMoreItems() throws {
+        func held(_ compress: Bool) throws -> Int {
+            let f = try StoreFixture {
+                $0.memoryCostLimit = 1 << 20
+                $0.memoryShards = 1
+                $0.memoryCompressionSamples = 200
+                if compress { $0.memoryCompression = { _ in true } }
+            }
+            var rng = SplitMix(seed: 3)
+            for i in 0..<200 { _ = try f.store.set(Array("warm\(i)".utf8), Self.document(i, &rng), options: SetOptions(tiers: .memory)) }
+            if compress { try waitForDictionaries(f, 1) }
+            for i in 0..<30_000 { _ = try f.store.set(Array("k\(i)".utf8), Self.document(i, &rng), options: SetOptions(tiers: .memory)) }
+            return f.store.stats().memory.items
+        }
+        let plain = try held(false), compressed = try held(true)
+        print("FIGURE memory compression: 1 MiB holds \(plain) documents as written, \(compressed) compressed (\(String(format: "%.2f", Double(compressed) / Double(plain))) ×)")
+        XCTAssertGreaterThan(Double(compressed), 1.6 * Double(plain))
+    }
+
+    /// Incompressible values, values under 32 bytes, and namespaces not named stay as written;
+    /// a memory-only write that derives its value from the item held (a counter) compresses
+    /// the result; a flush keeps the namespace's dictionary.
+    func testOnlyNamedNamespacesAndValuesThatShrinkAreCompressed() throws {
+        let f = try compressing()
+        var rng = SplitMix(seed: 11)
+        for i in 0..<200 { _ = try f.store.set(Array("w\(i)".utf8), Self.document(i, &rng), namespace: Array("t-a".utf8)) }
+        try waitForDictionaries(f, 1)
+        let before = f.store.stats().memoryCompressedItems
+        let noise = (0..<2000).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        _ = try f.store.set(Array("noise".utf8), noise, namespace: Array("t-a".utf8))
+        _ = try f.store.set(Array("tiny".utf8), Array("{\"id\":1}".utf8), namespace: Array("t-a".utf8))
+        for i in 0..<300 { _ = try f.store.set(Array("o\(i)".utf8), Self.document(i, &rng), namespace: Array("other".utf8)) }
+        XCTAssertEqual(f.store.stats().memoryCompressedItems, before, "nothing of these was compressed")
+        XCTAssertEqual(f.store.stats().memoryDictionaries, 1, "no dictionary for a namespace not named")
+        XCTAssertEqual(try f.store.get(Array("noise".utf8), namespace: Array("t-a".utf8))?.value, noise)
+
+        let doc = Self.document(999, &rng)
+        _ = try f.store.set(Array("doc".utf8), doc, namespace: Array("t-a".utf8), options: SetOptions(tiers: .memory))
+        XCTAssertEqual(f.store.stats().memoryCompressedItems, before + 1)
+        // A touch rewrites the item held (expanded, then compressed again).
+        _ = try f.store.touch(Array("doc".utf8), namespace: Array("t-a".utf8), expiry: .seconds(100), tiers: .memory)
+        XCTAssertEqual(try f.store.get(Array("doc".utf8), namespace: Array("t-a".utf8), tiers: .memory)?.value, doc)
+        XCTAssertEqual(f.store.stats().memoryCompressedItems, before + 1)
+
+        try f.store.flush(namespace: Array("t-a".utf8))
+        _ = try f.store.set(Array("doc".utf8), doc, namespace: Array("t-a".utf8), options: SetOptions(tiers: .memory))
+        XCTAssertEqual(try f.store.get(Array("doc".utf8), namespace: Array("t-a".utf8), tiers: .memory)?.value, doc)
+        XCTAssertEqual(f.store.stats().memoryDictionaries, 1, "the flushed namespace kept its dictionary")
+    }
+
+    /// A namespace whose samples teach nothing (all the same bytes) keeps its values as written.
+    func testSamplesThatTeachNothingLeaveTheNamespaceUncompressed() throws {
+        let f = try compressing()
+        let same = [UInt8](repeating: UInt8(ascii: "x"), count: 100)
+        for i in 0..<250 { _ = try f.store.set(Array("s\(i)".utf8), same, namespace: Array("json".utf8)) }
+        let until = Date().addingTimeInterval(20)
+        let s0 = f.store.stats()
+        var s = s0
+        while s.memoryDictionaries + s.memoryDictionaryFailures == 0 && Date() < until { usleep(5_000); s = f.store.stats() }
+        for i in 0..<250 { XCTAssertEqual(try f.store.get(Array("s\(i)".utf8), namespace: Array("json".utf8))?.value, same) }
+        // Whatever zstd made of it, every value reads back as written.
+        XCTAssertEqual(s.memoryDictionaries + s.memoryDictionaryFailures, 1, "the training ended one way or the other")
+    }
+
+    /// A promotion from the disk tier is compressed too.
+    func testAPromotedDiskHitIsHeldCompressed() throws {
+        let f = try compressing()
+        var rng = SplitMix(seed: 5)
+        for i in 0..<200 { _ = try f.store.set(Array("w\(i)".utf8), Self.document(i, &rng), namespace: Array("json".utf8)) }
+        try waitForDictionaries(f, 1)
+        let doc = Self.document(1_000, &rng)
+        _ = try f.store.set(Array("d".utf8), doc, namespace: Array("json".utf8), options: SetOptions(tiers: .disk))
+        let before = f.store.stats().memoryCompressedItems
+        XCTAssertEqual(try f.store.get(Array("d".utf8), namespace: Array("json".utf8))?.value, doc) // from disk, promoted
+        XCTAssertEqual(f.store.stats().memoryCompressedItems, before + 1)
+        XCTAssertEqual(memoryHit(f, Array("d".utf8), ns: Array("json".utf8)), doc)
+    }
+}
