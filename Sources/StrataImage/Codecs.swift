@@ -58,10 +58,11 @@ public enum ImageCodec {
         case .png, .apng:
             _ = try decodePNG(bytes, info, decodeLimit: decodeLimit)
             // libpng's reader stops after the image data: a file cut after it decodes. Its
-            // last chunk must be IEND (length 0, fixed CRC).
-            guard bytes.count >= 12, Array(bytes.suffix(12)) == Self.iendChunk else {
-                throw ImageError(.truncated, "PNG does not end with its IEND chunk: truncated")
+            // chunks must reach IEND (bytes after it are ignored, as by other readers).
+            guard try PNGChunks.scan(bytes).endsWithIEND else {
+                throw ImageError(.truncated, "PNG ends before its IEND chunk: truncated")
             }
+            if info.format == .apng { try PNGChunks.checkAnimation(bytes, width: info.width, height: info.height) }
         case .webpLossy, .webpLossless, .webpAnimated:
             if info.format == .webpAnimated {
                 // Animated WebP: the demuxer must accept every frame (first-frame decode is the variant source).
@@ -74,10 +75,19 @@ public enum ImageCodec {
                 WebPFree(px)
             }
         case .gif:
-            guard bytes.last == 0x3B else { throw ImageError(.truncated, "GIF has no trailer (0x3B): truncated") }
+            guard gifBlocks(bytes).trailer else { throw ImageError(.truncated, "GIF ends before its trailer (0x3B): truncated") }
         case .jpeg:
-            guard bytes.count >= 4, bytes[bytes.count - 2] == 0xFF, bytes[bytes.count - 1] == 0xD9 else {
-                throw ImageError(.truncated, "JPEG has no end-of-image marker (FFD9): truncated")
+            // The end-of-image marker after the last start of scan (bytes after it are ignored;
+            // an EXIF thumbnail's own marker comes before the image's scans). Entropy-coded data
+            // never holds FF D9 (an FF in it is followed by 00 or a restart marker).
+            var lastScan = -1, lastEnd = -1
+            var i = 2
+            while i + 1 < bytes.count {
+                if bytes[i] == 0xFF { if bytes[i + 1] == 0xDA { lastScan = i } else if bytes[i + 1] == 0xD9 { lastEnd = i } }
+                i += 1
+            }
+            guard lastEnd >= 0, lastEnd > lastScan else {
+                throw ImageError(.truncated, "JPEG has no end-of-image marker (FFD9) after its last scan: truncated")
             }
         }
         return info
@@ -95,14 +105,19 @@ public enum ImageCodec {
         defer { png_image_free(&image) }
         guard ok != 0 else { throw ImageError(.corrupt, "PNG header: \(message(&image))") }
         let alpha = image.format & png_uint_32(strata_PNG_FORMAT_FLAG_ALPHA) != 0
-        let frames = format == .apng ? max(1, PNGChunks.animationFrames(bytes) ?? 1) : 1
+        let frames = format == .apng ? max(1, PNGChunks.frameControls(bytes) ?? PNGChunks.animationFrames(bytes) ?? 1) : 1
         return ImageInfo(format: format, width: Int(image.width), height: Int(image.height), hasAlpha: alpha,
                          animated: format == .apng, frameCount: frames)
     }
 
     /// Decodes to RGBA (the first frame of an APNG), after `checkPNGWork`.
-    static func decodePNG(_ bytes: [UInt8], _ info: ImageInfo, decodeLimit: Int) throws(ImageError) -> [UInt8] {
-        try checkPNGWork(bytes, decodeLimit: decodeLimit)
+    static func decodePNG(_ original: [UInt8], _ info: ImageInfo, decodeLimit: Int) throws(ImageError) -> [UInt8] {
+        try checkPNGWork(original, decodeLimit: decodeLimit)
+        // libpng sees only the chunks that make the pixels: text and ICC chunks inflate on
+        // read (a 1 MB file of zTXt chunks inflated to ~1 GB took 6 s of CPU), and others are
+        // nothing to it. A 16-bit image without colour-space chunks is read as sRGB (libpng's
+        // simplified reader takes such data as linear light and brightened mid-grey 128 to 186).
+        let bytes = try PNGChunks.decodable(original)
         var image = png_image()
         image.version = png_uint_32(strata_PNG_IMAGE_VERSION)
         let ok = bytes.withUnsafeBytes { png_image_begin_read_from_memory(&image, $0.baseAddress, $0.count) }
@@ -261,33 +276,46 @@ public enum ImageCodec {
     private static func gifHeader(_ b: [UInt8]) throws(ImageError) -> ImageInfo {
         guard b.count >= 13 else { throw ImageError(.truncated, "GIF shorter than its header") }
         let w = Int(b[6]) | Int(b[7]) << 8, h = Int(b[8]) | Int(b[9]) << 8
-        // Count image descriptors (0x2C), skipping color tables, extensions and data sub-blocks.
+        let blocks = gifBlocks(b)
+        return ImageInfo(format: .gif, width: w, height: h, hasAlpha: blocks.alpha, animated: blocks.frames > 1,
+                         frameCount: max(1, blocks.frames))
+    }
+
+    /// Walks a GIF's blocks: image descriptors (0x2C) counted, colour tables, extensions and
+    /// data sub-blocks skipped, until the trailer (0x3B; `trailer` true — bytes after it are
+    /// ignored), the end of the bytes or a byte that starts no block.
+    static func gifBlocks(_ b: [UInt8]) -> (frames: Int, alpha: Bool, trailer: Bool) {
+        guard b.count >= 13 else { return (0, false, false) }
         var at = 13
         if b[10] & 0x80 != 0 { at += 3 << (Int(b[10] & 7) + 1) }
         var frames = 0
         var alpha = false
-        func skipSubBlocks(_ i: inout Int) {
-            while i < b.count { let n = Int(b[i]); i += 1; if n == 0 { return }; i += n }
+        // False when the sub-blocks run past the end.
+        func skipSubBlocks(_ i: inout Int) -> Bool {
+            while i < b.count { let n = Int(b[i]); i += 1; if n == 0 { return true }; i += n }
+            return false
         }
         while at < b.count {
             switch b[at] {
             case 0x21: // extension
                 if at + 1 < b.count && b[at + 1] == 0xF9 && at + 3 < b.count && b[at + 3] & 1 != 0 { alpha = true }
                 at += 2
-                skipSubBlocks(&at)
+                guard skipSubBlocks(&at) else { return (frames, alpha, false) }
             case 0x2C: // image descriptor
                 frames += 1
-                guard at + 10 <= b.count else { at = b.count; break }
+                guard at + 10 <= b.count else { return (frames, alpha, false) }
                 let packed = b[at + 9]
                 at += 10
                 if packed & 0x80 != 0 { at += 3 << (Int(packed & 7) + 1) }
                 at += 1 // LZW minimum code size
-                skipSubBlocks(&at)
+                guard skipSubBlocks(&at) else { return (frames, alpha, false) }
+            case 0x3B:
+                return (frames, alpha, true)
             default:
-                at = b.count
+                return (frames, alpha, false)
             }
         }
-        return ImageInfo(format: .gif, width: w, height: h, hasAlpha: alpha, animated: frames > 1, frameCount: max(1, frames))
+        return (frames, alpha, false)
     }
 
     private static func jpegHeader(_ b: [UInt8]) throws(ImageError) -> ImageInfo {
@@ -325,6 +353,16 @@ public struct VariantSpec: Sendable, Equatable {
     public init(maxWidth: Int, maxHeight: Int, fit: Fit = .contain, format: Format = .webp, quality: Int? = 80) {
         self.maxWidth = maxWidth; self.maxHeight = maxHeight; self.fit = fit; self.format = format; self.quality = quality
     }
+    /// The same box no larger than a `width` × `height` image: the variant made is the same
+    /// (images are never enlarged, and `cover` fills a box larger than the image on one side
+    /// by cropping only the other), and so is its stored copy.
+    public func clamped(width: Int, height: Int) -> VariantSpec {
+        var s = self
+        s.maxWidth = min(maxWidth, max(1, width))
+        s.maxHeight = min(maxHeight, max(1, height))
+        return s
+    }
+
     public var canonical: String {
         "w=\(maxWidth),h=\(maxHeight),fit=\(fit.rawValue),fmt=\(format.rawValue)"
             + (format == .webp ? ",q=\(quality.map(String.init) ?? "lossless")" : "")
@@ -334,14 +372,20 @@ public struct VariantSpec: Sendable, Equatable {
 extension ImageCodec {
     /// A resized variant of a PNG or WebP (the first frame of an animation): `contain` keeps
     /// the aspect ratio inside the box, `cover` fills the box and crops the centre; images are
-    /// never enlarged. Decoding is refused past `pixelLimit`.
-    public static func variant(_ bytes: [UInt8], _ spec: VariantSpec, pixelLimit: Int = defaultPixelLimit,
+    /// never enlarged (a box larger than the image is the image's size: `clamped`). Decoding
+    /// is refused past `pixelLimit`.
+    public static func variant(_ bytes: [UInt8], _ requested: VariantSpec, pixelLimit: Int = defaultPixelLimit,
                                decodeLimit: Int = defaultDecodeLimit) throws(ImageError) -> (bytes: [UInt8], width: Int, height: Int) {
-        guard spec.maxWidth > 0, spec.maxHeight > 0, spec.maxWidth * spec.maxHeight <= pixelLimit else {
-            throw ImageError(.tooManyPixels, "variant box \(spec.maxWidth)×\(spec.maxHeight) is empty or over the pixel limit")
+        guard requested.maxWidth > 0, requested.maxHeight > 0 else {
+            throw ImageError(.corrupt, "variant box \(requested.maxWidth)×\(requested.maxHeight) is empty")
         }
         let info = try inspect(bytes, pixelLimit: pixelLimit)
+        let spec = requested.clamped(width: info.width, height: info.height)
         let rgba = try decodeRGBA(bytes, info, decodeLimit: decodeLimit)
+        // The import below reads width × height pixels: never more than were decoded.
+        guard rgba.count == info.width * info.height * 4 else {
+            throw ImageError(.corrupt, "decoded \(rgba.count / 4) pixels for a \(info.width)×\(info.height) image")
+        }
         let w = Double(info.width), h = Double(info.height)
         let bw = Double(spec.maxWidth), bh = Double(spec.maxHeight)
         var cropX = 0, cropY = 0, cropW = info.width, cropH = info.height
@@ -412,28 +456,159 @@ extension ImageCodec {
         case .webpLossy, .webpLossless:
             return try decodeWebPFrame(bytes)
         case .webpAnimated:
-            let frame: [UInt8]? = bytes.withUnsafeBufferPointer { p in
+            // The first frame is a rectangle of the canvas (libwebp's encoder crops frames to
+            // what changed: a sticker's first frame is often smaller than the canvas): it is
+            // placed at its offset on a transparent canvas, clipped to it.
+            let frame: (bytes: [UInt8], x: Int, y: Int)? = bytes.withUnsafeBufferPointer { p in
                 var data = WebPData(bytes: p.baseAddress, size: p.count)
                 guard let demux = WebPDemux(&data) else { return nil }
                 defer { WebPDemuxDelete(demux) }
                 var iter = WebPIterator()
                 guard WebPDemuxGetFrame(demux, 1, &iter) != 0 else { return nil }
                 defer { WebPDemuxReleaseIterator(&iter) }
-                return Array(UnsafeBufferPointer(start: iter.fragment.bytes, count: iter.fragment.size))
+                return (Array(UnsafeBufferPointer(start: iter.fragment.bytes, count: iter.fragment.size)), Int(iter.x_offset), Int(iter.y_offset))
             }
             guard let f = frame else { throw ImageError(.corrupt, "animated WebP has no first frame") }
-            return try decodeWebPFrame(f)
+            let (px, fw, fh) = try decodeWebPFrameSized(f.bytes)
+            if f.x == 0 && f.y == 0 && fw == info.width && fh == info.height { return px }
+            var canvas = [UInt8](repeating: 0, count: info.width * info.height * 4)
+            let w = max(0, min(fw, info.width - f.x)), h = max(0, min(fh, info.height - f.y))
+            if w > 0 {
+                for row in 0..<h {
+                    let src = row * fw * 4, dst = ((f.y + row) * info.width + f.x) * 4
+                    canvas.replaceSubrange(dst..<dst + w * 4, with: px[src..<src + w * 4])
+                }
+            }
+            return canvas
         case .gif, .jpeg:
             throw ImageError(.notAnImage, "\(info.format) cannot be resized: no decoder for it in this build")
         }
     }
 
     private static func decodeWebPFrame(_ bytes: [UInt8]) throws(ImageError) -> [UInt8] {
+        try decodeWebPFrameSized(bytes).pixels
+    }
+
+    /// RGBA pixels of one WebP bitstream and the size they were decoded at.
+    private static func decodeWebPFrameSized(_ bytes: [UInt8]) throws(ImageError) -> (pixels: [UInt8], width: Int, height: Int) {
         var w: Int32 = 0, h: Int32 = 0
         guard let px = bytes.withUnsafeBufferPointer({ WebPDecodeRGBA($0.baseAddress, $0.count, &w, &h) }) else {
             throw ImageError(.corrupt, "WebP data does not decode (truncated or corrupt)")
         }
         defer { WebPFree(px) }
-        return Array(UnsafeBufferPointer(start: px, count: Int(w) * Int(h) * 4))
+        return (Array(UnsafeBufferPointer(start: px, count: Int(w) * Int(h) * 4)), Int(w), Int(h))
     }
+}
+
+// MARK: PNG chunks
+
+extension PNGChunks {
+    /// A chunk type for messages: its four letters, or hex when they are not letters.
+    static func typeName(_ b: [UInt8], _ at: Int) -> String {
+        let t = b[at..<at + 4]
+        return t.allSatisfy({ ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) }) ? String(decoding: t, as: UTF8.self)
+            : "0x" + t.map { String($0, radix: 16).leftPadded(2) }.joined()
+    }
+
+    /// Every chunk up to IEND (or the end of the bytes), each length and CRC checked:
+    /// `chunks` holds (type, start of the chunk's length field, data length). `endsWithIEND`
+    /// is false when the bytes end before an IEND chunk (what follows IEND is ignored).
+    static func scan(_ b: [UInt8]) throws(ImageError) -> (chunks: [(type: String, at: Int, length: Int)], endsWithIEND: Bool) {
+        var chunks: [(type: String, at: Int, length: Int)] = []
+        var at = 8
+        while at + 12 <= b.count {
+            let len = Int(b[at]) << 24 | Int(b[at + 1]) << 16 | Int(b[at + 2]) << 8 | Int(b[at + 3])
+            let type = typeName(b, at + 4)
+            guard len <= b.count - at - 12 else { throw ImageError(.truncated, "PNG chunk \(type) ends past the file: truncated") }
+            let stored = UInt32(b[at + 8 + len]) << 24 | UInt32(b[at + 9 + len]) << 16 | UInt32(b[at + 10 + len]) << 8 | UInt32(b[at + 11 + len])
+            let crc = b.withUnsafeBufferPointer { p in UInt32(truncatingIfNeeded: crc32(0, p.baseAddress! + at + 4, uInt(len + 4))) }
+            guard crc == stored else { throw ImageError(.corrupt, "PNG chunk \(type) at byte \(at) has a bad CRC") }
+            chunks.append((type, at, len))
+            if type == "IEND" { return (chunks, true) }
+            at += 12 + len
+        }
+        return (chunks, false)
+    }
+
+    /// The chunks libpng needs for the pixels: IHDR, PLTE, tRNS, the colour-space chunks gAMA,
+    /// cHRM, sRGB, the image data, IEND (added when missing). Without gAMA, sRGB or iCCP a
+    /// 16-bit image gets an sRGB chunk (what other readers assume).
+    static func decodable(_ b: [UInt8]) throws(ImageError) -> [UInt8] {
+        let (chunks, _) = try scan(b)
+        guard let first = chunks.first, first.type == "IHDR", first.length >= 13 else { throw ImageError(.corrupt, "PNG has no valid IHDR") }
+        let keep: Set<String> = ["IHDR", "PLTE", "tRNS", "gAMA", "cHRM", "sRGB", "IDAT"]
+        let sixteenBit = b[first.at + 8 + 8] == 16
+        let colourSpace = chunks.contains { $0.type == "gAMA" || $0.type == "sRGB" || $0.type == "iCCP" }
+        var out = Array(b[0..<8])
+        out.reserveCapacity(b.count)
+        for c in chunks where keep.contains(c.type) {
+            out += b[c.at..<c.at + 12 + c.length]
+            if c.type == "IHDR" && sixteenBit && !colourSpace {
+                // sRGB, rendering intent 0 (perceptual), with its CRC.
+                out += [0, 0, 0, 1, 0x73, 0x52, 0x47, 0x42, 0, 0xAE, 0xCE, 0x1C, 0xE9]
+            }
+        }
+        out += ImageCodec.iendChunk
+        return out
+    }
+
+    /// The number of fcTL chunks (an APNG's frames), nil when there are none.
+    static func frameControls(_ b: [UInt8]) -> Int? {
+        var n = 0
+        forEach(b) { type, _, _ in
+            if type == "fcTL" { n += 1 }
+            return type != "IEND"
+        }
+        return n > 0 ? n : nil
+    }
+
+    /// An APNG's structure (the APNG specification): acTL before the image data, its frame
+    /// count equal to the fcTL chunks; fcTL and fdAT sequence numbers 0, 1, 2, … in file
+    /// order; every frame non-empty, inside the canvas, and with image data (IDAT for a frame
+    /// whose fcTL precedes it, fdAT chunks otherwise); an fcTL before IDAT covers the canvas.
+    static func checkAnimation(_ b: [UInt8], width: Int, height: Int) throws(ImageError) {
+        let (chunks, _) = try scan(b)
+        func u32(_ i: Int) -> Int { Int(b[i]) << 24 | Int(b[i + 1]) << 16 | Int(b[i + 2]) << 8 | Int(b[i + 3]) }
+        var declared: Int?, frames = 0, sequence = 0, seenIDAT = false
+        var frameHasData = true
+        for c in chunks {
+            let d = c.at + 8
+            switch c.type {
+            case "acTL":
+                guard !seenIDAT, c.length == 8 else { throw ImageError(.corrupt, "APNG acTL is misplaced or the wrong size") }
+                declared = u32(d)
+            case "fcTL":
+                guard c.length == 26 else { throw ImageError(.corrupt, "APNG fcTL is \(c.length) bytes, not 26") }
+                guard frameHasData else { throw ImageError(.corrupt, "APNG frame \(frames - 1) has no image data") }
+                guard u32(d) == sequence else { throw ImageError(.corrupt, "APNG sequence number \(u32(d)) where \(sequence) was due") }
+                sequence += 1
+                let w = u32(d + 4), h = u32(d + 8), x = u32(d + 12), y = u32(d + 16)
+                guard w > 0, h > 0, x + w <= width, y + h <= height else {
+                    throw ImageError(.corrupt, "APNG frame \(frames) is \(w)×\(h) at (\(x), \(y)): empty or outside the \(width)×\(height) canvas")
+                }
+                if !seenIDAT && (x != 0 || y != 0 || w != width || h != height) {
+                    throw ImageError(.corrupt, "APNG's first frame is the default image and must cover the canvas")
+                }
+                frames += 1
+                frameHasData = false
+            case "IDAT":
+                if frames > 0 { frameHasData = true }
+                seenIDAT = true
+            case "fdAT":
+                guard c.length >= 4, u32(d) == sequence else { throw ImageError(.corrupt, "APNG fdAT sequence number out of order (\(sequence) was due)") }
+                guard seenIDAT, frames > 0 else { throw ImageError(.corrupt, "APNG fdAT before the image data or any fcTL") }
+                sequence += 1
+                frameHasData = true
+            default:
+                break
+            }
+        }
+        guard let n = declared else { throw ImageError(.corrupt, "APNG has no acTL") }
+        guard frameHasData else { throw ImageError(.corrupt, "APNG frame \(frames - 1) has no image data") }
+        guard n == frames, n > 0 else { throw ImageError(.corrupt, "APNG acTL declares \(n) frames; the file holds \(frames)") }
+    }
+}
+
+private extension String {
+    func leftPadded(_ n: Int) -> String { count >= n ? self : String(repeating: "0", count: n - count) + self }
 }

@@ -56,6 +56,9 @@ extension Dispatcher {
         }
     }
 
+    /// Stored variants of one original at most (PROTOCOL.md §7.16).
+    static let maxStoredVariants = 32
+
     /// IMAGE VARIANT: the stored variant, or computed once (single flight), stored and returned.
     /// The variant's key carries the original's version, so a variant is always of the current
     /// original; a write that changes the original's version or deletes it drops the old ones
@@ -63,8 +66,13 @@ extension Dispatcher {
     func variant(_ v: VariantRequest, _ f: Frame) throws -> Frame {
         // A negative entry (a cached load failure) is no image: absent here, as for GET's value.
         guard let original = try store.get(v.key, namespace: v.namespace), !original.negative else { return Responses.status(to: f, .notFound) }
-        let spec = VariantSpec(maxWidth: Int(v.maxWidth), maxHeight: Int(v.maxHeight), fit: v.fit == 1 ? .cover : .contain,
+        var spec = VariantSpec(maxWidth: Int(v.maxWidth), maxHeight: Int(v.maxHeight), fit: v.fit == 1 ? .cover : .contain,
                                format: v.format == 1 ? .png : .webp, quality: v.quality == 255 ? nil : Int(v.quality))
+        // A box larger than the image makes the variant of the image's size: one stored copy
+        // for all such boxes (headers only; an image that does not parse fails below).
+        if let info = try? ImageCodec.inspect(original.value, pixelLimit: imagePixelLimit) {
+            spec = spec.clamped(width: info.width, height: info.height)
+        }
         let derived = VariantLineage.derivedKey(v.key, version: original.version, spec: spec.canonical)
         let originalID = ItemKey(namespace: v.namespace, key: v.key)
         guard derived.count <= ItemLimits.maxKeyBytes else {
@@ -92,6 +100,13 @@ extension Dispatcher {
                     let r = try ImageCodec.variant(original.value, spec, pixelLimit: imagePixelLimit, decodeLimit: imageDecodeLimit)
                     stats?.variantsComputed.add()
                     stats?.transformMicros.add(Int((monotonicSeconds() - t0) * 1e6))
+                    // Stored variants are bounded per original (a reader asking for every size
+                    // would otherwise fill the disk tier and evict the writers' items); past
+                    // the bound a variant is answered and made again when asked again.
+                    guard lineage.count(originalID) < Self.maxStoredVariants else {
+                        stats?.variantsNotStored.add()
+                        return (r.bytes, r.width, r.height, false)
+                    }
                     let ext: [UInt8] = [UInt8(r.width >> 8 & 0xFF), UInt8(r.width & 0xFF), UInt8(r.height >> 8 & 0xFF), UInt8(r.height & 0xFF)]
                     _ = try store.set(derived, r.bytes, namespace: v.namespace,
                                       options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext,

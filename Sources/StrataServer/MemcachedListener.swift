@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Dispatch
 import StrataCore
+import StrataImage
 import StrataStore
 import StrataWire
 import Synchronization
@@ -87,11 +88,32 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    /// Whether `c` may run on an event loop thread: it cannot wait on SQLite or the log.
+    /// Whether `c` may run on an event loop thread: it cannot wait on SQLite or the log, nor
+    /// validate an image.
     func runsOnLoop(_ c: MemcachedCommand) -> Bool {
         if Self.runsWhenOverloaded(c) { return true } // holds no data
         if case .flushAll = c { return false }
+        if dispatcher.validateImages {
+            switch c {
+            case .store: return false
+            case .meta(let m) where m.verb == .set: return false
+            default: break
+            }
+        }
         return memoryOnly
+    }
+
+    /// With --validate-images, a value that looks like an image (its magic bytes) is stored
+    /// only if it passes validation, as a binary SET's is: the answer line that refuses it
+    /// (sent even for noreply, as every SERVER_ERROR), or nil to store it.
+    func imageRefusal(_ value: [UInt8]) -> String? {
+        guard dispatcher.validateImages, ImageSniffer.sniff(value) != nil else { return nil }
+        do {
+            try ImageCodec.validate(value, pixelLimit: dispatcher.imagePixelLimit, decodeLimit: dispatcher.imageDecodeLimit)
+            return nil
+        } catch {
+            return "SERVER_ERROR invalid image: \(error.message)"
+        }
     }
 
     /// A get/gets answered from the memory tier, on the loop: each value copied once, from
@@ -209,7 +231,7 @@ final class MemcachedListener: Sendable {
     /// thread, possibly before this returns. Other storage commands, and any set while the
     /// durability log is at `--log-limit`, are `.notEligible`.
     func submitSet(_ s: MemcachedStore, _ done: @escaping @Sendable (String?) -> Void) -> Submitted {
-        guard s.verb == .set, !memoryOnly else { return .notEligible }
+        guard s.verb == .set, !memoryOnly, !(dispatcher.validateImages && ImageSniffer.sniff(s.value) != nil) else { return .notEligible }
         var o = SetOptions()
         o.flags = s.flags
         o.expiry = expiry(s.exptime)
@@ -395,6 +417,7 @@ final class MemcachedListener: Sendable {
         var o = o
         switch s.verb {
         case .set, .add, .replace, .cas:
+            if let refused = imageRefusal(s.value) { return refused }
             o.mode = s.verb == .add ? .add : s.verb == .replace ? .replace : s.verb == .cas ? .cas(s.casUnique ?? 0) : .set
             let r = try store.set(s.key, s.value, namespace: namespace, options: o)
             switch r {
@@ -424,6 +447,7 @@ final class MemcachedListener: Sendable {
                 w.mode = .cas(item.version)
                 w.version = o.version // ms E
                 let joined = s.verb == .append ? item.value + s.value : s.value + item.value
+                if let refused = imageRefusal(joined) { return refused }
                 switch try store.set(s.key, joined, namespace: namespace, options: w) {
                 case .stored:
                     totalItems.add()

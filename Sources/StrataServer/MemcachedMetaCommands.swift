@@ -198,6 +198,7 @@ extension MemcachedListener {
     private func staleSet(_ m: MemcachedMeta, compare c: UInt64, options: SetOptions) throws -> String? {
         guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else { return nil }
         guard item.version > c else { return nil }
+        if let refused = imageRefusal(m.value) { return refused }
         var o = options
         o.mode = .cas(item.version) // a write in between makes it EX, as a CAS set
         o.stale = true

@@ -107,6 +107,7 @@ extension Node {
             NodeNumber("variants_computed", .counter, "Image variants computed.", stats.variantsComputed.load()),
             NodeNumber("variant_hits", .counter, "Image variants served from the cache.", stats.variantHits.load()),
             NodeNumber("variants_dropped", .counter, "Stored image variants removed because their original changed.", stats.variantsDropped.load()),
+            NodeNumber("variants_not_stored", .counter, "Image variants answered without being stored: their original already had 32 stored variants.", stats.variantsNotStored.load()),
             NodeNumber("image_transform_us", .counter, "Microseconds spent computing image variants.", stats.transformMicros.load()),
             NodeNumber("leases_granted", .counter, "Read-through leases granted.", stats.leasesGranted.load()),
             NodeNumber("leases_filling", .counter, "Lease GETs told another client is filling the key.", stats.leasesFilling.load()),

@@ -97,6 +97,8 @@ final class NodeStats: Sendable {
     let variantHits = Counter()
     /// Stored variants removed because their original was replaced, touched, invalidated or deleted.
     let variantsDropped = Counter()
+    /// Variants computed and answered but not stored: their original had `maxStoredVariants`.
+    let variantsNotStored = Counter()
     let transformMicros = Counter()
     /// Read-through: leases granted, GETs told another client is filling, fills refused
     /// (LEASE_LOST), negative entries served, stale items served.

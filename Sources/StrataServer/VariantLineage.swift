@@ -53,6 +53,12 @@ final class VariantLineage: @unchecked Sendable {
         }
     }
 
+    /// How many derived keys are recorded for `original`.
+    func count(_ original: ItemKey) -> Int {
+        guard entryCount.load(ordering: .relaxed) > 0 else { return 0 }
+        return lock.withLock { derived[original]?.count ?? 0 }
+    }
+
     /// The derived keys recorded for `original`, forgotten here (the caller removes them).
     func take(_ original: ItemKey) -> Set<[UInt8]>? {
         guard entryCount.load(ordering: .relaxed) > 0 else { return nil }

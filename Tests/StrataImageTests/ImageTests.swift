@@ -40,7 +40,7 @@ final class ImageTests: XCTestCase {
         let truncated = Array(png.prefix(png.count - 30))
         XCTAssertNoThrow(try ImageCodec.inspect(truncated), "the header alone is fine")
         XCTAssertThrowsError(try ImageCodec.validate(truncated)) { e in
-            XCTAssertEqual((e as? ImageError)?.kind, .corrupt)
+            XCTAssertEqual((e as? ImageError)?.kind, .truncated) // its last chunk ends past the file
             XCTAssertFalse((e as? ImageError)?.message.isEmpty ?? true)
         }
         var corrupt = png
@@ -155,5 +155,145 @@ final class VariantTests: XCTestCase {
         XCTAssertThrowsError(try ImageCodec.variant([1, 2, 3], VariantSpec(maxWidth: 10, maxHeight: 10)))
         let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(10, 10), width: 10, height: 10))
         XCTAssertThrowsError(try ImageCodec.variant(png, VariantSpec(maxWidth: 0, maxHeight: 10)))
+    }
+}
+
+/// zlib data in one stored (uncompressed) deflate block, for PNGs built byte by byte.
+func zlibStored(_ data: [UInt8]) -> [UInt8] {
+    precondition(data.count < 65_536)
+    var a: UInt32 = 1, b: UInt32 = 0
+    for x in data { a = (a + UInt32(x)) % 65_521; b = (b + a) % 65_521 }
+    let n = UInt16(data.count)
+    return [0x78, 0x01, 0x01, UInt8(n & 0xFF), UInt8(n >> 8), UInt8(~n & 0xFF), UInt8(~n >> 8)] + data + be32(b << 16 | a)
+}
+
+let pngSignature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+
+/// Outside review img2: the edges of what the image code accepts and how it decodes.
+final class ImageEdgeTests: XCTestCase {
+    /// An animated WebP made by libwebp's own encoder (Pillow, `save_all=True, lossless=True`):
+    /// a 400×300 transparent canvas whose first frame is a 51×51 red square at (150, 100).
+    static let sticker: [UInt8] = hexBytes("52494646c000000057454250565038580a000000120000008f01002b0100414e494d06000000000000000000414e4d46280000004b0000320000320000320000640000035650384c0f0000002f32800c000710fd8ffe0722a2ff0100414e4d46340000004d0000320000330000320000640000015650384c1c0000002f33800c100f10f31ff31f0cc26c2384f9cb5e15ee19d1ff18e8dc00414e4d4628000000500000320000320000320000640000005650384c0f0000002f32800c000710fd8ffe0722a2ff0100")
+
+    static func hexBytes(_ s: String) -> [UInt8] {
+        var out: [UInt8] = []
+        var i = s.startIndex
+        while i < s.endIndex { let j = s.index(i, offsetBy: 2); out.append(UInt8(s[i..<j], radix: 16)!); i = j }
+        return out
+    }
+
+    /// The node read the frame's pixels as if they covered the canvas: past the end of the
+    /// buffer (a crash in libwebp, or heap bytes in the variant).
+    func testAnAnimatedWebPWhoseFirstFrameIsSmallerThanItsCanvasIsPlacedOnIt() throws {
+        let info = try ImageCodec.validate(Self.sticker)
+        XCTAssertEqual([info.width, info.height], [400, 300])
+        XCTAssertEqual(info.format, .webpAnimated)
+        let v = try ImageCodec.variant(Self.sticker, VariantSpec(maxWidth: 400, maxHeight: 300, format: .png, quality: nil))
+        XCTAssertEqual([v.width, v.height], [400, 300])
+        let px = try ImageCodec.decodeRGBA(v.bytes, ImageCodec.inspect(v.bytes))
+        func at(_ x: Int, _ y: Int) -> [UInt8] { Array(px[(y * 400 + x) * 4..<(y * 400 + x) * 4 + 4]) }
+        XCTAssertEqual(at(0, 0), [0, 0, 0, 0], "outside the frame: transparent")
+        XCTAssertEqual(at(399, 299), [0, 0, 0, 0])
+        XCTAssertEqual(at(149, 101), [0, 0, 0, 0])
+        XCTAssertEqual(at(175, 125), [255, 0, 0, 255], "the frame at its offset")
+        XCTAssertEqual(at(151, 101), [255, 0, 0, 255])
+        // Resized too.
+        let small = try ImageCodec.variant(Self.sticker, VariantSpec(maxWidth: 40, maxHeight: 40))
+        XCTAssertEqual([small.width, small.height], [40, 30])
+    }
+
+    /// A box larger than the image (even past the pixel limit) gives the image's size.
+    func testABoxLargerThanTheImageIsTheImagesSize() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(30, 20), width: 30, height: 20))
+        let v = try ImageCodec.variant(png, VariantSpec(maxWidth: 65_535, maxHeight: 65_535, quality: nil), pixelLimit: 2_000)
+        XCTAssertEqual([v.width, v.height], [30, 20])
+        let spec = VariantSpec(maxWidth: 65_535, maxHeight: 10, fit: .cover)
+        XCTAssertEqual(spec.clamped(width: 30, height: 20).canonical, VariantSpec(maxWidth: 30, maxHeight: 10, fit: .cover).canonical)
+        XCTAssertEqual(try ImageCodec.variant(png, spec).width, try ImageCodec.variant(png, spec.clamped(width: 30, height: 20)).width)
+    }
+
+    func gray16(_ value: UInt16, extra: [UInt8] = []) -> [UInt8] {
+        let ihdr = be32(2) + be32(2) + [16, 0, 0, 0, 0]
+        let row: [UInt8] = [0, UInt8(value >> 8), UInt8(value & 0xFF), UInt8(value >> 8), UInt8(value & 0xFF)]
+        return pngSignature + chunk("IHDR", ihdr) + extra + chunk("IDAT", zlibStored(row + row)) + chunk("IEND", [])
+    }
+
+    /// libpng's simplified reader took 16-bit data without colour-space chunks as linear
+    /// light: mid-grey 0x8080 came out as 186.
+    func testSixteenBitGreyWithoutGammaKeepsItsValue() throws {
+        let png = gray16(0x8080)
+        let px = try ImageCodec.decodeRGBA(png, ImageCodec.validate(png))
+        XCTAssertEqual(Array(px[0..<4]), [128, 128, 128, 255])
+        // With its own gAMA (1/2.2 as 45455) nothing is added.
+        let withGamma = gray16(0x8080, extra: chunk("gAMA", be32(45_455)))
+        XCTAssertEqual(try ImageCodec.decodeRGBA(withGamma, ImageCodec.validate(withGamma))[0], 128)
+    }
+
+    /// Text and ICC chunks never reach libpng (they inflate on read: 150 zTXt chunks of a 1 MB
+    /// file inflated to ~1 GB); a bad CRC anywhere is refused; bytes after IEND are ignored.
+    func testOnlyThePixelChunksAreDecodedAndEveryCRCIsChecked() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(8, 8), width: 8, height: 8))
+        let bomb = Array(png[0..<33]) + chunk("zTXt", Array("Comment".utf8) + [0, 0] + [UInt8](repeating: 0x78, count: 64))
+            + chunk("iCCP", Array("icc".utf8) + [0, 0, 1, 2, 3]) + chunk("tEXt", Array("a\u{0}b".utf8)) + Array(png[33...])
+        let copy = try PNGChunks.decodable(bomb)
+        XCTAssertEqual(try PNGChunks.scan(copy).chunks.map(\.type), try PNGChunks.scan(png).chunks.map(\.type),
+                       "the decoded copy holds the pixel chunks only")
+        XCTAssertNoThrow(try ImageCodec.validate(bomb))
+        var badCRC = bomb
+        badCRC[33 + 8 + 3] ^= 1 // inside the zTXt chunk's data
+        XCTAssertThrowsError(try ImageCodec.validate(badCRC)) { XCTAssertTrue("\($0)".contains("CRC"), "\($0)") }
+        XCTAssertNoThrow(try ImageCodec.validate(png + Array("trailing bytes".utf8)), "bytes after IEND are ignored")
+        XCTAssertThrowsError(try ImageCodec.validate(Array(png.dropLast(12))), "cut before IEND")
+    }
+
+    /// GIF and JPEG: bytes after the trailer or end-of-image marker are ignored; a file cut
+    /// before it is still refused.
+    func testGIFAndJPEGWithBytesAfterTheirEndAreAccepted() throws {
+        let gif: [UInt8] = Array("GIF89a".utf8) + [1, 0, 1, 0, 0, 0, 0] + [0x2C, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 2, 0x44, 0x01, 0, 0x3B]
+        XCTAssertNoThrow(try ImageCodec.validate(gif))
+        XCTAssertNoThrow(try ImageCodec.validate(gif + [0, 1, 2, 3]))
+        XCTAssertThrowsError(try ImageCodec.validate(Array(gif.dropLast(3))))
+        let jpeg: [UInt8] = [0xFF, 0xD8, 0xFF, 0xC0, 0, 11, 8, 0, 1, 0, 1, 1, 1, 0x11, 0, 0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0x3F, 0, 0x12, 0x34, 0xFF, 0xD9]
+        XCTAssertNoThrow(try ImageCodec.validate(jpeg))
+        XCTAssertNoThrow(try ImageCodec.validate(jpeg + Array("appended".utf8)))
+        XCTAssertThrowsError(try ImageCodec.validate(Array(jpeg.dropLast(2))))
+        // An EXIF thumbnail's end marker before the image's scan does not end the image.
+        let thumb: [UInt8] = [0xFF, 0xE1, 0, 6, 0xFF, 0xD8, 0xFF, 0xD9]
+        XCTAssertThrowsError(try ImageCodec.validate(Array(jpeg[0..<2]) + thumb + Array(jpeg[2..<(jpeg.count - 2)])))
+    }
+
+    func apng(frames: [(seq: UInt32, w: UInt32, h: UInt32, x: UInt32, y: UInt32)], declared: UInt32, fdatSeq: [UInt32]) throws -> [UInt8] {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(8, 8), width: 8, height: 8))
+        let scan = try PNGChunks.scan(png)
+        let idat = scan.chunks.filter { $0.type == "IDAT" }.map { Array(png[$0.at..<$0.at + 12 + $0.length]) }.joined()
+        func fctl(_ f: (seq: UInt32, w: UInt32, h: UInt32, x: UInt32, y: UInt32)) -> [UInt8] {
+            chunk("fcTL", be32(f.seq) + be32(f.w) + be32(f.h) + be32(f.x) + be32(f.y) + [0, 1, 0, 10, 0, 0])
+        }
+        var out = Array(png[0..<33]) + chunk("acTL", be32(declared) + be32(0))
+        out += fctl(frames[0]) + idat
+        for (i, f) in frames.dropFirst().enumerated() {
+            out += fctl(f)
+            if i < fdatSeq.count { out += chunk("fdAT", be32(fdatSeq[i]) + [0x78, 0x01]) }
+        }
+        return out + chunk("IEND", [])
+    }
+
+    /// APNG structure, as the spec says validation checks it.
+    func testAPNGStructureIsChecked() throws {
+        let good = try apng(frames: [(0, 8, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 2, fdatSeq: [2])
+        XCTAssertEqual(try ImageCodec.validate(good).frameCount, 2)
+        let cases: [(String, [UInt8])] = [
+            ("acTL declares 5", try apng(frames: [(0, 8, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 5, fdatSeq: [2])),
+            ("sequence out of order", try apng(frames: [(0, 8, 8, 0, 0), (3, 4, 4, 2, 2)], declared: 2, fdatSeq: [2])),
+            ("fdAT out of order", try apng(frames: [(0, 8, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 2, fdatSeq: [7])),
+            ("frame outside the canvas", try apng(frames: [(0, 8, 8, 0, 0), (1, 4, 4, 6, 2)], declared: 2, fdatSeq: [2])),
+            ("empty frame", try apng(frames: [(0, 8, 8, 0, 0), (1, 0, 4, 2, 2)], declared: 2, fdatSeq: [2])),
+            ("frame without data", try apng(frames: [(0, 8, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 2, fdatSeq: [])),
+            ("default image not the canvas", try apng(frames: [(0, 4, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 2, fdatSeq: [2])),
+        ]
+        for (why, bytes) in cases {
+            XCTAssertThrowsError(try ImageCodec.validate(bytes), why)
+        }
+        XCTAssertEqual(try ImageCodec.inspect(cases[0].1).frameCount, 2, "the frames the file holds, not acTL's claim")
     }
 }

@@ -140,3 +140,82 @@ final class ImageCLITests: XCTestCase {
         XCTAssertEqual(try runCLI(["variant", "nope", "--width", "5", "--height", "5"] + server).code, 1)
     }
 }
+
+/// Outside review img2 against a running node: stored variants are bounded per original, a
+/// box past the image is one variant, and the memcached listener validates images too.
+final class ImageLimitNodeTests: XCTestCase {
+    func statsOf(_ c: NodeConnection) throws -> [String: Any] {
+        try XCTUnwrap(JSONSerialization.jsonObject(with: Data(try c.stats().utf8)) as? [String: Any])
+    }
+
+    /// A reader asking for every size filled the disk tier with variants and evicted the
+    /// writers' items (and the original): past 32 stored variants of one original, more are
+    /// answered without being stored.
+    func testStoredVariantsAreBoundedPerOriginalAndLargeBoxesShareOne() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        let rgba: [UInt8] = (0..<(60 * 40)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 60, height: 40))
+        XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: png)).statusCode, .ok)
+        for w in 1...40 {
+            let v = try Responses.parseImageVariant(c.call(.imageVariant(VariantRequest(key: b("photo"), maxWidth: UInt16(w), maxHeight: 40))))
+            XCTAssertEqual(Int(v.width), w)
+        }
+        var s = try statsOf(c)
+        XCTAssertEqual(s["variants_computed"] as? Int, 40)
+        XCTAssertEqual(s["variants_not_stored"] as? Int, 8, "32 stored, 8 answered only")
+        let keys = try Responses.parseScan(c.call(.scan(namespace: [], cursor: [], limit: 1000)))
+        XCTAssertEqual(keys.keys, [b("photo")], "variants stay hidden from SCAN")
+        // Asked again: one of the first 32 is a stored hit; one past them is made again.
+        XCTAssertTrue(try Responses.parseImageVariant(c.call(.imageVariant(VariantRequest(key: b("photo"), maxWidth: 1, maxHeight: 40)))).cached)
+        XCTAssertFalse(try Responses.parseImageVariant(c.call(.imageVariant(VariantRequest(key: b("photo"), maxWidth: 40, maxHeight: 40)))).cached)
+
+        // Boxes past the image (even past the pixel limit) are the image's size, one stored copy.
+        XCTAssertEqual(try c.set(SetRequest(key: b("small"), value: png)).statusCode, .ok)
+        for (w, h) in [(60, 40), (5_001, 5_000), (65_535, 65_535)] {
+            var r = VariantRequest(key: b("small"), maxWidth: UInt16(w), maxHeight: UInt16(h))
+            r.quality = 255
+            let v = try Responses.parseImageVariant(c.call(.imageVariant(r)))
+            XCTAssertEqual([v.width, v.height], [60, 40], "\(w)×\(h)")
+        }
+        s = try statsOf(c)
+        XCTAssertEqual(s["variants_computed"] as? Int, 40 + 1 + 1, "the three boxes made one variant")
+    }
+
+    /// `--validate-images` held only for the binary protocol: corrupt images were stored through
+    /// the memcached listener's set, ms, append and prepend.
+    func testTheMemcachedListenerValidatesImagesToo() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0", "--validate-images"])
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort))
+        let rgba: [UInt8] = (0..<(32 * 32)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 32, height: 32))
+        let cut = Array(png.prefix(png.count - 30))
+        func set(_ verb: String, _ key: String, _ value: [UInt8], noreply: Bool = false) -> String {
+            mc.send(Array("\(verb) \(key) 0 0 \(value.count)\(noreply ? " noreply" : "")\r\n".utf8) + value + Array("\r\n".utf8))
+            return mc.line()
+        }
+        XCTAssertEqual(set("set", "good.png", png), "STORED")
+        XCTAssertTrue(set("set", "bad.png", cut).hasPrefix("SERVER_ERROR invalid image: "))
+        XCTAssertTrue(set("set", "bad.png", cut, noreply: true).hasPrefix("SERVER_ERROR invalid image: "), "sent even for noreply")
+        XCTAssertEqual(set("set", "text", Array("plain text".utf8)), "STORED", "values that are no image are not checked")
+        mc.send(Array("ms bad2.png \(cut.count)\r\n".utf8) + cut + Array("\r\n".utf8))
+        XCTAssertTrue(mc.line().hasPrefix("SERVER_ERROR invalid image: "))
+        // Appending after IEND leaves a valid PNG; prepending a cut PNG to a text value makes
+        // a corrupt one, refused (the text stays).
+        XCTAssertEqual(set("append", "good.png", Array("tail".utf8)), "STORED")
+        XCTAssertEqual(set("set", "t", Array("text".utf8)), "STORED")
+        XCTAssertTrue(set("prepend", "t", cut).hasPrefix("SERVER_ERROR invalid image: "))
+        mc.send("get t\r\n")
+        XCTAssertEqual(mc.line(), "VALUE t 0 4")
+        XCTAssertEqual(mc.line(), "text")
+        XCTAssertEqual(mc.line(), "END")
+        mc.send("mg bad.png v\r\nmg bad2.png v\r\nmn\r\n")
+        XCTAssertEqual(mc.line(), "EN")
+        XCTAssertEqual(mc.line(), "EN")
+        XCTAssertEqual(mc.line(), "MN")
+        mc.send("mg good.png s\r\n")
+        XCTAssertEqual(mc.line(), "HD s\(png.count + 4)")
+    }
+}
