@@ -26,6 +26,11 @@ public enum ImageCodec {
         guard let format = ImageSniffer.sniff(bytes) else { throw ImageError(.notAnImage, "not a PNG, WebP, GIF or JPEG image") }
         // PNG's IHDR sits at a fixed place: check its claim before libpng sees the file.
         if format == .png || format == .apng, bytes.count >= 24 {
+            // The first chunk must be IHDR (an Apple CgBI chunk or an IDAT there is no PNG a
+            // reader takes; its bytes are no dimensions).
+            guard bytes[12] == 0x49, bytes[13] == 0x48, bytes[14] == 0x44, bytes[15] == 0x52 else {
+                throw ImageError(.corrupt, "PNG's first chunk is \(PNGChunks.typeName(bytes, 12)), not IHDR")
+            }
             let w = Int(bytes[16]) << 24 | Int(bytes[17]) << 16 | Int(bytes[18]) << 8 | Int(bytes[19])
             let h = Int(bytes[20]) << 24 | Int(bytes[21]) << 16 | Int(bytes[22]) << 8 | Int(bytes[23])
             // (Found by fuzzing: two 32-bit sides overflow Int when multiplied.)
@@ -228,7 +233,15 @@ public enum ImageCodec {
         var f = WebPBitstreamFeatures()
         let status = bytes.withUnsafeBufferPointer { WebPGetFeatures($0.baseAddress, $0.count, &f) }
         guard status == VP8_STATUS_OK else {
-            throw ImageError(status == VP8_STATUS_NOT_ENOUGH_DATA ? .truncated : .corrupt, "WebP header does not parse (status \(status.rawValue))")
+            let why: String
+            switch status {
+            case VP8_STATUS_NOT_ENOUGH_DATA: why = "truncated"
+            case VP8_STATUS_BITSTREAM_ERROR: why = "the bitstream is corrupt"
+            case VP8_STATUS_UNSUPPORTED_FEATURE: why = "a feature libwebp does not support"
+            case VP8_STATUS_INVALID_PARAM: why = "an invalid parameter"
+            default: why = "libwebp status \(status.rawValue)"
+            }
+            throw ImageError(status == VP8_STATUS_NOT_ENOUGH_DATA ? .truncated : .corrupt, "WebP header does not parse: \(why)")
         }
         var frames = 1
         if f.has_animation != 0 { frames = try webpFrameCount(bytes) }
@@ -481,7 +494,7 @@ extension ImageCodec {
             }
             return canvas
         case .gif, .jpeg:
-            throw ImageError(.notAnImage, "\(info.format) cannot be resized: no decoder for it in this build")
+            throw ImageError(.notAnImage, "\(info.format) cannot be resized: variants are made of PNG and WebP images only")
         }
     }
 

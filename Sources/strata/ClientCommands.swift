@@ -270,9 +270,10 @@ let clientCommands: [String: ClientCommand] = [
     "variant": ClientCommand(usage: "strata variant KEY --width W --height H [--fit contain|cover] [--format webp|png] [--quality 0-100|lossless (default 80)] [--ns NS] > out",
                              valued: ["--ns", "--width", "--height", "--fit", "--format", "--quality"], switches: [], positionals: 1) { o, c in
         let key = try keyArg(o, "strata variant KEY --width W --height H")
-        guard let w = try o.int("--width", min: 1), let h = try o.int("--height", min: 1), w <= 65535, h <= 65535 else {
+        guard let w = try o.int("--width", min: 1), let h = try o.int("--height", min: 1) else {
             throw UsageError(message: "--width and --height (1…65535) are required")
         }
+        guard w <= 65535, h <= 65535 else { throw UsageError(message: "--width and --height must be at most 65535, got \(w)×\(h)") }
         var r = VariantRequest(key: key, maxWidth: UInt16(w), maxHeight: UInt16(h), namespace: try nsArg(o))
         switch o.string("--fit") ?? "contain" {
         case "contain": r.fit = 0
