@@ -19,7 +19,7 @@ extension MemcachedListener {
         let c = { (name: String) in String(self.commands[MemcachedCommand.names.firstIndex(of: name)!].load()) }
         let items = memoryOnly ? s.memory.items : max(s.memory.items, s.disk.items)
         let bytes = memoryOnly ? s.memory.bytes : s.disk.bytes
-        let cmdSet = ["set", "add", "replace", "append", "prepend", "cas"].reduce(0) {
+        let cmdSet = ["set", "add", "replace", "append", "prepend", "cas", "ms"].reduce(0) {
             $0 + commands[MemcachedCommand.names.firstIndex(of: $1)!].load()
         }
         let gets = getHits.load() + getMisses.load()

@@ -75,7 +75,7 @@ extension MemcachedParser {
         }()
         func fail(_ m: String) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: blockBytes, close: false) }
         if verb == .noop { return .command(.meta(MemcachedMeta(verb: .noop, key: [])), consumed: lineBytes) }
-        guard tokens.count >= 2 else { return fail("CLIENT_ERROR bad command line format") }
+        guard tokens.count >= 2 else { return fail("ERROR") } // no key: a wrong number of tokens, as memcached
         let flagStart = verb == .set ? 3 : 2
         guard tokens.count >= flagStart else { return fail("CLIENT_ERROR bad command line format") }
         var flags: [MemcachedMeta.Flag] = []

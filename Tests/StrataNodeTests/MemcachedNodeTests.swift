@@ -346,20 +346,26 @@ final class MemcachedNodeTests: XCTestCase {
         XCTAssertTrue(stats.contains("STAT get_misses 2\r\n"), stats)
         XCTAssertTrue(stats.contains("STAT curr_connections 1\r\n"), stats)
         XCTAssertTrue(stats.contains("STAT version 1.6.21-strata-"), stats)
+        // ms counts as a storage command and mg as a lookup, as memcached counts them.
+        mc.send("set a 0 0 1\r\n1\r\nms b 1\r\n2\r\nmg b v\r\nmg\r\nstats\r\n")
+        let after = mc.read(until: "END\r\n")
+        XCTAssertTrue(after.hasPrefix("STORED\r\nHD\r\nVA 1\r\n2\r\nERROR\r\n"), after)
+        XCTAssertTrue(after.contains("STAT cmd_set 2\r\n"), after)
+        XCTAssertTrue(after.contains("STAT cmd_get 3\r\n"), after)
         for name in ["pid", "uptime", "time", "curr_items", "total_items", "bytes", "get_hits", "cmd_get", "cmd_set", "cmd_flush",
                      "cmd_touch", "total_connections", "evictions", "limit_maxbytes", "threads"] {
             XCTAssertTrue(stats.contains("STAT \(name) "), name)
         }
         let json = try nodeStats(try node.connect())
         XCTAssertEqual(json["memcached_cmd_get"] as? Int, 2)
-        XCTAssertEqual(json["memcached_errors_unknown_command"] as? Int, 1)
+        XCTAssertEqual(json["memcached_errors_unknown_command"] as? Int, 2, "bogus, and mg without a key")
         XCTAssertEqual(json["memcached_errors_client"] as? Int, 1)
         let mp = try XCTUnwrap(node.metricsPort)
         let http = try TextSocket(port: mp)
         http.send("GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
         let metrics = http.readAll()
         XCTAssertTrue(metrics.contains("strata_memcached_commands_total{cmd=\"get\"} 2"), metrics)
-        XCTAssertTrue(metrics.contains("strata_memcached_errors_total{kind=\"unknown_command\"} 1"))
+        XCTAssertTrue(metrics.contains("strata_memcached_errors_total{kind=\"unknown_command\"} 2"))
     }
 }
 
