@@ -41,8 +41,10 @@ extension Dispatcher {
 
     /// Whether a SET must be checked as an image before it is stored (then it runs on the
     /// image worker pool, never on the event loop).
+    /// A negative entry's value is a failure's message, never checked as an image by
+    /// `--validate-images` (only an explicit VALIDATE_IMAGE checks it).
     func needsImageValidation(_ s: SetRequest) -> Bool {
-        s.validateImage || (validateImages && ImageSniffer.sniff(s.value) != nil)
+        s.validateImage || (validateImages && !s.negative && ImageSniffer.sniff(s.value) != nil)
     }
 
     /// Whether an image job's decode is small by the headers it carries (a SET to validate

@@ -48,6 +48,10 @@ final class ImageNodeTests: XCTestCase {
         XCTAssertEqual(refused.statusCode, .invalidImage)
         XCTAssertTrue(String(decoding: refused.value, as: UTF8.self).contains("limit"))
         XCTAssertEqual(try c.set(SetRequest(key: b("json"), value: b("{\"a\":1}"))).statusCode, .ok, "non-images are not checked")
+        // A negative entry's message is no image, whatever its first bytes.
+        var negative = SetRequest(key: b("failed.png"), value: Array(big.prefix(20)))
+        negative.negative = true
+        XCTAssertEqual(try c.set(negative).statusCode, .ok)
     }
 }
 
