@@ -29,6 +29,9 @@ struct NetBench {
         var zipf: Double? = nil
         var valueMin = 100
         var valueMax = 100
+        /// `--values json`: JSON documents of one API's shape (ids, emails, dates, line items from
+        /// a small vocabulary), cut to the value size, instead of random (incompressible) bytes.
+        var jsonValues = false
         var connections = 50
         var pipeline = 1
         var duration = 5.0
@@ -73,7 +76,7 @@ struct NetBench {
 
     static let usage = """
     usage: strata-bench run --target KIND=HOST:PORT [--target …] [--get-ratio 0.9] [--keys 100000]
-             [--zipf 0.99] [--value-size 100 | --value-size 100-1000] [--connections 50] [--pipeline 1]
+             [--zipf 0.99] [--value-size 100 | --value-size 100-1000] [--values random|json] [--connections 50] [--pipeline 1]
              [--duration 5] [--ops N] [--no-preload] [--preload-rate SETS_PER_S] [--tiers memory|disk|all] [--write-behind]
              [--replicas 2] [--server-pid PID …] [--memory-report] [--rounds 1] [--json] [--svg FILE]
              [--token-file FILE] [--namespace NS]
@@ -158,6 +161,10 @@ struct NetBench {
                     throw UsageError(message: "--value-size must be N or MIN-MAX, got '\(v)'")
                 }
                 w.valueMin = parts.first!; w.valueMax = parts.last!
+            case "--values":
+                let v = try value()
+                guard v == "random" || v == "json" else { throw UsageError(message: "--values must be random or json, got '\(v)'") }
+                w.jsonValues = v == "json"
             case "--connections": w.connections = max(1, Int(try number(try value(), a)))
             case "--pipeline": w.pipeline = max(1, Int(try number(try value(), a)))
             case "--duration": w.duration = try number(try value(), a)
@@ -314,7 +321,21 @@ struct NetBench {
     func valueBytes(_ rng: inout SplitMix) -> [UInt8] {
         let n = workload.valueMin == workload.valueMax ? workload.valueMin
             : workload.valueMin + Int(rng.next() % UInt64(workload.valueMax - workload.valueMin + 1))
-        return rng.bytes(n)
+        return workload.jsonValues ? Self.jsonDocument(n, &rng) : rng.bytes(n)
+    }
+
+    /// A JSON document of an API's shape, `n` bytes (cut, or grown by more line items).
+    static func jsonDocument(_ n: Int, _ rng: inout SplitMix) -> [UInt8] {
+        let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+                     "kilo", "lima", "mike", "november", "oscar", "papa"]
+        var s = "{\"id\":\(100_000 + rng.next() % 900_000),\"email\":\"user\(rng.next() % 100_000)@example.com\",\"created\":\"2026-11-\(10 + rng.next() % 20)T\(10 + rng.next() % 14):\(10 + rng.next() % 50):00Z\",\"status\":\"\(words[Int(rng.next() % 4)])\",\"items\":["
+        var first = true
+        while s.utf8.count < n {
+            s += (first ? "" : ",") + "{\"sku\":\"\(words[Int(rng.next() % 16)])-\(rng.next() % 1000)\",\"qty\":\(rng.next() % 9 + 1),\"price\":\(rng.next() % 10_000)}"
+            first = false
+        }
+        s += "]}"
+        return Array(s.utf8.prefix(n))
     }
 
     func measure(_ t: Target, _ keys: KeySpace, seed: UInt64) throws -> Result {
