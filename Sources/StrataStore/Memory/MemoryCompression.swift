@@ -19,9 +19,9 @@ import Synchronization
 ///   (records compressed with one may outlive a flush); their memory is outside
 ///   `--memory-limit` and counted in `dictionaryBytes`.
 ///
-/// Costs: a write to such a namespace compresses its value (~1–3 µs for ~100 B–1 KiB, outside
+/// Costs: a write to such a namespace compresses its value (~1–5 µs for ~100 B–1 KiB, outside
 /// the shard's lock except for memory-only writes that derive the value from the item held);
-/// a hit decompresses it (~0.1–0.5 µs) under the shard's lock.
+/// a hit decompresses it (~0.5 µs for 200 B, ~2 µs for 1 KiB: bench/RESULTS.md) under the shard's lock.
 final class MemoryCompression: @unchecked Sendable {
     static let minValue = 32, maxValue = 64 << 10
     /// Values a dictionary is trained from are 16 B … 16 KiB.
