@@ -106,7 +106,11 @@ public enum ImageCodec {
     private static func pngHeader(_ bytes: [UInt8], _ format: ImageFormat) throws(ImageError) -> ImageInfo {
         var image = png_image()
         image.version = png_uint_32(strata_PNG_IMAGE_VERSION)
-        let ok = bytes.withUnsafeBytes { png_image_begin_read_from_memory(&image, $0.baseAddress, $0.count) }
+        // The header is read from a copy without the text and ICC chunks (libpng inflates them
+        // while it reads up to the image data: 1 GB of zTXt took 3 s here after the decode
+        // stopped seeing them), pinned while libpng holds it.
+        let header = PNGChunks.headerCopy(bytes)
+        let ok = header.withUnsafeBytes { png_image_begin_read_from_memory(&image, $0.baseAddress, $0.count) }
         defer { png_image_free(&image) }
         guard ok != 0 else { throw ImageError(.corrupt, "PNG header: \(message(&image))") }
         let alpha = image.format & png_uint_32(strata_PNG_FORMAT_FLAG_ALPHA) != 0
@@ -125,13 +129,19 @@ public enum ImageCodec {
         let bytes = try PNGChunks.decodable(original)
         var image = png_image()
         image.version = png_uint_32(strata_PNG_IMAGE_VERSION)
-        let ok = bytes.withUnsafeBytes { png_image_begin_read_from_memory(&image, $0.baseAddress, $0.count) }
-        guard ok != 0 else { png_image_free(&image); throw ImageError(.corrupt, "PNG: \(message(&image))") }
-        image.format = png_uint_32(strata_PNG_FORMAT_RGBA)
-        var pixels = [UInt8](repeating: 0, count: Int(image.width) * Int(image.height) * 4)
-        let done = pixels.withUnsafeMutableBytes { png_image_finish_read(&image, nil, $0.baseAddress, 0, nil) }
         defer { png_image_free(&image) }
-        guard done != 0 else { throw ImageError(.corrupt, "PNG does not decode (truncated or corrupt): \(message(&image))") }
+        // libpng reads the memory it was given until the image is freed: both calls run while
+        // the buffer is pinned (a copy made here is otherwise released after its last use —
+        // a decode read freed memory: "bad adaptive filter value" for a valid PNG).
+        var pixels: [UInt8] = []
+        let failure: String? = bytes.withUnsafeBytes { src in
+            guard png_image_begin_read_from_memory(&image, src.baseAddress, src.count) != 0 else { return "PNG: \(message(&image))" }
+            image.format = png_uint_32(strata_PNG_FORMAT_RGBA)
+            pixels = [UInt8](repeating: 0, count: Int(image.width) * Int(image.height) * 4)
+            let done = pixels.withUnsafeMutableBytes { png_image_finish_read(&image, nil, $0.baseAddress, 0, nil) }
+            return done != 0 ? nil : "PNG does not decode (truncated or corrupt): \(message(&image))"
+        }
+        if let failure { throw ImageError(.corrupt, failure) }
         return pixels
     }
 
@@ -562,6 +572,25 @@ extension PNGChunks {
             }
         }
         out += ImageCodec.iendChunk
+        return out
+    }
+
+    /// What libpng needs to read a PNG's header: the signature, the chunks before the image data
+    /// that `decodable` keeps, then everything from the first IDAT on. Lenient (no CRC check,
+    /// stops at a chunk that runs past the end), as a header read is.
+    static func headerCopy(_ b: [UInt8]) -> [UInt8] {
+        let keep: Set<String> = ["IHDR", "PLTE", "tRNS", "gAMA", "cHRM", "sRGB"]
+        guard b.count >= 8 else { return b }
+        var out = Array(b[0..<8])
+        var at = 8
+        while at + 8 <= b.count {
+            let len = Int(b[at]) << 24 | Int(b[at + 1]) << 16 | Int(b[at + 2]) << 8 | Int(b[at + 3])
+            // The image data, or a chunk cut by the end of the bytes: the rest as it is.
+            if typeName(b, at + 4) == "IDAT" || len > b.count - at - 12 { break }
+            if keep.contains(typeName(b, at + 4)) { out += b[at..<at + 12 + len] }
+            at += 12 + len
+        }
+        if at < b.count { out += b[at...] }
         return out
     }
 

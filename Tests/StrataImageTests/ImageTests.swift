@@ -202,6 +202,25 @@ final class ImageEdgeTests: XCTestCase {
         XCTAssertEqual([small.width, small.height], [40, 30])
     }
 
+    /// A 301×157 RGB PNG (Pillow's): the decode's copy of the chunks was released while libpng
+    /// still read it ("bad adaptive filter value" for a valid file, from the second build of
+    /// the img2 fixes); decoded many times with allocations between, every pixel row agrees.
+    /// Only an optimised build ends the copy's life at its last use: this debug-built test
+    /// passed with the bug, the release binary refused the file every time (checked by hand:
+    /// `strata set img --validate-image < png_RGB.png` before and after).
+    static let rgb301: [UInt8] = hexBytes("89504e470d0a1a0a0000000d494844520000012d0000009d08020000006e3cb9780000058f49444154789ceddd4b4f935b1c85f1ff7be207d3e3050545443088180c06131ce00ca76b2a331948229148442482882828debf59cfa00639156a4b2f6bf7ddcf2f0c6a4dcb52fbb025dab6085522a288cae18f3faf69fc4a6ecb6db96db3b7fd2700b8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e077ca3d007ff1480f5bbf9379cdb57e27e81c3a4cc2633de8e8fdcf69feb89f5ad06c473f351a4187064f74df3de1b7592dd45cb3a819cb929cd161373cd53df78426cc68f1f00f9734ed5a920f3aeca067baeb9ed006d35aaa5e58d694774989d1619b3dd71df7844e99d2f2c1e5154d1a97940f1db6c70bdd764fe8aa49ad542fac6ac2bba41ce8b0252f75cb3dc16c42abd50b6b1af72ee969747842af74d33d212de35a8b88758db987f4243a6cce6bdd704f48da98d6ab173634ea5dd25be8b0513cb09a32aa8d88d8d4887b486fa0c3bf7ba3ebee09bd6a449b11b1a561f790d4d1613d6f75cd3da10c86b51511db1a720f4917cfb738168f9bf61ad2b67b42ba380f8ff04e57dd13caa99ae28e06dd4392c379588b4749a70d6ac73d21399c87bf7dd065f7845c5cd1fb88d8d5807b482a380f7fe131d17d03da754f48051d4644eca9df3d2153fdda734f48021d12a1192946e6df1f7ed245f70444445cd2c788d8579f7b884dbee761ce7fea69ead3be7b824dbe1d02e9c8b4c3cfbae09e80235cd067f7048f1c3bfca2f3ee0938d6797d714f30c8ae43224cdf397d754fe8b6bc3afcaa73ee0968486e29e6d52190a68c3afca6b3ee0968c2597d734fe89e8c3a0492954b87dff5af7b029af6afbebb2774492e1d0229cba2c31f3ae39e80133aa31fee09dd90458740e2e810f02b7f873f75da3d012d39ad9fee091d57fe0e81f4d121e04787801f1d027e7408f8d121e04787801f1d027ee5ef30877f052eb71cfe2746f93b04d24787805f161d66f2dc9952cae4396b597408242e970ef379858532c9e7d54c72e9104859461d66f53a7c2590d5eb5c66d42190acbc3accedd5da7b576eef8090578791ebdb09f596dc228c0c3b0c524c5b9e6fc895638791f1fb5d262edbf787cdb4432029f976d8a77df704fccfbefadc136c4eb907385dd4a7222a1f75c93d24771f75a9884a1115f7109b7ccfc303fdda734fc8da9efadd13fce83082147d88b08a0e7f19d0ae7b42767635e09e908aacbf3fac71591f8aa8bcd715f790f27baf2b997f435883f3b0d6a076dc134a6e4783ee09c9e13c3cc255bd2ba2b2ad21f790b2d9d610c7e091380f8f35a46df78452e1eb5a1d9c87f55cd3db222a5b1a760fe96d5b1ae618ac8f0effeebade1451d9d4887b48efd9d4080536820e1b35aa8d222aaf75c33da4376c68342228b04174d89c1b7a5dfd02bfae31f79614ad6bacfafb43814da1c313baa9574554d634ee1e928a358d93df89d1614b6ee96544145159d5847b8bc7aa26aaed51602be8b03d6eeb45f53458d1a47b4b37ac6892bf7fb6111db6d91d3d3f381f9635e59ed34ecb9a3af8a5915f7bd16107ddd5b3ea437649d3ee2d27b7a4698ebe4ea3c36eb8a7a7874f9245cdb817d5b3a899c3e1915f17d0a1c17d3d39fc282fa2b2a059d79805cdd68c21bceea3c3243cd0e39a23e8e0635e73addfffbce60edf67cda768fdfed1223a4cdd433dfab39c23afa97fa5f75781fa78be05e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e04787801f1d027e7408f8d121e0478780df7f6aed3e97f932cc840000000049454e44ae426082")
+
+    func testADecodeNeverReadsAReleasedCopy() throws {
+        var first: [UInt8]?
+        for i in 0..<50 {
+            let info = try ImageCodec.validate(Self.rgb301)
+            XCTAssertEqual([info.width, info.height], [301, 157])
+            let px = try ImageCodec.decodeRGBA(Self.rgb301, info)
+            _ = [UInt8](repeating: UInt8(i), count: Self.rgb301.count * 2) // reuse freed memory
+            if let f = first { XCTAssertEqual(px, f, "decode \(i)") } else { first = px }
+        }
+    }
+
     /// A box larger than the image (even past the pixel limit) gives the image's size.
     func testABoxLargerThanTheImageIsTheImagesSize() throws {
         let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(30, 20), width: 30, height: 20))
@@ -239,6 +258,11 @@ final class ImageEdgeTests: XCTestCase {
         XCTAssertEqual(try PNGChunks.scan(copy).chunks.map(\.type), try PNGChunks.scan(png).chunks.map(\.type),
                        "the decoded copy holds the pixel chunks only")
         XCTAssertNoThrow(try ImageCodec.validate(bomb))
+        // The header read (IMAGE_INFO, META) gets no text chunk either.
+        let header = PNGChunks.headerCopy(bomb)
+        XCTAssertFalse(String(decoding: header, as: UTF8.self).contains("zTXt"))
+        XCTAssertFalse(String(decoding: header, as: UTF8.self).contains("iCCP"))
+        XCTAssertEqual(try ImageCodec.inspect(bomb).width, 8)
         var badCRC = bomb
         badCRC[33 + 8 + 3] ^= 1 // inside the zTXt chunk's data
         XCTAssertThrowsError(try ImageCodec.validate(badCRC)) { XCTAssertTrue("\($0)".contains("CRC"), "\($0)") }
