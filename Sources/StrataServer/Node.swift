@@ -107,6 +107,11 @@ public final class Node: @unchecked Sendable {
             if config.advertise != nil { throw NodeError(exitCode: 2, "--advertise needs --cluster") }
             if config.clusterTLSCA != nil { throw NodeError(exitCode: 2, "--cluster-tls-ca needs --cluster") }
         }
+        // Peers reach each other on the plaintext port unless --cluster-tls-ca: with it closed
+        // the nodes would start and never sync (an outside review found only a warn log).
+        if config.tlsOnly && (!config.cluster.isEmpty || config.clusterSource != nil) && config.clusterTLSCA == nil {
+            throw NodeError(exitCode: 2, "--tls-only with --cluster needs --cluster-tls-ca (peers talk over the plaintext port otherwise, which --tls-only closes)")
+        }
         if config.memcachedPort == nil && config.memcachedTLSPort == nil {
             if !config.memcachedNamespace.isEmpty { throw NodeError(exitCode: 2, "--memcached-namespace needs --memcached-port or --memcached-tls-port") }
             if config.memcachedMemoryOnly { throw NodeError(exitCode: 2, "--memcached-memory-only needs --memcached-port or --memcached-tls-port") }

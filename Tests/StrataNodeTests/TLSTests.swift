@@ -173,6 +173,11 @@ final class TLSTests: XCTestCase {
         let bad = try runCLI(["serve", "--tls-only", "--port", "0", "--data", tempPath()])
         XCTAssertEqual(bad.code, 2)
         XCTAssertTrue(bad.err.contains("--tls-only needs --tls-port"), bad.err)
+        // With --cluster, the peers' plaintext port would be closed: refused without --cluster-tls-ca.
+        let cluster = try runCLI(["serve", "--tls-only", "--tls-port", "0", "--tls-cert", certs.path("node.pem"), "--tls-key", certs.path("node.key"),
+                                  "--port", "0", "--data", tempPath(), "--cluster", "127.0.0.1:1,127.0.0.1:2", "--advertise", "127.0.0.1:1"])
+        XCTAssertEqual(cluster.code, 2, cluster.err)
+        XCTAssertTrue(cluster.err.contains("--tls-only with --cluster needs --cluster-tls-ca"), cluster.err)
     }
 
     func testSIGHUPRotatesTheCertificateUnderLoadWithoutLosingARequest() throws {
