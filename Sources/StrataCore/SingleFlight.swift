@@ -25,3 +25,39 @@ public final class SingleFlight<Key: Hashable, Value>: @unchecked Sendable {
         return (try result.get(), false)
     }
 }
+
+/// Runs an expensive read for many callers at once: at most one `body` runs at a time, and
+/// every caller gets the result of a run that started after it called (so it sees everything
+/// done before its call), shared with the callers who waited beside it. N concurrent callers
+/// cost at most two runs, not N. Thread-safe; a run that throws fails only the callers that
+/// started it or waited for it.
+public final class SharedRun<R>: @unchecked Sendable {
+    private let cond = ConditionLock()
+    private var running = false
+    private var started: UInt64 = 0
+    private var last: (run: UInt64, result: Result<R, Error>)?
+
+    public init() {}
+
+    public func run(_ body: () throws -> R) throws -> R {
+        cond.lock()
+        defer { cond.unlock() }
+        let arrived = started
+        while true {
+            if let l = last, l.run > arrived { return try l.result.get() }
+            if !running {
+                running = true
+                started += 1
+                let mine = started
+                cond.unlock()
+                let r = Result { try body() }
+                cond.lock()
+                last = (mine, r)
+                running = false
+                cond.broadcast()
+                return try r.get()
+            }
+            cond.wait()
+        }
+    }
+}

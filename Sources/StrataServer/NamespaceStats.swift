@@ -41,8 +41,22 @@ enum NamespaceStats {
             return "{" + nameFields(name) + "," + fields(n, items: n.diskItems ?? 0, bytes: n.diskBytes ?? 0) + "}"
         case .top:
             var counters = store.namespaceCounters()
-            if let visible { counters = counters.filter { visible($0.key) } }
-            let usage = try store.namespaceUsage(waitForBacklog: true)
+            var usage: [[UInt8]: (items: Int, bytes: Int)] = [:]
+            if let visible {
+                // A scoped user's view: its own namespaces counted one by one (O(their
+                // items)), never a pass over every tenant's rows — none when it sees none.
+                counters = counters.filter { visible($0.key) }
+                if counters.count <= 64 {
+                    for name in counters.keys {
+                        let n = try store.namespaceStats(name)
+                        usage[name] = (n.diskItems ?? 0, n.diskBytes ?? 0)
+                    }
+                } else {
+                    usage = try store.namespaceUsage(waitForBacklog: true)
+                }
+            } else {
+                usage = try store.namespaceUsage(waitForBacklog: true)
+            }
             let (top, rest) = rank(counters, limit: limit)
             let listed = top.map { name, n in
                 "{" + nameFields(name) + "," + fields(n, items: usage[name]?.items ?? 0, bytes: usage[name]?.bytes ?? 0) + "}"

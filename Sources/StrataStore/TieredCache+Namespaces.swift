@@ -31,11 +31,16 @@ extension TieredCache {
 
     /// Live items on disk and their value bytes, per namespace (namespaces without any are
     /// absent). One pass over every row: O(items) — for admin views and cached metrics. With
-    /// `waitForBacklog`, the log's backlog is applied first, so every acknowledged write counts.
+    /// `waitForBacklog`, the log's backlog is applied first, so every acknowledged write counts;
+    /// such callers share passes (`SharedRun`: one at a time, each caller answered by a pass
+    /// begun after it asked), so concurrent requests cost at most two passes, not one each.
     public func namespaceUsage(waitForBacklog: Bool) throws -> [[UInt8]: (items: Int, bytes: Int)] {
         if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
-        if waitForBacklog { try log.waitApplied(log.end) }
-        return try disk.namespaceUsage()
+        guard waitForBacklog else { return try disk.namespaceUsage() }
+        return try usageScans.run {
+            try log.waitApplied(log.end)
+            return try disk.namespaceUsage()
+        }
     }
 
     static func counters(_ c: NamespaceCounters) -> StoreStats.Namespace {

@@ -155,6 +155,8 @@ public final class TieredCache: @unchecked Sendable {
     /// Per-item write locks (by the item's memory hash): decisions about one item, and the
     /// order its records enter the log, are serialized; other items go on in parallel.
     let writeLocks: [Lock] = (0..<256).map { _ in Lock() }
+    /// Full namespace-usage scans (O(items)) shared by concurrent callers, one at a time.
+    let usageScans = SharedRun<[[UInt8]: (items: Int, bytes: Int)]>()
 
     // MARK: Validation
 

@@ -219,3 +219,46 @@ final class ResidencyTests: XCTestCase {
         XCTAssertTrue(fileIsResident(path + "-missing"))
     }
 }
+
+/// `SharedRun`: concurrent callers share runs (at most two for any number of them), and every
+/// caller's result comes from a run begun after it called.
+final class SharedRunTests: XCTestCase {
+    func testConcurrentCallersShareARunBegunAfterTheyCalled() throws {
+        let shared = SharedRun<Int>()
+        let runs = Counter()
+        let writes = Counter() // "state" a run reads
+        let stale = Counter()
+        let ready = Counter(), finished = Counter()
+        let go = Completion<Void>(), allDone = Completion<Void>()
+        for _ in 0..<16 {
+            startThread(name: "shared-run-test") {
+                ready.add(1)
+                _ = go.wait() // all call together
+                defer { finished.add(1); if finished.load() == 16 { allDone.fulfil(()) } }
+                writes.add(1) // this caller's write, before it asks
+                let seen = writes.load()
+                let r = try? shared.run { () -> Int in
+                    runs.add(1)
+                    let v = writes.load()
+                    usleep(50_000)
+                    return v
+                }
+                if (r ?? 0) < seen { stale.add(1) }
+            }
+        }
+        while ready.load() < 16 { usleep(1_000) }
+        go.fulfil(())
+        _ = allDone.wait()
+        XCTAssertEqual(stale.load(), 0, "no caller got a run that began before its write")
+        XCTAssertLessThanOrEqual(runs.load(), 8, "16 callers shared runs (\(runs.load()))")
+        // One after another, each call runs.
+        let before = runs.load()
+        _ = try shared.run { runs.add(1); return 0 }
+        _ = try shared.run { runs.add(1); return 0 }
+        XCTAssertEqual(runs.load(), before + 2)
+        // A failing run fails its callers, and the next call runs again.
+        struct Boom: Error {}
+        XCTAssertThrowsError(try shared.run { throw Boom() })
+        XCTAssertEqual(try shared.run { 7 }, 7)
+    }
+}
