@@ -49,10 +49,25 @@ extension Connection {
         case .read(let ns): allowed = scopeMemo.rights(user, ns).read
         case .write(let ns): allowed = scopeMemo.rights(user, ns).write
         }
-        if allowed { return true }
+        if allowed {
+            if user.role != .admin, let why = node.versionRefusal(Self.callerVersion(request)) {
+                send(Responses.error(to: f, .invalidArgument, why))
+                return false
+            }
+            return true
+        }
         node.stats.forbidden.add(1, ordering: .relaxed)
         send(Responses.error(to: f, .forbidden, user.refusal(request, opcode: f.opcode) ?? "forbidden"))
         return false
+    }
+
+    /// The version a request asks its write to take, if it names one.
+    static func callerVersion(_ r: Request) -> UInt64? {
+        switch r {
+        case .set(let s): return s.version
+        case let .delete(_, _, _, version, _), let .flush(_, _, _, version), let .invalidate(_, _, _, version): return version
+        default: return nil
+        }
     }
 
     /// Brings `user` up to date after a credentials reload: the same name with the same token

@@ -182,6 +182,10 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                         batch.append(.error("CLIENT_ERROR forbidden: user '\(user.name)' may only read", consumed: used, swallow: 0, close: false))
                         continue
                     }
+                    if user.role != .admin, let why = node.versionRefusal(listener.callerVersion(c)) {
+                        batch.append(.error("CLIENT_ERROR \(why)", consumed: used, swallow: 0, close: false))
+                        continue
+                    }
                     if case .flushAll = c {
                         node.audit("flush", user: user.name, peer: peer, [("namespace", logSafe(listener.namespace)), ("all", "0"),
                                                                            ("tiers", "0"), // flush_all empties both tiers

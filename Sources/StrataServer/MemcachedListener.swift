@@ -88,6 +88,12 @@ final class MemcachedListener: Sendable {
         }
     }
 
+    /// The version a meta command asks its write to take (`E`), if it names one.
+    func callerVersion(_ c: MemcachedCommand) -> UInt64? {
+        guard case .meta(let m) = c, m.verb == .set || m.verb == .delete || m.verb == .arithmetic else { return nil }
+        return m.number("E").uint64
+    }
+
     /// Whether `c` may run on an event loop thread: it cannot wait on SQLite or the log, nor
     /// validate an image.
     func runsOnLoop(_ c: MemcachedCommand) -> Bool {

@@ -51,6 +51,21 @@ extension Node {
 
     /// Records an admin operation: `level=audit event=audit action=… user=… peer=…` plus
     /// `fields`. Written whatever `--log-level` says.
+    /// How far ahead of this node's clock a version a user other than admin names may be.
+    /// Versions order every write and a node's clock never falls behind one it took, so a
+    /// tenant's far-future version would re-stamp every other tenant's writes and stretch
+    /// `--max-age` (an outside review moved a cluster's clocks 23.9 h ahead with one SET):
+    /// only admin — the cluster's own peers, a single-token node — keeps the store's 24 h.
+    static let userVersionSkewMicros: UInt64 = 5_000_000
+
+    /// Why a caller version from a user other than admin is refused, or nil.
+    func versionRefusal(_ v: UInt64?) -> String? {
+        guard let v else { return nil }
+        let limit = UInt64(max(0, store.clock.nowMicros())) &+ Self.userVersionSkewMicros
+        guard v > limit else { return nil }
+        return "version \(v) is more than \(Self.userVersionSkewMicros / 1_000_000) s ahead of this node's clock (users other than admin may not name a later one)"
+    }
+
     func audit(_ action: String, user: String, peer: String, _ fields: [(String, String)] = []) {
         log.audit(action, user: user, peer: peer, fields)
     }

@@ -111,6 +111,44 @@ final class CredentialsTests: XCTestCase {
         XCTAssertEqual(try admin.get(b("k"), namespace: b("other"))?.value, b("theirs"))
     }
 
+    /// Outside review sec2: one readwrite user's SET with a version 23.9 h ahead moved the
+    /// node's clock (and, by handoff, the cluster's) so far that every tenant's later writes
+    /// carried it. Users other than admin may name versions at most 5 s ahead; admin (the
+    /// cluster's peers, a single token) keeps the 24 h allowance.
+    func testOnlyAdminMayNameAVersionFarAhead() throws {
+        let dir = TempDir()
+        let node = try startNode(dir, extra: ["--memcached-port", "0", "--memcached-namespace", "app1"])
+        let rw = try node.connect(token: b("t-rw"))
+        let admin = try node.connect(token: b("t-ops"))
+        let now = UInt64(Date().timeIntervalSince1970 * 1_000_000)
+        let hour: UInt64 = 3_600_000_000
+        var s = SetRequest(key: b("k"), value: b("v"), namespace: b("app1"))
+        s.version = now + 23 * hour
+        let far = try rw.call(.set(s))
+        XCTAssertEqual(far.statusCode, .invalidArgument)
+        XCTAssertTrue(String(decoding: far.value, as: UTF8.self).contains("more than 5 s ahead"), String(decoding: far.value, as: UTF8.self))
+        for r: Request in [.delete(namespace: b("app1"), key: b("k"), tiers: 0, version: now + hour, writeBehind: false),
+                           .flush(namespace: b("app1"), all: false, tiers: 0, version: now + hour),
+                           .invalidate(namespace: b("app1"), key: b("k"), tiers: 0, version: now + hour)] {
+            XCTAssertEqual(try rw.call(r).statusCode, .invalidArgument, "\(r)")
+        }
+        s.version = now + 1_000_000 // a second ahead: a client's clock may be
+        XCTAssertEqual(try rw.call(.set(s)).statusCode, .ok)
+        // The node's next version is not dragged ahead: a plain write stays near the wall clock.
+        XCTAssertEqual(try rw.call(.set(SetRequest(key: b("plain"), value: b("v"), namespace: b("app1")))).statusCode, .ok)
+        let plain = try Responses.parseMeta(rw.call(.meta(namespace: b("app1"), key: b("plain"), tiers: 0)))
+        XCTAssertLessThan(plain.version, now + 60_000_000)
+        var a = SetRequest(key: b("k2"), value: b("v"), namespace: b("other"))
+        a.version = now + hour
+        XCTAssertEqual(try admin.call(.set(a)).statusCode, .ok, "admin keeps the store's 24 h")
+        // memcached's E, the same rule.
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort))
+        mc.send("set auth 0 0 6\r\nx t-rw\r\nms m 1 E\(now + hour)\r\nv\r\nms m 1 E\(now + 1_000_000)\r\nw\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertTrue(mc.line().hasPrefix("CLIENT_ERROR version "))
+        XCTAssertEqual(mc.line(), "HD")
+    }
+
     func testStatsOfNamespacesListOnlyTheUsersOwn() throws {
         let dir = TempDir()
         let node = try startNode(dir)
