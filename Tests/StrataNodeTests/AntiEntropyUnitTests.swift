@@ -2,6 +2,7 @@ import XCTest
 import StrataClient
 import StrataCore
 @testable import StrataServer
+import StrataStore
 
 /// The anti-entropy thread's pacing (`AntiEntropy.wait`), without sleeping.
 final class AntiEntropyUnitTests: XCTestCase {
@@ -106,5 +107,37 @@ final class AntiEntropyUnitTests: XCTestCase {
             if test([], key) { shared += 1 }
         }
         XCTAssertTrue(shared > 100, "R = 2 of 4: a sixth of the keys or so, got \(shared)")
+    }
+}
+
+/// Outside review sec2: marks are never dropped before their lifetime. With the table full, a
+/// mark of a new namespace is refused (the caller answers BUSY) and the others stay; once the
+/// oldest has lived its lifetime it makes room.
+final class FlushMarkBoundTests: XCTestCase {
+    func testAFullTableRefusesANewMarkAndKeepsEveryLiveOne() throws {
+        let dir = TempDir()
+        let clock = ManualClock()
+        var config = StoreConfiguration(directory: dir.path + "/data")
+        config.tombstoneTTL = 3_600
+        let store = try TieredCache(configuration: config, clock: clock)
+        defer { store.close() }
+        let marks = FlushMarks(store: store, directory: dir.path, log: Logger(level: .error), maxMarks: 3)
+        let t0 = UInt64(clock.nowMicros())
+        for i in 0..<3 { XCTAssertTrue(marks.record(Array("victim\(i)".utf8), t0 + UInt64(i))) }
+        XCTAssertFalse(marks.hasRoom(for: Array("attacker".utf8)))
+        XCTAssertFalse(marks.record(Array("attacker".utf8), t0 + 10), "no room: refused, nothing dropped")
+        for i in 0..<3 { XCTAssertEqual(marks.floor(Array("victim\(i)".utf8)), t0 + UInt64(i), "victim\(i) kept") }
+        XCTAssertTrue(marks.hasRoom(for: Array("victim1".utf8)), "a namespace that has a mark can always take a newer one")
+        XCTAssertTrue(marks.record(Array("victim1".utf8), t0 + 20))
+        // FLUSH ALL: its floor covers every namespace, even past the room.
+        XCTAssertTrue(marks.record(nil, t0 + 30, known: [Array("attacker".utf8)]))
+        XCTAssertEqual(marks.floor(Array("attacker".utf8)), t0 + 30)
+        // Past the lifetime the old marks make room.
+        clock.advance(seconds: 3_601)
+        XCTAssertTrue(marks.hasRoom(for: Array("attacker".utf8)))
+        XCTAssertTrue(marks.record(Array("attacker".utf8), UInt64(clock.nowMicros())))
+        // After a restart the file gives the same marks.
+        let again = FlushMarks(store: store, directory: dir.path, log: Logger(level: .error), maxMarks: 3)
+        XCTAssertEqual(again.floor(Array("attacker".utf8)), UInt64(clock.nowMicros()) - 0)
     }
 }

@@ -11,9 +11,14 @@ extension Dispatcher {
     @discardableResult
     func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers) throws -> UInt64 {
         var mark: (version: UInt64, known: [[UInt8]])? = nil
-        if flushMarks != nil && t.contains(.disk) {
+        if let m = flushMarks, t.contains(.disk) {
             let known = store.namespaceNames()
-            if all || known.contains(ns) { mark = (store.nextVersion(), known) }
+            if all || known.contains(ns) {
+                guard all || m.hasRoom(for: ns) else {
+                    throw StoreError(.busy, "this node holds \(m.maxMarks) flush marks younger than the tombstone lifetime (\(Int(store.configuration.tombstoneTTL)) s), none of this namespace: the flush would leave no mark, and a node that missed it could bring its items back; retry once the oldest mark has expired; nothing was flushed")
+                }
+                mark = (store.nextVersion(), known)
+            }
         }
         if all { try store.flushAll(tiers: t) } else { try store.flush(namespace: ns, tiers: t) }
         leases.revokeAll(namespace: all ? nil : ns)
@@ -47,6 +52,9 @@ extension Dispatcher {
         }
         let held = floors.held(ns)
         if held > 0 && held >= version { return false }
+        if let ns, !m.hasRoom(for: ns) {
+            throw StoreError(.busy, "this node holds \(m.maxMarks) flush marks younger than the tombstone lifetime, none of this namespace: retry once the oldest has expired; nothing was flushed")
+        }
         try store.observe(version: version)
         guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : []) else { return false }
         leases.revokeAll(namespace: ns)

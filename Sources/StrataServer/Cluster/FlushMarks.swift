@@ -23,8 +23,12 @@ import StrataStore
 ///   the peer that sent it learns of the flush.
 ///
 /// Marks live as long as tombstones (`tombstoneTTL`, 24 h by default: a node away longer may
-/// bring flushed items back, as with deletes), at most one per namespace and `maxMarks` in all
-/// (the oldest dropped first), and are kept in
+/// bring flushed items back, as with deletes), at most one per namespace and `maxMarks` in all.
+/// A mark is never dropped before its lifetime: one that ended is dropped to make room, and
+/// with `maxMarks` marks in force a FLUSH that needs a new one is refused (BUSY) — dropping the
+/// oldest instead let one tenant's 10,000 flushes of its own namespaces push out another's
+/// mark, whose flushed items then came back from a node that missed the flush (an outside
+/// review). The marks are kept in
 /// `DIR/flush-marks` (a line appended and fsynced per new mark, the file rewritten once it is
 /// twice the marks; read at start). Cost: nothing on
 /// a node without marks; a dictionary probe per synced entry and per versioned write with them.
@@ -62,8 +66,9 @@ final class FlushMarks: @unchecked Sendable {
         var live: [([UInt8], UInt64)] { marks.filter { $0.value > expired }.map { ($0.key, $0.value) } }
     }
 
-    /// The most marks kept (one per namespace); past it the oldest are dropped.
-    static let maxMarks = 10_000
+    /// The most marks kept (one per namespace, ~100 B each).
+    static let defaultMaxMarks = 100_000
+    let maxMarks: Int
 
     let store: TieredCache
     let path: String
@@ -72,8 +77,8 @@ final class FlushMarks: @unchecked Sendable {
     private var marks: [[UInt8]: UInt64] = [:]
     private var all: UInt64 = 0
 
-    init(store: TieredCache, directory: String, log: Logger) {
-        self.store = store; self.log = log
+    init(store: TieredCache, directory: String, log: Logger, maxMarks: Int = FlushMarks.defaultMaxMarks) {
+        self.store = store; self.log = log; self.maxMarks = max(1, maxMarks)
         path = directory + "/flush-marks"
         load()
     }
@@ -114,17 +119,29 @@ final class FlushMarks: @unchecked Sendable {
                 lines.append(Self.line(ns, version))
             }
             if let ns = namespace {
+                guard roomLocked(for: ns) else { return false }
                 mark(ns)
             } else {
                 if all < version { all = version; lines.append("* \(version)") }
-                for ns in known { mark(ns) }
+                // Namespaces past the room keep FLUSH ALL's floor, which lives as long.
+                for ns in known where roomLocked(for: ns) { mark(ns) }
             }
             guard !lines.isEmpty else { return false }
-            // Bounded: past `maxMarks` the oldest marks go (as if they had expired).
-            while marks.count > Self.maxMarks, let oldest = marks.min(by: { $0.value < $1.value }) { marks[oldest.key] = nil }
             persist(lines)
             return true
         }
+    }
+
+    /// Whether a mark of `namespace` can be recorded: it has one, or fewer than `maxMarks`
+    /// are in force (marks whose lifetime ended are dropped to make room).
+    func hasRoom(for namespace: [UInt8]) -> Bool { lock.withLock { roomLocked(for: namespace) } }
+
+    private func roomLocked(for ns: [UInt8]) -> Bool {
+        if marks[ns] != nil || marks.count < maxMarks { return true }
+        let now = UInt64(max(0, store.clock.nowMicros()))
+        let expired = now > lifetimeMicros ? now - lifetimeMicros : 0
+        marks = marks.filter { $0.value > expired }
+        return marks.count < maxMarks
     }
 
     /// Sweeps run here, one at a time, off the request's thread.
@@ -196,7 +213,10 @@ final class FlushMarks: @unchecked Sendable {
             marks[ns] = max(marks[ns] ?? 0, v)
             fileLines += 1
         }
-        while marks.count > Self.maxMarks, let oldest = marks.min(by: { $0.value < $1.value }) { marks[oldest.key] = nil }
+        // A file from a build that kept more: the newest marks, as they were kept.
+        if marks.count > maxMarks {
+            marks = Dictionary(uniqueKeysWithValues: marks.sorted { $0.value > $1.value }.prefix(maxMarks).map { ($0.key, $0.value) })
+        }
     }
 
     private static func line(_ ns: [UInt8], _ v: UInt64) -> String { "\(ns.isEmpty ? "-" : ns.hexString) \(v)" }
