@@ -24,7 +24,7 @@ extension WireExpiry {
 
 func status(for e: StoreError) -> Status {
     switch e.code {
-    case .invalidKey, .invalidNamespace, .invalidArgument: return .invalidArgument
+    case .invalidKey, .invalidNamespace, .invalidArgument, .tooManyNamespaces: return .invalidArgument
     case .valueTooLarge, .extendedTooLarge: return .tooLarge
     case .diskFull: return .diskFull
     case .closed: return .shuttingDown

@@ -151,6 +151,7 @@ public final class Node: @unchecked Sendable {
         sc.memoryCountLimit = config.memoryCountLimit ?? Int.max
         sc.diskCountLimit = config.diskCountLimit ?? Int.max
         sc.memoryAgeLimit = config.idleAge ?? 0
+        sc.maxNamespaces = config.maxNamespaces
         if let scope = config.memoryCompression { sc.memoryCompression = { scope.contains($0) } }
         sc.diskAgeLimit = config.idleAge ?? 0
         sc.maxWriteBehindBytes = config.maxWriteBehindBytes

@@ -24,6 +24,9 @@ public struct NodeConfiguration: Sendable {
     public var idleAge: Double? = nil
     /// `--namespace-stats-limit`: namespaces listed by STATS `namespaces` and /metrics.
     public var namespaceStatsLimit = 100
+    /// `--max-namespaces`: namespaces the node tracks at most (a write to a new one past it is
+    /// refused).
+    public var maxNamespaces = 1_000_000
     /// Event loops; 0 = one per core.
     public var threads = 0
     /// Threads that run disk-tier work (each waits on SQLite or a group commit).

@@ -97,6 +97,17 @@ extension TieredCache {
         return o
     }
 
+    /// The registry's entry for a namespace a write names, made when new — unless the store
+    /// already knows `maxNamespaces` (each costs ~0.5 KiB outside the memory limit: one tenant
+    /// writing an item into each of 1,000,000 namespaces added ~500 MiB, an outside review).
+    func namespaceEntry(_ namespace: [UInt8]) throws -> NamespaceRegistry.Entry {
+        if let e = registry.lookup(namespace) { return e }
+        guard registry.count < configuration.maxNamespaces else {
+            throw StoreError(.tooManyNamespaces, "this node holds its limit of \(configuration.maxNamespaces) namespaces (--max-namespaces): a write to a new namespace is refused; nothing was stored")
+        }
+        return registry.entry(namespace)
+    }
+
     /// Picks the state that decides a write: the newer of what memory and disk hold.
     static func newest(_ a: ItemState?, _ b: ItemState?) -> ItemState? {
         guard let a else { return b }
@@ -117,7 +128,7 @@ extension TieredCache {
         if registry.lookup(namespace) == nil && Self.onlyChangesExisting(op) {
             return WriteRules.decide(op, existing: nil, now: clock.nowMicros(), newVersion: 0).0
         }
-        let ns = registry.entry(namespace)
+        let ns = try namespaceEntry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
         if case .set = op { ns.counters.sets.add(1, ordering: .relaxed) }
         let loc = memory.locate(tag: ns.tag, key: key)
@@ -329,7 +340,7 @@ extension TieredCache {
             return
         }
         let op = try setOp(value, options)
-        let ns = registry.entry(namespace)
+        let ns = try namespaceEntry(namespace)
         ns.counters.writes.add(1, ordering: .relaxed)
         ns.counters.sets.add(1, ordering: .relaxed)
         let loc = memory.locate(tag: ns.tag, key: key)

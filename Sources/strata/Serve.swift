@@ -21,7 +21,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest] [--pause-threshold 2]
                     [--max-age SECONDS] [--memory-count-limit N] [--disk-count-limit N]
-                    [--idle-age SECONDS] [--namespace-stats-limit 100] [--memory-compression NS,prefix*,…]
+                    [--idle-age SECONDS] [--namespace-stats-limit 100] [--max-namespaces 1000000]
+                    [--memory-compression NS,prefix*,…]
                     [--max-output-bytes 256MiB] [--max-buffered-bytes 1GiB] [--max-write-behind-bytes 64MiB]
                     [--image-decode-limit 128MiB]
                     [--memcached-port PORT] [--memcached-namespace NAME] [--memcached-memory-only]
@@ -82,7 +83,7 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-output-bytes", "max-buffered-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
                                "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca",
-                               "cluster-refresh", "disk-reads-on-loop", "memory-compression"]
+                               "cluster-refresh", "disk-reads-on-loop", "memory-compression", "max-namespaces"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -295,6 +296,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try seconds("idle-age") { c.idleAge = v > 0 ? v : nil }
     if let v = try int("memory-count-limit") { c.memoryCountLimit = v > 0 ? v : nil }
     if let v = try int("disk-count-limit") { c.diskCountLimit = v > 0 ? v : nil }
+    if let v = try int("max-namespaces", min: 1) { c.maxNamespaces = v }
     if let v = try int("namespace-stats-limit", min: 1) {
         guard v <= 1000 else { throw UsageError(message: "--namespace-stats-limit must be 1…1000, got \(v)") }
         c.namespaceStatsLimit = v

@@ -153,3 +153,24 @@ final class MemoryCompressionTests: XCTestCase {
         XCTAssertEqual(memoryHit(f, Array("d".utf8), ns: Array("json".utf8)), doc)
     }
 }
+
+/// `StoreConfiguration.maxNamespaces`: a write to a new namespace past the bound stores nothing
+/// and says why; known namespaces keep working (outside review sec2: 1,000,000 namespaces from
+/// one tenant cost ~500 MiB outside the memory limit).
+final class NamespaceCountBoundTests: XCTestCase {
+    func testAWriteToANewNamespacePastTheBoundIsRefused() throws {
+        let f = try StoreFixture { $0.maxNamespaces = 3 }
+        for ns in ["a", "b", "c"] { _ = try f.store.set(Array("k".utf8), Array("v".utf8), namespace: Array(ns.utf8)) }
+        XCTAssertThrowsError(try f.store.set(Array("k".utf8), Array("v".utf8), namespace: Array("d".utf8))) {
+            XCTAssertEqual(($0 as? StoreError)?.code, .tooManyNamespaces)
+            XCTAssertTrue("\($0)".contains("--max-namespaces"), "\($0)")
+        }
+        XCTAssertNil(try f.store.get(Array("k".utf8), namespace: Array("d".utf8)))
+        XCTAssertEqual(f.store.namespaceCounters().count, 3, "nothing recorded for it")
+        _ = try f.store.set(Array("k2".utf8), Array("v".utf8), namespace: Array("a".utf8))
+        XCTAssertEqual(try f.store.get(Array("k2".utf8), namespace: Array("a".utf8))?.value, Array("v".utf8))
+        // The loop's asynchronous sets take the same bound.
+        XCTAssertThrowsError(try f.store.submitSet(Array("k".utf8), Array("v".utf8), namespace: Array("e".utf8), options: SetOptions()) { _ in })
+        XCTAssertNil(try f.store.get(Array("k".utf8), namespace: Array("e".utf8)))
+    }
+}

@@ -21,6 +21,9 @@ public struct StoreConfiguration: Sendable {
     /// The namespaces whose memory records hold their values compressed with a zstd
     /// dictionary trained from the namespace's first values (`MemoryCompression`); nil: none.
     public var memoryCompression: (@Sendable ([UInt8]) -> Bool)? = nil
+    /// Namespaces the store tracks at most: a write that would add one more is refused
+    /// (`tooManyNamespaces`). Each costs ~0.5 KiB outside the memory limit.
+    public var maxNamespaces = 1_000_000
     /// The values (and bytes) a namespace's dictionary is trained from.
     public var memoryCompressionSamples = 1_000
     public var memoryCompressionSampleBytes = 128 << 10

@@ -20,6 +20,8 @@ public struct StoreError: Error, CustomStringConvertible, Sendable, Equatable {
         public static let corrupt = Code(raw: "corrupt")
         public static let closed = Code(raw: "closed")
         public static let invalidArgument = Code(raw: "invalid_argument")
+        /// A write to a new namespace past `StoreConfiguration.maxNamespaces` (nothing done).
+        public static let tooManyNamespaces = Code(raw: "too_many_namespaces")
         /// Held back by a capacity bound for too long (nothing done): retry later.
         public static let busy = Code(raw: "busy")
     }
