@@ -20,13 +20,19 @@ public final class Zstd: @unchecked Sendable {
 
     /// Compresses `input`; nil when the result would not be smaller than `maxOutput` bytes.
     public func compress(_ input: UnsafeRawBufferPointer, maxOutput: Int) -> [UInt8]? {
+        compressed(maxOutput: maxOutput) { ctx, out in ZSTD_compressCCtx(ctx, out, maxOutput, input.baseAddress, input.count, level) }
+    }
+
+    /// Runs one compression on a pooled context into a new array of at most `maxOutput` bytes;
+    /// nil when zstd fails (the output would not fit).
+    fileprivate func compressed(maxOutput: Int, _ run: (OpaquePointer, UnsafeMutableRawPointer?) -> Int) -> [UInt8]? {
         guard maxOutput > 0 else { return nil }
         let ctx: OpaquePointer? = lock.withLock { cctxs.popLast() } ?? ZSTD_createCCtx()
         guard let ctx else { return nil }
         defer { lock.withLock { cctxs.append(ctx) } }
         var written = 0
         let out = [UInt8](unsafeUninitializedCapacity: maxOutput) { buf, count in
-            let r = ZSTD_compressCCtx(ctx, buf.baseAddress, maxOutput, input.baseAddress, input.count, level)
+            let r = run(ctx, buf.baseAddress)
             if ZSTD_isError(r) != 0 { count = 0; written = -1 } else { count = r; written = r }
         }
         return written > 0 ? out : nil
@@ -106,16 +112,9 @@ extension Zstd {
     /// Compresses `input` with `dictionary` into a frame that records the content size and the
     /// dictionary's id; nil when the frame would not be smaller than `maxOutput` bytes.
     public func compress(_ input: UnsafeRawBufferPointer, dictionary: ZstdDictionary, maxOutput: Int) -> [UInt8]? {
-        guard maxOutput > 0 else { return nil }
-        let ctx: OpaquePointer? = lock.withLock { cctxs.popLast() } ?? ZSTD_createCCtx()
-        guard let ctx else { return nil }
-        defer { lock.withLock { cctxs.append(ctx) } }
-        var written = 0
-        let out = [UInt8](unsafeUninitializedCapacity: maxOutput) { buf, count in
-            let r = ZSTD_compress_usingCDict(ctx, buf.baseAddress, maxOutput, input.baseAddress, input.count, dictionary.cdict)
-            if ZSTD_isError(r) != 0 { count = 0; written = -1 } else { count = r; written = r }
+        compressed(maxOutput: maxOutput) { ctx, out in
+            ZSTD_compress_usingCDict(ctx, out, maxOutput, input.baseAddress, input.count, dictionary.cdict)
         }
-        return written > 0 ? out : nil
     }
 
     /// The content size a frame's header records and the dictionary id it names (0: none);
