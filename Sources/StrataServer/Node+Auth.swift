@@ -67,7 +67,9 @@ extension Node {
     }
 
     func audit(_ action: String, user: String, peer: String, _ fields: [(String, String)] = []) {
-        log.audit(action, user: user, peer: peer, fields)
+        let (write, suppressed) = auditBudget.take(user, second: Int64(monotonicSeconds()))
+        if suppressed > 0 { log.audit("audit_suppressed", user: user, peer: peer, [("count", String(suppressed))]) }
+        if write { log.audit(action, user: user, peer: peer, fields) }
     }
 
 

@@ -34,6 +34,8 @@ public final class Node: @unchecked Sendable {
     let credentials: CredentialStore
     /// Failed authentications per source address, and the delays they earn (Node+Auth.swift).
     let authThrottle: AuthThrottle
+    /// Bounds each user's audit lines (`Node.audit`).
+    let auditBudget = AuditBudget()
     /// The node's cluster (`--cluster`), nil without one; its anti-entropy thread once started.
     let cluster: ClusterView?
     var antiEntropy: AntiEntropy?

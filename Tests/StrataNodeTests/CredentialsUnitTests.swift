@@ -145,3 +145,18 @@ final class CredentialsUnitTests: XCTestCase {
         XCTAssertEqual(logSafe([]), "")
     }
 }
+
+/// Outside review sec2: a readwrite user's flushes wrote ~18,000 audit lines a second.
+final class AuditBudgetTests: XCTestCase {
+    func testAUsersLinesPastTheBoundAreCountedAndReportedWithItsNextLine() {
+        let b = AuditBudget()
+        var written = 0
+        for _ in 0..<150 { if b.take("app", second: 10).write { written += 1 } }
+        XCTAssertEqual(written, AuditBudget.perSecond)
+        XCTAssertTrue(b.take("ops", second: 10).write, "another user has its own budget")
+        let next = b.take("app", second: 11)
+        XCTAssertTrue(next.write)
+        XCTAssertEqual(next.report, 50, "the suppressed lines are reported")
+        XCTAssertEqual(b.take("app", second: 11).report, 0, "once")
+    }
+}
