@@ -154,7 +154,10 @@ public final class Node: @unchecked Sendable {
         sc.diskCountLimit = config.diskCountLimit ?? Int.max
         sc.memoryAgeLimit = config.idleAge ?? 0
         sc.maxNamespaces = config.maxNamespaces
-        if let scope = config.memoryCompression { sc.memoryCompression = { scope.contains($0) } }
+        if let scope = config.memoryCompression {
+            sc.memoryCompression = { scope.contains($0) }
+            sc.memoryCompressionExact = scope.exact
+        }
         sc.diskAgeLimit = config.idleAge ?? 0
         sc.maxWriteBehindBytes = config.maxWriteBehindBytes
         // Large values are read one gate-full at a time, not while unsent output is over its

@@ -55,7 +55,7 @@ public final class TieredCache: @unchecked Sendable {
         self.clock = clock
         self.hlc = HybridLogicalClock(clock: clock)
         self.maxAge = MaxAge(seconds: configuration.maxAge)
-        self.memory = MemoryTier(config: configuration)
+        self.memory = MemoryTier(config: configuration, clock: clock)
         if let c = memory.compression { registry.compressionFor = { c.namespace($0) } }
         let directory = configuration.directory
         floor = SpaceFloor(floor: configuration.freeSpaceFloor ?? SpaceFloor.defaultFloor(filesystemBytes: filesystem ?? Int.max),

@@ -229,13 +229,19 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     }
     if let v = try bool("memcached-memory-only") { c.memcachedMemoryOnly = v }
     if let v = s["memory-compression"] {
-        // Comma-separated names and `prefix*` patterns; `""` is the default namespace, `*` every one.
-        let patterns = v.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
-        guard !patterns.contains(where: \.isEmpty) else {
-            throw UsageError(message: "--memory-compression takes namespace names and prefix* patterns separated by commas (\"\" for the default namespace, * for all), got '\(v)'")
+        // Comma-separated names and `prefix*` patterns; `""` is the default namespace, `*` every
+        // one; an empty value, none (so a config file's list can be turned off).
+        let patterns = v.trimmingCharacters(in: .whitespaces).isEmpty ? []
+            : v.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        let usage = "--memory-compression takes namespace names and prefix* patterns separated by commas (\"\" for the default namespace, * for all; an empty value for none)"
+        for p in patterns {
+            guard !p.isEmpty else { throw UsageError(message: "\(usage), got '\(v)': an empty entry") }
+            let body = p.hasSuffix("*") ? String(p.dropLast()) : p
+            guard !body.contains("*") else { throw UsageError(message: "\(usage), got '\(p)': * only ends a pattern") }
+            guard p == "\"\"" || !body.contains("\"") else { throw UsageError(message: "\(usage), got '\(p)': quotes only as \"\" (the default namespace)") }
+            guard body.utf8.count <= 64 else { throw UsageError(message: "\(usage), got '\(p)': a namespace name is at most 64 bytes") }
         }
-        guard patterns.allSatisfy({ $0.utf8.count <= 66 }) else { throw UsageError(message: "--memory-compression: a namespace name is at most 64 bytes, got '\(v)'") }
-        c.memoryCompression = NamespaceScope(patterns: patterns.map { $0 == "\"\"" ? "" : $0 })
+        c.memoryCompression = patterns.isEmpty ? nil : NamespaceScope(patterns: patterns.map { $0 == "\"\"" ? "" : $0 })
     }
     if let v = try int("tls-port") {
         guard v <= 65535 else { throw UsageError(message: "--tls-port must be 0…65535, got \(v)") }

@@ -174,3 +174,85 @@ final class NamespaceCountBoundTests: XCTestCase {
         XCTAssertNil(try f.store.get(Array("k".utf8), namespace: Array("e".utf8)))
     }
 }
+
+/// Outside review op3: with a pattern, every new namespace kept its samples (up to 128 KiB)
+/// forever, trainings refused while another ran were lost, and a pattern's namespaces could
+/// take every dictionary from one named exactly.
+final class MemoryCompressionBoundTests: XCTestCase {
+    func fixture(exact: [String] = []) throws -> StoreFixture {
+        try StoreFixture {
+            $0.memoryCompression = { $0.starts(with: Array("t-".utf8)) || $0 == Array("named".utf8) }
+            $0.memoryCompressionExact = Set(exact.map { Array($0.utf8) })
+            $0.memoryCompressionSamples = 100
+        }
+    }
+
+    func waitForDictionaries(_ f: StoreFixture, _ n: Int) {
+        let until = Date().addingTimeInterval(60)
+        while f.store.stats().memoryDictionaries < n && Date() < until { usleep(5_000) }
+    }
+
+    /// At most 8 namespaces hold samples at once; many filling together all get trained.
+    func testCollectorsAreBoundedAndEveryNamespaceIsTrainedInTurn() throws {
+        let f = try fixture()
+        let mc = try XCTUnwrap(f.store.memory.compression)
+        var rng = SplitMix(seed: 9)
+        for round in 0..<160 {
+            for n in 0..<20 {
+                _ = try f.store.set(Array("k\(round)".utf8), MemoryCompressionTests.document(round, &rng), namespace: Array("t-\(n)".utf8),
+                                    options: SetOptions(tiers: .memory))
+            }
+            XCTAssertLessThanOrEqual(mc.collecting, MemoryCompression.maxCollectors)
+        }
+        // Namespaces 0–7 filled first; the rest took the freed slots on later writes.
+        for round in 160..<700 where f.store.stats().memoryDictionaries + mc.collecting < 20 {
+            for n in 0..<20 {
+                _ = try f.store.set(Array("k\(round)".utf8), MemoryCompressionTests.document(round, &rng), namespace: Array("t-\(n)".utf8),
+                                    options: SetOptions(tiers: .memory))
+            }
+        }
+        waitForDictionaries(f, 20)
+        XCTAssertEqual(f.store.stats().memoryDictionaries, 20, "every namespace trained, none lost to a busy trainer")
+        XCTAssertEqual(mc.collecting, 0)
+    }
+
+    /// A collector that does not fill within a minute gives its slot up (or trains on what it
+    /// has): a few values in many namespaces hold no memory for good.
+    func testASlowCollectorGivesItsSlotUp() throws {
+        let f = try fixture()
+        let mc = try XCTUnwrap(f.store.memory.compression)
+        var rng = SplitMix(seed: 4)
+        for n in 0..<30 {
+            for i in 0..<5 { _ = try f.store.set(Array("k\(i)".utf8), MemoryCompressionTests.document(i, &rng), namespace: Array("t-\(n)".utf8)) }
+        }
+        XCTAssertEqual(mc.collecting, MemoryCompression.maxCollectors, "8 hold samples; 22 wait")
+        f.clock.advance(seconds: Double(MemoryCompression.collectSeconds + 1))
+        for n in 0..<8 { _ = try f.store.set(Array("late".utf8), MemoryCompressionTests.document(n, &rng), namespace: Array("t-\(n)".utf8)) }
+        XCTAssertEqual(mc.collecting, 0, "5 samples each after a minute: slots given up")
+        _ = try f.store.set(Array("k".utf8), MemoryCompressionTests.document(1, &rng), namespace: Array("t-29".utf8))
+        XCTAssertEqual(mc.collecting, 1, "another namespace takes a slot")
+    }
+
+    /// Past the 64 dictionaries of pattern-matched namespaces, a namespace named exactly still
+    /// gets its own.
+    func testANamespaceNamedExactlyIsNotCrowdedOutByAPattern() throws {
+        let f = try fixture(exact: ["named"])
+        var rng = SplitMix(seed: 2)
+        for batch in 0..<9 {
+            for i in 0..<100 {
+                for n in (batch * 8)..<min(72, batch * 8 + 8) {
+                    _ = try f.store.set(Array("k\(i)".utf8), MemoryCompressionTests.document(i, &rng), namespace: Array("t-\(n)".utf8),
+                                        options: SetOptions(tiers: .memory))
+                }
+            }
+        }
+        waitForDictionaries(f, MemoryCompression.maxDictionaries)
+        XCTAssertEqual(f.store.stats().memoryDictionaries, MemoryCompression.maxDictionaries, "the pattern's share is full")
+        for i in 0..<100 {
+            _ = try f.store.set(Array("k\(i)".utf8), MemoryCompressionTests.document(i, &rng), namespace: Array("named".utf8), options: SetOptions(tiers: .memory))
+        }
+        waitForDictionaries(f, MemoryCompression.maxDictionaries + 1)
+        XCTAssertEqual(f.store.stats().memoryDictionaries, MemoryCompression.maxDictionaries + 1, "the named namespace got its own")
+        XCTAssertTrue(f.log.all.contains { $0.contains("event=memory_dictionary_trained namespace=\"named\"") }, "training is logged")
+    }
+}

@@ -15,7 +15,7 @@ final class MemoryTier: @unchecked Sendable {
     /// Dictionaries of the namespaces whose values are held compressed (nil: none are).
     let compression: MemoryCompression?
 
-    init(config: StoreConfiguration) {
+    init(config: StoreConfiguration, clock: any Clock) {
         var n = 1
         while n < max(1, config.memoryShards) { n <<= 1 }
         let countShare = config.memoryCountLimit == Int.max ? Int.max : max(1, config.memoryCountLimit / n)
@@ -30,8 +30,12 @@ final class MemoryTier: @unchecked Sendable {
         }
         shardMask = n - 1
         maxRecordBytes = costShare
-        compression = config.memoryCompression.map {
-            MemoryCompression(includes: $0, sampleCount: config.memoryCompressionSamples, sampleBytes: config.memoryCompressionSampleBytes)
+        // Nothing to compress without a memory tier (--memory-limit 0).
+        let exact = config.memoryCompressionExact
+        compression = costShare == 0 ? nil : config.memoryCompression.map { includes in
+            MemoryCompression(match: { includes($0) ? exact.contains($0) : nil },
+                              sampleCount: config.memoryCompressionSamples, sampleBytes: config.memoryCompressionSampleBytes,
+                              clock: clock, log: config.log)
         }
         for s in shards { s.compression = compression }
         unretained = .allocate(capacity: n)

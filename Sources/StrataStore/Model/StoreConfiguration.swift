@@ -21,6 +21,9 @@ public struct StoreConfiguration: Sendable {
     /// The namespaces whose memory records hold their values compressed with a zstd
     /// dictionary trained from the namespace's first values (`MemoryCompression`); nil: none.
     public var memoryCompression: (@Sendable ([UInt8]) -> Bool)? = nil
+    /// Of those, the names given exactly (not by a pattern): they always get a dictionary;
+    /// the namespaces a pattern matched share `MemoryCompression.maxDictionaries`.
+    public var memoryCompressionExact: Set<[UInt8]> = []
     /// Namespaces the store tracks at most: a write that would add one more is refused
     /// (`tooManyNamespaces`). Each costs ~0.5 KiB outside the memory limit.
     public var maxNamespaces = 1_000_000
