@@ -152,7 +152,8 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
                 for (k, v) in obj { if let d = (v as? NSNumber)?.doubleValue, !k.hasPrefix("latency") { totals[k, default: 0] += d } }
                 if asJSON { entries.append("{\"node\":\(jsonString(n.name)),\"stats\":\(json)}"); continue }
                 printOut("== \(n.name)")
-                for k in obj.keys.sorted() { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + "\(obj[k]!)") }
+                let width = (obj.keys.map(\.count).max() ?? 0) + 2 // the longest name and two spaces
+                for k in obj.keys.sorted() { printOut("  " + k.padding(toLength: width, withPad: " ", startingAt: 0) + "\(obj[k]!)") }
             } catch {
                 down += 1
                 if asJSON { entries.append("{\"node\":\(jsonString(n.name)),\"error\":\(jsonString("\(error)"))}"); continue }
@@ -166,7 +167,8 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
             printOut("{\"nodes\":[\(entries.joined(separator: ","))],\"totals\":{\(t)},\"answering\":\(members - down),\"members\":\(members)}")
         } else {
             printOut("== cluster totals (\(members - down) of \(members) nodes answering)")
-            for k in summed { printOut("  " + k.padding(toLength: 30, withPad: " ", startingAt: 0) + String(Int64(totals[k]!))) }
+            let width = (summed.map(\.count).max() ?? 0) + 2
+            for k in summed { printOut("  " + k.padding(toLength: width, withPad: " ", startingAt: 0) + String(Int64(totals[k]!))) }
         }
         return down == 0 ? 0 : 3
     case "keys":

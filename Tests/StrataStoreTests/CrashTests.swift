@@ -191,6 +191,7 @@ final class CrashTests: XCTestCase {
         XCTAssertNil(try f.store.get(bytes("k2"), namespace: bytes("a")), "a write logged before the flush")
         XCTAssertEqual(try f.store.get(bytes("k3"), namespace: bytes("a"))?.value, bytes("after"))
         XCTAssertEqual(try f.store.get(bytes("x"), namespace: bytes("b"))?.value, bytes("kept"), "another namespace")
+        XCTAssertTrue(f.log.all.contains { $0.hasPrefix("level=info event=log_replayed records=3 ") }, "the replay is logged: \(f.log.all)")
     }
 
     func testCleanCloseLeavesExactCounters() throws {

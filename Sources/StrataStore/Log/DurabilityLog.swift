@@ -170,6 +170,11 @@ final class DurabilityLog: @unchecked Sendable {
         if undecodable > 0 {
             log("level=error event=log_undecodable_values count=\(undecodable)")
         }
+        if !replayed.isEmpty {
+            // Writes acknowledged before the last stop and not yet in SQLite (after a crash, or a
+            // stop that did not wait for the applier): they are applied before the node answers.
+            log("level=info event=log_replayed records=\(replayed.count) bytes=\(files.end - self.applied)")
+        }
     }
 
     /// Starts the flusher and the applier.
