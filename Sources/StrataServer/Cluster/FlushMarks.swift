@@ -132,6 +132,9 @@ final class FlushMarks: @unchecked Sendable {
         }
     }
 
+    /// Marks held (in force or not yet dropped).
+    var count: Int { lock.withLock { marks.count } }
+
     /// Whether a mark of `namespace` can be recorded: it has one, or fewer than `maxMarks`
     /// are in force (marks whose lifetime ended are dropped to make room).
     func hasRoom(for namespace: [UInt8]) -> Bool { lock.withLock { roomLocked(for: namespace) } }

@@ -167,6 +167,7 @@ extension Node {
             NodeNumber("cluster_replicas", .gauge, "Copies of each key (--replicas).", c.replicas),
             NodeNumber("cluster_verified", .gauge, "1 when the node has caught up with every peer, else 0.", c.verified ? 1 : 0),
             NodeNumber("cluster_membership_changes", .counter, "Member lists applied while running (a dns: or file: --cluster read again).", stats.membershipChanges.load()),
+            NodeNumber("flush_marks", .gauge, "Flush marks in force (at most 100,000: past that a FLUSH of a namespace without one is BUSY).", dispatcher.flushMarks?.count ?? 0),
             NodeNumber("cluster_unsynced_peers", .gauge, "Peers the node has not caught up with since it may have missed writes.", c.unsyncedPeers.count),
             NodeNumber("sync_rounds", .counter, "Anti-entropy rounds finished.", stats.syncRounds.load()),
             NodeNumber("sync_failures", .counter, "Anti-entropy rounds that failed after reaching the peer.", stats.syncFailures.load()),

@@ -53,7 +53,6 @@ final class MemoryCompression: @unchecked Sendable {
     private let published = Atomic<Int>(0)
     private let trainer = DispatchQueue(label: "strata-dict")
     private let lock = Lock()
-    private var collectors = 0
     private var nextID = 0
     /// Pattern-matched namespaces' dictionaries, trained or queued.
     private var patternClaims = 0
@@ -97,31 +96,80 @@ final class MemoryCompression: @unchecked Sendable {
     var nowSeconds: Int64 { clock.nowSeconds() }
 
     /// Namespaces collecting samples now (for tests).
-    var collecting: Int { lock.withLock { collectors } }
+    var collecting: Int { lock.withLock { collectors.count } }
 
-    /// A collector's slot for `ns`, if one is free and a dictionary could still be made for it.
-    fileprivate func joinCollecting(exact: Bool) -> Bool {
-        lock.withLock {
-            guard collectors < Self.maxCollectors, nextID < Self.maxIDs,
-                  exact || patternClaims < Self.maxDictionaries else { return false }
-            collectors += 1
-            return true
+    /// A namespace collecting samples: what it has so far, since when.
+    private struct Collector {
+        let ns: NamespaceCompression
+        var samples: [[UInt8]] = []
+        var bytes = 0
+        let since: Int64
+    }
+    /// The collectors, held here (not by the namespaces) so one that stops writing can be
+    /// dropped — its samples with it — when another namespace wants its slot.
+    private var collectors: [ObjectIdentifier: Collector] = [:]
+
+    /// A trained-to-be namespace, its samples and its dictionary id.
+    private typealias Training = (ns: NamespaceCompression, samples: [[UInt8]], id: Int)
+
+    /// Takes `value` as a sample of `ns` while it collects; starts collecting when a slot is
+    /// free (a collector past `collectSeconds` — even one that stopped writing — trains on what
+    /// it has, at least `minSamples`, or gives its slot up); queues the training once the
+    /// samples are enough.
+    fileprivate func offer(_ ns: NamespaceCompression, _ value: [UInt8]) {
+        let now = nowSeconds
+        let trainings: [Training] = lock.withLock {
+            var out: [Training] = []
+            let key = ObjectIdentifier(ns)
+            if collectors[key] == nil {
+                guard nextID < Self.maxIDs, ns.exact || patternClaims < Self.maxDictionaries else {
+                    ns.trainingQueued() // no dictionary can be made for it: it stops offering
+                    return out
+                }
+                if collectors.count >= Self.maxCollectors {
+                    for (k, c) in collectors where now - c.since >= Self.collectSeconds {
+                        collectors[k] = nil
+                        if c.samples.count >= Self.minSamples, let t = claimLocked(c.ns, c.samples) { out.append(t) }
+                    }
+                }
+                guard collectors.count < Self.maxCollectors else { return out }
+                collectors[key] = Collector(ns: ns, since: now)
+            }
+            guard var c = collectors[key] else { return out }
+            if value.count >= Self.minSample && value.count <= Self.maxSample {
+                c.samples.append(value)
+                c.bytes += value.count
+            }
+            let late = now - c.since >= Self.collectSeconds
+            if c.samples.count >= sampleCount || c.bytes >= sampleBytes || (late && c.samples.count >= Self.minSamples) {
+                collectors[key] = nil
+                if let t = claimLocked(ns, c.samples) { out.append(t) }
+            } else if late {
+                collectors[key] = nil // too few values in a minute: the slot goes to another namespace
+            } else {
+                collectors[key] = c
+            }
+            return out
         }
+        for t in trainings { queue(t) }
     }
 
-    fileprivate func leaveCollecting() { lock.withLock { collectors -= 1 } }
-
-    /// Queues `ns`'s training on `samples` (its collector's slot is given back), or tells it
-    /// none can be made.
-    fileprivate func train(_ ns: NamespaceCompression, _ samples: [[UInt8]]) {
-        let id: Int? = lock.withLock {
-            collectors -= 1
-            guard nextID < Self.maxIDs, ns.exact || patternClaims < Self.maxDictionaries else { return nil }
-            if !ns.exact { patternClaims += 1 }
-            nextID += 1
-            return nextID - 1
+    /// An id for `ns`'s dictionary, or nil (and the namespace stays uncompressed) when none
+    /// can be made; the namespace stops offering samples either way.
+    private func claimLocked(_ ns: NamespaceCompression, _ samples: [[UInt8]]) -> Training? {
+        ns.trainingQueued()
+        guard nextID < Self.maxIDs, ns.exact || patternClaims < Self.maxDictionaries else {
+            ns.trainingEnded(nil)
+            return nil
         }
-        guard let id else { ns.trainingEnded(nil); return }
+        if !ns.exact { patternClaims += 1 }
+        nextID += 1
+        return (ns, samples, nextID - 1)
+    }
+
+    /// Trains on the `strata-dict` queue, one at a time, in the order queued.
+    private func queue(_ t: Training) {
+        let (ns, samples, id) = t
         trainer.async { [self] in
             let d = ZstdDictionary.train(samples: samples, capacity: Self.dictionaryCapacity, id: Self.firstID + UInt32(id), level: zstd.level)
             let name = ns.name.allSatisfy { $0 >= 0x21 && $0 < 0x7F && $0 != 0x22 } ? String(decoding: ns.name, as: UTF8.self) : "hex:" + ns.name.hexString
@@ -146,20 +194,17 @@ final class MemoryCompression: @unchecked Sendable {
     }
 }
 
-/// One namespace's compression: waiting for a collector's slot, collecting samples, training,
-/// then its dictionary (or none). Thread-safe.
+/// One namespace's compression: its samples are offered to the store's `MemoryCompression`
+/// until its training is queued; then its dictionary (or none). Thread-safe.
 final class NamespaceCompression: @unchecked Sendable {
     private unowned let owner: MemoryCompression
     let name: [UInt8]
     /// Named exactly in the configuration (not by a pattern).
     let exact: Bool
-    private enum State { case waiting, collecting(since: Int64), training, ready, none }
-    private let lock = Lock()
-    private var state = State.waiting
-    private var samples: [[UInt8]] = []
-    private var sampleBytes = 0
-    /// Set once trained (`dictionary` is read without the lock after that).
+    /// Set once its training is queued (no more samples), and once trained.
+    private let queued = Atomic<Bool>(false)
     private let ready = Atomic<Bool>(false)
+    /// Written once, before `ready` is set (read without a lock after that).
     private var dictionary: ZstdDictionary?
 
     fileprivate init(owner: MemoryCompression, name: [UInt8], exact: Bool) {
@@ -168,7 +213,7 @@ final class NamespaceCompression: @unchecked Sendable {
 
     /// `value` as the memory tier should store it: a zstd frame when the namespace's dictionary
     /// is trained and the frame saves at least an eighth; nil to store it as it is (the value
-    /// is then taken as a training sample while samples are wanted).
+    /// is then offered as a training sample while samples are wanted).
     func encode(_ value: [UInt8]) -> [UInt8]? {
         let n = value.count
         if ready.load(ordering: .acquiring), let d = dictionary {
@@ -177,50 +222,19 @@ final class NamespaceCompression: @unchecked Sendable {
             if frame != nil { owner.compressedWrites.add(1, ordering: .relaxed) }
             return frame
         }
-        sample(value)
+        if !queued.load(ordering: .relaxed) { owner.offer(self, value) }
         return nil
     }
 
-    private func sample(_ value: [UInt8]) {
-        let now = owner.nowSeconds
-        let full: [[UInt8]]? = lock.withLock {
-            switch state {
-            case .waiting:
-                guard owner.joinCollecting(exact: exact) else { return nil }
-                state = .collecting(since: now)
-            case .collecting: break
-            case .training, .ready, .none: return nil
-            }
-            guard case .collecting(let since) = state else { return nil }
-            if value.count >= MemoryCompression.minSample && value.count <= MemoryCompression.maxSample {
-                samples.append(value)
-                sampleBytes += value.count
-            }
-            let late = now - since >= MemoryCompression.collectSeconds
-            if samples.count >= owner.sampleCount || sampleBytes >= owner.sampleBytes || (late && samples.count >= MemoryCompression.minSamples) {
-                state = .training
-                defer { samples = []; sampleBytes = 0 }
-                return samples
-            }
-            if late {
-                // Too few values in a minute: the slot goes to another namespace; this one
-                // waits for a free slot again on a later write.
-                state = .waiting
-                samples = []; sampleBytes = 0
-                owner.leaveCollecting()
-            }
-            return nil
-        }
-        if let full { owner.train(self, full) }
-    }
+    fileprivate func trainingQueued() { queued.store(true, ordering: .relaxed) }
 
     /// A training ended: with a dictionary, values are compressed from now on; without one,
     /// the namespace's values stay as written.
     fileprivate func trainingEnded(_ d: ZstdDictionary?) {
-        lock.withLock {
-            if let d { dictionary = d; state = .ready } else { state = .none }
+        if let d {
+            dictionary = d
+            ready.store(true, ordering: .releasing)
         }
-        if d != nil { ready.store(true, ordering: .releasing) }
     }
 
     var isTrained: Bool { ready.load(ordering: .acquiring) }
