@@ -366,6 +366,9 @@ final class Dispatcher: @unchecked Sendable {
                 return ok() // answered by the connection itself; kept total for safety
             }
         } catch let e as StoreError {
+            // The store's own BUSY (a capacity bound: flush marks, write-behind) counts as the
+            // node's BUSY answers do.
+            if e.code == .busy { stats?.busyRefusals.add(1, ordering: .relaxed) }
             return Responses.error(to: f, status(for: e), e.message)
         } catch {
             return Responses.error(to: f, .serverError, "\(error)")
