@@ -148,10 +148,6 @@ final class ImageCLITests: XCTestCase {
 /// Outside review img2 against a running node: stored variants are bounded per original, a
 /// box past the image is one variant, and the memcached listener validates images too.
 final class ImageLimitNodeTests: XCTestCase {
-    func statsOf(_ c: NodeConnection) throws -> [String: Any] {
-        try XCTUnwrap(JSONSerialization.jsonObject(with: Data(try c.stats().utf8)) as? [String: Any])
-    }
-
     /// A reader asking for every size filled the disk tier with variants and evicted the
     /// writers' items (and the original): past 32 stored variants of one original, more are
     /// answered without being stored.
@@ -166,7 +162,7 @@ final class ImageLimitNodeTests: XCTestCase {
             let v = try Responses.parseImageVariant(c.call(.imageVariant(VariantRequest(key: b("photo"), maxWidth: UInt16(w), maxHeight: 40))))
             XCTAssertEqual(Int(v.width), w)
         }
-        var s = try statsOf(c)
+        var s = try nodeStats(c)
         XCTAssertEqual(s["variants_computed"] as? Int, 40)
         XCTAssertEqual(s["variants_not_stored"] as? Int, 8, "32 stored, 8 answered only")
         let keys = try Responses.parseScan(c.call(.scan(namespace: [], cursor: [], limit: 1000)))
@@ -183,7 +179,7 @@ final class ImageLimitNodeTests: XCTestCase {
             let v = try Responses.parseImageVariant(c.call(.imageVariant(r)))
             XCTAssertEqual([v.width, v.height], [60, 40], "\(w)×\(h)")
         }
-        s = try statsOf(c)
+        s = try nodeStats(c)
         XCTAssertEqual(s["variants_computed"] as? Int, 40 + 1 + 1, "the three boxes made one variant")
     }
 

@@ -7,10 +7,6 @@ import StrataWire
 /// `--memory-compression` on a running node: the named namespace trains its dictionary, its
 /// values are held compressed, every read returns the bytes written; a bad list is refused.
 final class MemoryCompressionNodeTests: XCTestCase {
-    func statsOf(_ c: NodeConnection) throws -> [String: Any] {
-        try XCTUnwrap(JSONSerialization.jsonObject(with: Data(try c.stats().utf8)) as? [String: Any])
-    }
-
     func document(_ i: Int) -> [UInt8] {
         let status = ["open", "paid", "shipped", "returned"][i % 4]
         return Array("{\"id\":\(100_000 + i),\"email\":\"user\(i * 7919 % 100_000)@example.com\",\"status\":\"\(status)\",\"items\":[{\"sku\":\"sku-\(i % 97)\",\"qty\":\(i % 9 + 1)}]}".utf8)
@@ -22,10 +18,10 @@ final class MemoryCompressionNodeTests: XCTestCase {
         let c = try node.connect()
         for i in 0..<1_000 { XCTAssertEqual(try c.set(SetRequest(key: b("k\(i)"), value: document(i), namespace: b("json"))).statusCode, .ok) }
         let until = Date().addingTimeInterval(20)
-        while (try statsOf(c)["memory_dictionaries"] as? Int ?? 0) < 1 && Date() < until { usleep(20_000) }
+        while (try nodeStats(c)["memory_dictionaries"] as? Int ?? 0) < 1 && Date() < until { usleep(20_000) }
         for i in 1_000..<1_400 { XCTAssertEqual(try c.set(SetRequest(key: b("k\(i)"), value: document(i), namespace: b("json"))).statusCode, .ok) }
         for i in 0..<50 { _ = try c.set(SetRequest(key: b("p\(i)"), value: document(i), namespace: b("plain"))) }
-        let s = try statsOf(c)
+        let s = try nodeStats(c)
         XCTAssertEqual(s["memory_dictionaries"] as? Int, 1)
         XCTAssertGreaterThanOrEqual(s["memory_compressed_items"] as? Int ?? 0, 300, "the values after training")
         XCTAssertGreaterThan(s["memory_dictionary_bytes"] as? Int ?? 0, 0)
