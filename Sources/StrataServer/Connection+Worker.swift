@@ -29,9 +29,8 @@ extension Connection {
             default: return false
             }
         }()
-        // STATS `namespaces` lists only what the user may read.
-        let reader = user
-        let visible: (@Sendable ([UInt8]) -> Bool)? = reader.role == .admin ? nil : { @Sendable in reader.mayRead($0) }
+        // STATS `namespaces` lists only what the user may read; its flush marks count as its own.
+        let caller = user
         // A large value the log has no room for yet (`TieredCache.logHasRoom(for:)`) goes to a
         // worker instead, which waits for the applier (woken as soon as it applies: holding it
         // on the loop until the next tick cost each 500 KB SET under a 16 MiB disk limit 200 ms).
@@ -69,7 +68,7 @@ extension Connection {
         // (`--disk-reads-on-loop false` turns `diskReadsMayRunInline` off.)
         if case .get(let g) = request, !g.lease, g.touch == nil, !node.outputBudget.over, node.store.diskReadsMayRunInline {
             InlineDiskRead.begin()
-            let resp = dispatcher.execute(request, f, visible: visible)
+            let resp = dispatcher.execute(request, f, caller: caller)
             if !InlineDiskRead.end() {
                 node.stats.loopDiskReads.add(1, ordering: .relaxed)
                 stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
@@ -104,7 +103,7 @@ extension Connection {
                 return
             }
             PrechargedOutput.begin()
-            let resp = dispatcher.execute(request, f, visible: visible)
+            let resp = dispatcher.execute(request, f, caller: caller)
             // Counted from now: an answer on its way to the loop is output too (it replaces
             // what its large reads charged).
             let size = resp?.encodedSize ?? 0

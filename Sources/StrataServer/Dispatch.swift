@@ -190,16 +190,17 @@ final class Dispatcher: @unchecked Sendable {
     }
 
     /// Runs `r` against the store (may block on the disk tier). Nil = no response (QUIET success).
-    /// `visible`: the namespaces STATS `namespaces` may list (nil: all; the connection's user
-    /// decides, see `User.mayRead`).
-    func execute(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)? = nil) -> Frame? {
-        guard let response = executeOnStore(r, f, visible: visible) else { return nil }
+    /// `caller`: the connection's user — STATS `namespaces` lists only what it may read
+    /// (`User.mayRead`), and the flush marks its FLUSHes make count toward its bound.
+    func execute(_ r: Request, _ f: Frame, caller: User = .open) -> Frame? {
+        let visible: (@Sendable ([UInt8]) -> Bool)? = caller.role == .admin ? nil : { @Sendable in caller.mayRead($0) }
+        guard let response = executeOnStore(r, f, visible: visible, owner: caller.role == .admin ? nil : caller.name) else { return nil }
         // A read that bailed from the loop runs again on a worker: flagged (and counted) there.
         if InlineDiskRead.hasBailed { return response }
         return markUnverified(r, response)
     }
 
-    private func executeOnStore(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)?) -> Frame? {
+    private func executeOnStore(_ r: Request, _ f: Frame, visible: (@Sendable ([UInt8]) -> Bool)?, owner: String?) -> Frame? {
         let quiet = f.requestFlags.contains(.quiet)
         func ok(cas: UInt64 = 0) -> Frame? { quiet ? nil : Responses.status(to: f, .ok, cas: cas) }
         do {
@@ -343,7 +344,7 @@ final class Dispatcher: @unchecked Sendable {
                 }
                 return Responses.scan(to: f, keys: visible, next: next)
             case let .flush(ns, all, tiers, version):
-                return try flushRequest(ns, all: all, tiers: tiers, version: version, f)
+                return try flushRequest(ns, all: all, tiers: tiers, version: version, owner: owner, f)
             case .namespaceStats(let q):
                 return Responses.stats(to: f, json: try NamespaceStats.json(q, store: store, limit: namespaceStatsLimit, visible: visible))
             case let .imageInfo(ns, key):

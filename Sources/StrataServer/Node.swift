@@ -197,7 +197,8 @@ public final class Node: @unchecked Sendable {
         }
         let d = Dispatcher(store: store)
         d.cluster = cluster
-        if cluster != nil { d.flushMarks = FlushMarks(store: store, directory: config.dataDirectory, log: log) }
+        if cluster != nil { d.flushMarks = FlushMarks(store: store, directory: config.dataDirectory, log: log,
+                                                       maxMarksPerUser: config.maxFlushMarksPerUser) }
         d.stats = stats
         d.validateImages = config.validateImages
         d.imagePixelLimit = config.imagePixelLimit

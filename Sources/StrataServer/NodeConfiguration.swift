@@ -128,6 +128,10 @@ public struct NodeConfiguration: Sendable {
     public var leaseTimeout: Double = 10
     /// Leases held at once (beyond it, GET with LEASE gets no lease and loads without one).
     public var maxLeases = 100_000
+    /// Flush marks in force (cluster nodes, PROTOCOL.md §7.12) one user other than admin may
+    /// have made (`--max-flush-marks-per-user`); past it that user's FLUSH of a namespace
+    /// without a mark is BUSY. The node holds at most 100,000 in all.
+    public var maxFlushMarksPerUser = 10_000
 
     /// Accepted for old configurations and ignored: durable writes are acknowledged at the
     /// durability log since schema 3, and the applier commits to SQLite in large batches of

@@ -18,7 +18,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--output-cap 64MiB] [--drain-time 10] [--disk-workers 32] [--disk-reads-on-loop true] [--metrics-port PORT]
                     [--metrics-host 127.0.0.1]
                     [--validate-images] [--image-pixel-limit 25000000] [--lease-timeout 10]
-                    [--max-leases 100000] [--fsync always|everysec|no] [--log-limit 16MiB]
+                    [--max-leases 100000] [--max-flush-marks-per-user 10000] [--fsync always|everysec|no] [--log-limit 16MiB]
                     [--disk-trim-to 0.9] [--disk-evict lru|oldest] [--pause-threshold 2]
                     [--max-age SECONDS] [--memory-count-limit N] [--disk-count-limit N]
                     [--idle-age SECONDS] [--namespace-stats-limit 100] [--max-namespaces 1000000]
@@ -43,6 +43,9 @@ Binding an address other than loopback needs --auth-token-file, --credentials or
 --credentials names users with roles (admin, readwrite, readonly) and namespaces; write it with
 the hashes `strata credentials hash` prints (docs/OPERATING.md "Credentials"). SIGHUP reloads it
 (a bad file keeps the old users and logs credentials_reload_failed).
+--max-flush-marks-per-user bounds the flush marks (a --cluster node's record of a FLUSH, kept 24 h)
+one user other than admin may have in force; past it that user's FLUSH of a namespace without
+one is BUSY.
 --max-connections is lowered, with a warning, to what the descriptor limit (ulimit -n) allows.
 --memcached-port also serves memcached's text protocol on that port of --host (off by default;
 0 = any free port), on the same store: see proto-spec/MEMCACHED.md.
@@ -83,7 +86,8 @@ let serveSettings: [String] = ["host", "port", "data", "memory-limit", "disk-lim
                                "max-output-bytes", "max-buffered-bytes", "max-write-behind-bytes", "image-decode-limit", "memcached-port",
                                "memcached-namespace", "credentials", "auth-delay-after", "tls-port", "tls-cert", "tls-key", "tls-ca",
                                "memcached-tls-port", "cluster", "advertise", "replicas", "sync-interval", "cluster-tls-ca",
-                               "cluster-refresh", "disk-reads-on-loop", "memory-compression", "max-namespaces"]
+                               "cluster-refresh", "disk-reads-on-loop", "memory-compression", "max-namespaces",
+                               "max-flush-marks-per-user"]
 
 func serveCommand(_ args: [String]) throws -> Int32 {
     let opts = try ParsedOptions(args, valued: Set(serveSettings.map { "--" + $0 } + ["--config"]),
@@ -271,6 +275,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         c.leaseTimeout = v
     }
     if let v = try int("max-leases", min: 1) { c.maxLeases = v }
+    if let v = try int("max-flush-marks-per-user", min: 1) { c.maxFlushMarksPerUser = v }
     if let v = try seconds("group-commit-window") {
         guard v <= 0.1 else { throw UsageError(message: "--group-commit-window must be 0…0.1 seconds, got \(v)") }
         c.groupCommitWindow = v // accepted and ignored since the durability log (see README)

@@ -140,4 +140,49 @@ final class FlushMarkBoundTests: XCTestCase {
         let again = FlushMarks(store: store, directory: dir.path, log: Logger(level: .error), maxMarks: 3)
         XCTAssertEqual(again.floor(Array("attacker".utf8)), UInt64(clock.nowMicros()) - 0)
     }
+
+    /// One user (other than admin) makes at most `maxMarksPerUser` marks in force: a tenant
+    /// cannot fill the table for the others. Peers' and admins' marks are not counted against
+    /// anyone; the owners survive a restart; expired marks give the user its room back.
+    func testOneUserMakesAtMostItsShareOfTheMarks() throws {
+        let dir = TempDir()
+        let clock = ManualClock()
+        var config = StoreConfiguration(directory: dir.path + "/data")
+        config.tombstoneTTL = 3_600
+        let store = try TieredCache(configuration: config, clock: clock)
+        defer { store.close() }
+        let marks = FlushMarks(store: store, directory: dir.path, log: Logger(level: .error), maxMarks: 10, maxMarksPerUser: 2)
+        let t0 = UInt64(clock.nowMicros())
+        XCTAssertTrue(marks.record(Array("a0".utf8), t0, owner: "mallory"))
+        XCTAssertTrue(marks.record(Array("a1".utf8), t0 + 1, owner: "mallory"))
+        XCTAssertEqual(marks.count(by: "mallory"), 2)
+        let why = try XCTUnwrap(marks.refusal(for: Array("a2".utf8), owner: "mallory"))
+        XCTAssertTrue(why.contains("user 'mallory'") && why.contains("--max-flush-marks-per-user"), why)
+        XCTAssertFalse(marks.record(Array("a2".utf8), t0 + 2, owner: "mallory"), "past its share: refused")
+        XCTAssertEqual(marks.floor(Array("a2".utf8)), 0)
+        XCTAssertTrue(marks.record(Array("a0".utf8), t0 + 3, owner: "mallory"), "a namespace it has a mark of takes a newer one")
+        XCTAssertEqual(marks.count(by: "mallory"), 2)
+        // Others still have room: another user, an admin (nil), a peer's copy (nil).
+        XCTAssertNil(marks.refusal(for: Array("b0".utf8), owner: "alice"))
+        XCTAssertTrue(marks.record(Array("b0".utf8), t0 + 4, owner: "alice"))
+        for i in 0..<3 { XCTAssertTrue(marks.record(Array("admin\(i)".utf8), t0 + 5 + UInt64(i))) }
+        XCTAssertEqual(marks.count, 6)
+        XCTAssertEqual(marks.count(by: "alice"), 1)
+        // A mark made by another keeps its maker: alice's newer flush of mallory's namespace
+        // does not move it.
+        XCTAssertTrue(marks.record(Array("a1".utf8), t0 + 9, owner: "alice"))
+        XCTAssertEqual(marks.count(by: "mallory"), 2)
+        XCTAssertEqual(marks.count(by: "alice"), 1)
+        // After a restart the file gives the same owners.
+        let again = FlushMarks(store: store, directory: dir.path, log: Logger(level: .error), maxMarks: 10, maxMarksPerUser: 2)
+        XCTAssertEqual(again.count(by: "mallory"), 2)
+        XCTAssertEqual(again.count(by: "alice"), 1)
+        XCTAssertFalse(again.hasRoom(for: Array("a2".utf8), owner: "mallory"))
+        XCTAssertEqual(again.floor(Array("a1".utf8)), t0 + 9)
+        // Past the lifetime the user's marks are dropped and its room is back.
+        clock.advance(seconds: 3_601)
+        XCTAssertTrue(again.record(Array("a2".utf8), UInt64(clock.nowMicros()), owner: "mallory"))
+        XCTAssertEqual(again.count(by: "mallory"), 1)
+        XCTAssertEqual(again.count, 1)
+    }
 }

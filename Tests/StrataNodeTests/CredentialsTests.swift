@@ -111,6 +111,47 @@ final class CredentialsTests: XCTestCase {
         XCTAssertEqual(try admin.get(b("k"), namespace: b("other"))?.value, b("theirs"))
     }
 
+    /// A readwrite user on a cluster node makes at most `--max-flush-marks-per-user` flush
+    /// marks: past it its FLUSH of a namespace without one is BUSY (nothing flushed), while
+    /// another user and an admin still flush, and the user's flush of a namespace it holds a
+    /// mark of still works.
+    func testOneUserCannotFillTheFlushMarkTable() throws {
+        let dir = TempDir()
+        let users: [(String, String, String, [String]?)] = Self.users + [("rw2", "t-rw2", "readwrite", ["app2"])]
+        let p = try MemcachedClientTests.freePort()
+        let path = dir.path + "/users.json"
+        try Data(CredentialsUnitTests.file(users)).write(to: URL(fileURLWithPath: path))
+        let node = try NodeProcess(dataDir: dir.path + "/data", port: p,
+                                   extra: ["--credentials", path, "--cluster", "127.0.0.1:\(p)", "--max-flush-marks-per-user", "3"])
+        let rw = try node.connect(token: b("t-rw"))
+        for i in 0..<3 {
+            let ns = b("tenant-\(i)")
+            XCTAssertEqual(try rw.call(.set(SetRequest(key: b("k"), value: b("v"), namespace: ns))).statusCode, .ok)
+            XCTAssertEqual(try rw.call(.flush(namespace: ns, all: false)).statusCode, .ok)
+        }
+        let ns = b("tenant-3")
+        XCTAssertEqual(try rw.call(.set(SetRequest(key: b("k"), value: b("kept"), namespace: ns))).statusCode, .ok)
+        let busy = try rw.call(.flush(namespace: ns, all: false))
+        XCTAssertEqual(busy.statusCode, .busy)
+        let message = String(decoding: busy.value, as: UTF8.self)
+        XCTAssertTrue(message.contains("user 'rw'") && message.contains("--max-flush-marks-per-user") && message.contains("nothing was flushed"), message)
+        XCTAssertEqual(try rw.get(b("k"), namespace: ns)?.value, b("kept"), "the refused flush flushed nothing")
+        // A versioned FLUSH (a client evening out the marks) counts the same.
+        let now = UInt64(Date().timeIntervalSince1970 * 1_000_000)
+        XCTAssertEqual(try rw.call(.flush(namespace: ns, all: false, tiers: 0, version: now)).statusCode, .busy)
+        // Its own marked namespaces still flush.
+        XCTAssertEqual(try rw.call(.flush(namespace: b("tenant-0"), all: false)).statusCode, .ok)
+        // Another user and an admin are not held back.
+        let rw2 = try node.connect(token: b("t-rw2"))
+        XCTAssertEqual(try rw2.call(.set(SetRequest(key: b("k"), value: b("v"), namespace: b("app2")))).statusCode, .ok)
+        XCTAssertEqual(try rw2.call(.flush(namespace: b("app2"), all: false)).statusCode, .ok)
+        let admin = try node.connect(token: b("t-ops"))
+        XCTAssertEqual(try admin.call(.set(SetRequest(key: b("k"), value: b("v"), namespace: b("tenant-9")))).statusCode, .ok)
+        XCTAssertEqual(try admin.call(.flush(namespace: b("tenant-9"), all: false)).statusCode, .ok)
+        let stats = try nodeStats(admin)
+        XCTAssertEqual(stats["flush_marks"] as? Int, 5)
+    }
+
     /// Outside review sec2: one readwrite user's SET with a version 23.9 h ahead moved the
     /// node's clock (and, by handoff, the cluster's) so far that every tenant's later writes
     /// carried it. Users other than admin may name versions at most 5 s ahead; admin (the

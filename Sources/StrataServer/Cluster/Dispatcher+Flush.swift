@@ -7,15 +7,16 @@ extension Dispatcher {
     /// A client's FLUSH (binary or memcached): the store's O(1) flush; on a cluster node that
     /// empties the disk tier of a namespace it knows (or of all), also a flush mark taken before
     /// it, and a background sweep of the writes older than the mark that raced it.
+    /// `owner`: the user asking, when not an admin (its marks count toward its own bound).
     /// Returns the mark's version (0: no mark).
     @discardableResult
-    func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers) throws -> UInt64 {
+    func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers, owner: String? = nil) throws -> UInt64 {
         var mark: (version: UInt64, known: [[UInt8]])? = nil
         if let m = flushMarks, t.contains(.disk) {
             let known = store.namespaceNames()
             if all || known.contains(ns) {
-                guard all || m.hasRoom(for: ns) else {
-                    throw StoreError(.busy, "this node holds \(m.maxMarks) flush marks younger than the tombstone lifetime (\(Int(store.configuration.tombstoneTTL)) s), none of this namespace: the flush would leave no mark, and a node that missed it could bring its items back; retry once the oldest mark has expired; nothing was flushed")
+                if !all, let why = m.refusal(for: ns, owner: owner) {
+                    throw StoreError(.busy, "\(why) (\(Int(store.configuration.tombstoneTTL)) s), none of this namespace: the flush would leave no mark, and a node that missed it could bring its items back; retry once the oldest mark has expired; nothing was flushed")
                 }
                 mark = (store.nextVersion(), known)
             }
@@ -25,7 +26,7 @@ extension Dispatcher {
         // Variants stored on disk stay known while the disk keeps them.
         if t.contains(.disk) { lineage.forget(namespace: all ? nil : ns) }
         guard let m = flushMarks, let mark else { return 0 }
-        m.record(all ? nil : ns, mark.version, known: mark.known)
+        m.record(all ? nil : ns, mark.version, known: mark.known, owner: owner)
         m.sweepLater(all ? nil : ns) { [self] in $0.forEach(originalChanged) }
         return mark.version
     }
@@ -34,8 +35,8 @@ extension Dispatcher {
     /// mark, or a client making every node's mark the same): recorded, the clock moved past it,
     /// and this node's items of the namespace (nil: of every namespace) older than it removed
     /// from both tiers by a background sweep. False when this node holds an equal or newer
-    /// mark (nothing done).
-    func takeFlushMark(namespace ns: [UInt8]?, version: UInt64) throws -> Bool {
+    /// mark (nothing done). `owner`: the user asking, when not an admin or a peer.
+    func takeFlushMark(namespace ns: [UInt8]?, version: UInt64, owner: String? = nil) throws -> Bool {
         guard let m = flushMarks else {
             throw StoreError(.invalidArgument, "FLUSH with a version is taken only by a node started with --cluster")
         }
@@ -52,23 +53,24 @@ extension Dispatcher {
         }
         let held = floors.held(ns)
         if held > 0 && held >= version { return false }
-        if let ns, !m.hasRoom(for: ns) {
-            throw StoreError(.busy, "this node holds \(m.maxMarks) flush marks younger than the tombstone lifetime, none of this namespace: retry once the oldest has expired; nothing was flushed")
+        if let ns, let why = m.refusal(for: ns, owner: owner) {
+            throw StoreError(.busy, "\(why), none of this namespace: retry once the oldest has expired; nothing was flushed")
         }
         try store.observe(version: version)
-        guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : []) else { return false }
+        guard m.record(ns, version, known: ns == nil ? store.namespaceNames() : [], owner: owner) else { return false }
         leases.revokeAll(namespace: ns)
         m.sweepLater(ns) { [self] in $0.forEach(originalChanged) }
         return true
     }
 
-    /// FLUSH (0x1A): a client's flush, or with a version a peer's flush mark (§7.12).
-    func flushRequest(_ ns: [UInt8], all: Bool, tiers: UInt8, version: UInt64?, _ f: Frame) throws -> Frame? {
+    /// FLUSH (0x1A): a client's flush, or with a version a peer's flush mark (§7.12). `owner`:
+    /// the connection's user when not an admin.
+    func flushRequest(_ ns: [UInt8], all: Bool, tiers: UInt8, version: UInt64?, owner: String?, _ f: Frame) throws -> Frame? {
         guard let v = version else {
-            let mark = try flush(namespace: ns, all: all, tiers: Tiers(wire: tiers))
+            let mark = try flush(namespace: ns, all: all, tiers: Tiers(wire: tiers), owner: owner)
             return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok, cas: mark)
         }
-        guard try takeFlushMark(namespace: all ? nil : ns, version: v) else {
+        guard try takeFlushMark(namespace: all ? nil : ns, version: v, owner: owner) else {
             return Responses.status(to: f, .superseded, cas: flushMarks?.floor(ns) ?? 0)
         }
         return f.requestFlags.contains(.quiet) ? nil : Responses.status(to: f, .ok, cas: v)

@@ -28,7 +28,10 @@ import StrataStore
 /// with `maxMarks` marks in force a FLUSH that needs a new one is refused (BUSY) — dropping the
 /// oldest instead let one tenant's 10,000 flushes of its own namespaces push out another's
 /// mark, whose flushed items then came back from a node that missed the flush (an outside
-/// review). The marks are kept in
+/// review). And no user other than admin holds more than `maxMarksPerUser` of them
+/// (`--max-flush-marks-per-user`, 10,000): a mark records the user whose FLUSH made it, so one
+/// tenant cannot fill the table for all (peers' marks and admins' count only toward `maxMarks`).
+/// The marks are kept in
 /// `DIR/flush-marks` (a line appended and fsynced per new mark, the file rewritten once it is
 /// twice the marks; read at start). Cost: nothing on
 /// a node without marks; a dictionary probe per synced entry and per versioned write with them.
@@ -69,6 +72,9 @@ final class FlushMarks: @unchecked Sendable {
     /// The most marks kept (one per namespace, ~100 B each).
     static let defaultMaxMarks = 100_000
     let maxMarks: Int
+    /// The most marks in force one user (other than admin) may have made.
+    static let defaultMaxMarksPerUser = 10_000
+    let maxMarksPerUser: Int
 
     let store: TieredCache
     let path: String
@@ -76,9 +82,17 @@ final class FlushMarks: @unchecked Sendable {
     private let lock = Lock()
     private var marks: [[UInt8]: UInt64] = [:]
     private var all: UInt64 = 0
+    /// The user whose FLUSH made a namespace's mark (admins' and peers' marks have none), and
+    /// how many marks each such user has made (expired ones included until they are dropped).
+    private var owners: [[UInt8]: String] = [:]
+    private var owned: [String: Int] = [:]
+    /// No mark is older than this (0: none held): expired marks are looked for only past it.
+    private var oldest: UInt64 = 0
 
-    init(store: TieredCache, directory: String, log: Logger, maxMarks: Int = FlushMarks.defaultMaxMarks) {
+    init(store: TieredCache, directory: String, log: Logger, maxMarks: Int = FlushMarks.defaultMaxMarks,
+         maxMarksPerUser: Int = FlushMarks.defaultMaxMarksPerUser) {
         self.store = store; self.log = log; self.maxMarks = max(1, maxMarks)
+        self.maxMarksPerUser = max(1, maxMarksPerUser)
         path = directory + "/flush-marks"
         load()
     }
@@ -108,23 +122,27 @@ final class FlushMarks: @unchecked Sendable {
     }
 
     /// Records a flush of `namespace` (nil: every namespace, and each one in `known`) at
-    /// `version`; false when an equal or newer mark is already held. Persisted before it returns.
+    /// `version`, made by `owner` (a user other than admin; nil: an admin or a peer); false
+    /// when an equal or newer mark is already held, or there is no room (`hasRoom`).
+    /// Persisted before it returns.
     @discardableResult
-    func record(_ namespace: [UInt8]?, _ version: UInt64, known: [[UInt8]] = []) -> Bool {
+    func record(_ namespace: [UInt8]?, _ version: UInt64, known: [[UInt8]] = [], owner: String? = nil) -> Bool {
         lock.withLock {
             var lines: [String] = []
-            func mark(_ ns: [UInt8]) {
+            func mark(_ ns: [UInt8], _ owner: String?) {
                 guard (marks[ns] ?? 0) < version else { return }
-                marks[ns] = version
-                lines.append(Self.line(ns, version))
+                // A namespace's mark stays its first maker's until it is dropped.
+                let by = marks[ns] != nil ? owners[ns] : owner
+                setLocked(ns, version, owner: by)
+                lines.append(Self.line(ns, version, owner: by))
             }
             if let ns = namespace {
-                guard roomLocked(for: ns) else { return false }
-                mark(ns)
+                guard roomLocked(for: ns, owner: owner) else { return false }
+                mark(ns, owner)
             } else {
                 if all < version { all = version; lines.append("* \(version)") }
                 // Namespaces past the room keep FLUSH ALL's floor, which lives as long.
-                for ns in known where roomLocked(for: ns) { mark(ns) }
+                for ns in known where roomLocked(for: ns, owner: nil) { mark(ns, nil) }
             }
             guard !lines.isEmpty else { return false }
             persist(lines)
@@ -135,16 +153,49 @@ final class FlushMarks: @unchecked Sendable {
     /// Marks held (in force or not yet dropped).
     var count: Int { lock.withLock { marks.count } }
 
-    /// Whether a mark of `namespace` can be recorded: it has one, or fewer than `maxMarks`
-    /// are in force (marks whose lifetime ended are dropped to make room).
-    func hasRoom(for namespace: [UInt8]) -> Bool { lock.withLock { roomLocked(for: namespace) } }
+    /// Marks `user` made that are held.
+    func count(by user: String) -> Int { lock.withLock { owned[user] ?? 0 } }
 
-    private func roomLocked(for ns: [UInt8]) -> Bool {
-        if marks[ns] != nil || marks.count < maxMarks { return true }
+    /// Why a mark of `namespace` by `owner` (nil: an admin or a peer) cannot be recorded now, or
+    /// nil when it can: it has one, or fewer than `maxMarks` are in force and `owner` has made
+    /// fewer than `maxMarksPerUser` of them (marks whose lifetime ended are dropped to make room).
+    func refusal(for namespace: [UInt8], owner: String? = nil) -> String? {
+        lock.withLock {
+            if roomLocked(for: namespace, owner: owner) { return nil }
+            if let owner, (owned[owner] ?? 0) >= maxMarksPerUser {
+                return "user '\(owner)' has made \(maxMarksPerUser) flush marks younger than the tombstone lifetime, the most one user may (--max-flush-marks-per-user)"
+            }
+            return "this node holds \(maxMarks) flush marks younger than the tombstone lifetime"
+        }
+    }
+
+    /// True when `refusal` is nil.
+    func hasRoom(for namespace: [UInt8], owner: String? = nil) -> Bool { refusal(for: namespace, owner: owner) == nil }
+
+    private func roomLocked(for ns: [UInt8], owner: String?) -> Bool {
+        if marks[ns] != nil { return true }
+        func fits() -> Bool { marks.count < maxMarks && (owner.map { (owned[$0] ?? 0) < maxMarksPerUser } ?? true) }
+        if fits() { return true }
         let now = UInt64(max(0, store.clock.nowMicros()))
+        dropExpiredLocked(now: now)
+        return fits()
+    }
+
+    private func setLocked(_ ns: [UInt8], _ v: UInt64, owner: String?) {
+        if marks[ns] == nil, let owner { owners[ns] = owner; owned[owner, default: 0] += 1 }
+        marks[ns] = v
+        oldest = oldest == 0 ? v : min(oldest, v)
+    }
+
+    /// Drops the marks whose lifetime ended. O(marks), and only when one may have ended.
+    private func dropExpiredLocked(now: UInt64) {
         let expired = now > lifetimeMicros ? now - lifetimeMicros : 0
+        guard oldest != 0 && oldest <= expired else { return }
         marks = marks.filter { $0.value > expired }
-        return marks.count < maxMarks
+        owners = owners.filter { marks[$0.key] != nil }
+        owned = [:]
+        for (_, o) in owners { owned[o, default: 0] += 1 }
+        oldest = marks.values.min() ?? 0
     }
 
     /// Sweeps run here, one at a time, off the request's thread.
@@ -201,8 +252,9 @@ final class FlushMarks: @unchecked Sendable {
 
     // MARK: The file
 
-    /// One line per mark: `HEX-NAMESPACE VERSION` (`*` for FLUSH ALL's floor; `-` for the
-    /// default namespace); a namespace's newest line wins. Unreadable lines are skipped.
+    /// One line per mark: `HEX-NAMESPACE VERSION [HEX-USER]` (`*` for FLUSH ALL's floor; `-`
+    /// for the default namespace; the user who made it, when not an admin or a peer); a
+    /// namespace's newest line wins, its first owner stays. Unreadable lines are skipped.
     private func load() {
         guard let f = fopen(path, "r") else { return }
         defer { fclose(f) }
@@ -210,19 +262,26 @@ final class FlushMarks: @unchecked Sendable {
         while fgets(&buf, Int32(buf.count), f) != nil {
             let line = String(decoding: buf.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             let parts = line.split(separator: " ")
-            guard parts.count == 2, let v = UInt64(parts[1]) else { continue }
+            guard parts.count == 2 || parts.count == 3, let v = UInt64(parts[1]) else { continue }
             if parts[0] == "*" { all = max(all, v); continue }
             guard let ns = parts[0] == "-" ? [] : [UInt8](hex: String(parts[0])) else { continue }
-            marks[ns] = max(marks[ns] ?? 0, v)
+            let owner = parts.count == 3 ? [UInt8](hex: String(parts[2])).map { String(decoding: $0, as: UTF8.self) } : nil
+            if v > (marks[ns] ?? 0) { setLocked(ns, v, owner: owner) }
             fileLines += 1
         }
         // A file from a build that kept more: the newest marks, as they were kept.
         if marks.count > maxMarks {
             marks = Dictionary(uniqueKeysWithValues: marks.sorted { $0.value > $1.value }.prefix(maxMarks).map { ($0.key, $0.value) })
+            owners = owners.filter { marks[$0.key] != nil }
+            owned = [:]
+            for (_, o) in owners { owned[o, default: 0] += 1 }
         }
+        oldest = marks.values.min() ?? 0
     }
 
-    private static func line(_ ns: [UInt8], _ v: UInt64) -> String { "\(ns.isEmpty ? "-" : ns.hexString) \(v)" }
+    private static func line(_ ns: [UInt8], _ v: UInt64, owner: String? = nil) -> String {
+        "\(ns.isEmpty ? "-" : ns.hexString) \(v)" + (owner.map { " " + Array($0.utf8).hexString } ?? "")
+    }
 
     /// Lines in the file (rewritten once they are more than twice the marks).
     private var fileLines = 0
@@ -246,10 +305,10 @@ final class FlushMarks: @unchecked Sendable {
 
     private func rewrite() {
         let now = UInt64(max(0, store.clock.nowMicros()))
-        marks = marks.filter { live($0.value, now: now) }
+        dropExpiredLocked(now: now)
         if !live(all, now: now) { all = 0 }
         var text = all != 0 ? "* \(all)\n" : ""
-        for (ns, v) in marks { text += Self.line(ns, v) + "\n" }
+        for (ns, v) in marks { text += Self.line(ns, v, owner: owners[ns]) + "\n" }
         do {
             try SmallFiles.replace(path, with: text)
             fileLines = marks.count + (all != 0 ? 1 : 0)
