@@ -122,6 +122,6 @@ extension Dispatcher {
         }
         return Responses.imageVariant(to: f, bytes: made.value.bytes, width: UInt16(clamping: made.value.width),
                                       height: UInt16(clamping: made.value.height), cached: made.shared || made.value.stored,
-                                      version: original.version)
+                                      version: original.version, stale: original.stale)
     }
 }

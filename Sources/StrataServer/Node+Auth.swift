@@ -63,7 +63,7 @@ extension Node {
         guard let v else { return nil }
         let limit = UInt64(max(0, store.clock.nowMicros())) &+ Self.userVersionSkewMicros
         guard v > limit else { return nil }
-        return "version \(v) is more than \(Self.userVersionSkewMicros / 1_000_000) s ahead of this node's clock (users other than admin may not name a later one)"
+        return "version \(v) is more than \(Self.userVersionSkewMicros / 1_000_000) s ahead of this node's wall clock (users other than admin may not name a later one)"
     }
 
     func audit(_ action: String, user: String, peer: String, _ fields: [(String, String)] = []) {

@@ -338,38 +338,34 @@ public final class Node: @unchecked Sendable {
 
     // MARK: Shutdown
 
-    /// Stops accepting, answers in-flight requests (up to `drainTime`), closes connections,
-    /// hands on the cluster's pending hints (up to `drainTime` more), flushes write-behind
-    /// writes, checkpoints and closes the store.
+    /// Answers in-flight requests (up to `drainTime`; a connection accepted meanwhile gets
+    /// SHUTTING_DOWN and is closed), closes connections and the listening sockets, hands on the
+    /// cluster's pending hints (up to `drainTime` more), flushes write-behind writes,
+    /// checkpoints and closes the store.
     public func shutdown() {
         guard !drainFlag.exchange(true, ordering: .relaxed) else { return }
         log.info("draining", [("in_flight", String(workers.outstanding))])
         membershipRefresh?.stop()
         antiEntropy?.stop()
         // (Handoff goes on: the writes answered while draining are handed on too, below.)
-        // Stop accepting: each loop drops the listening socket.
-        let dropped = Counter()
-        for loop in loops {
-            loop.execute {
-                if self.listenFD >= 0 { loop.unregister(self.listenFD) }
-                if self.tlsFD >= 0 { loop.unregister(self.tlsFD) }
-                if self.memcachedFD >= 0 { loop.unregister(self.memcachedFD) }
-                if self.memcachedTLSFD >= 0 { loop.unregister(self.memcachedTLSFD) }
-                dropped.add()
-            }
-        }
+        // The loops keep accepting while the drain lasts: a connection accepted now is sent
+        // SHUTTING_DOWN and closed at once (`accepted`), so a client is never left waiting on
+        // a handshake the kernel completed for a socket nobody accepts (an outside review).
         let deadline = monotonicSeconds() + config.drainTime
         while monotonicSeconds() < deadline {
-            if dropped.load() == loops.count && workers.outstanding == 0 && allIdle() { break }
+            if workers.outstanding == 0 && allIdle() { break }
             usleep(10_000)
         }
         for (i, loop) in loops.enumerated() {
             loop.execute { [self] in
+                for fd in [listenFD, tlsFD, memcachedFD, memcachedTLSFD] where fd >= 0 { loop.unregister(fd) }
                 for c in connections[i].map.values { c.closeForShutdown() }
                 loop.stop()
             }
         }
         if !loops.isEmpty { allStopped.wait() }
+        // No loop accepts any more: from here a connect is refused by the kernel.
+        for fd in [listenFD, tlsFD, memcachedFD, memcachedTLSFD] where fd >= 0 { Sys.close(fd) }
         // Hand on the writes this node took that a peer may lack, for up to another drain
         // time: a node leaving the cluster (a removal) never returns to deliver them.
         if let h = handoff {
@@ -377,10 +373,6 @@ public final class Node: @unchecked Sendable {
             if left > 0 { log.warn("handoff_undelivered", [("hints", String(left))]) }
             h.stop()
         }
-        if listenFD >= 0 { Sys.close(listenFD) }
-        if tlsFD >= 0 { Sys.close(tlsFD) }
-        if memcachedFD >= 0 { Sys.close(memcachedFD) }
-        if memcachedTLSFD >= 0 { Sys.close(memcachedTLSFD) }
         metrics?.stop()
         workers.stop()
         imageWorkers.stop()

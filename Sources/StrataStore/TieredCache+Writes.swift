@@ -38,7 +38,8 @@ extension TieredCache {
 
     /// Marks the live item under `key` stale: it keeps being served (flagged stale) until a
     /// new write replaces it. Gets a new version, or `version` when given (a replica's copy of
-    /// an invalidate: ignored when not newer than what is stored). A negative entry is removed.
+    /// an invalidate: ignored when not newer than what is stored). A negative entry is removed
+    /// and reported `.notFound`, as `remove` reports it.
     public func invalidate(_ key: [UInt8], namespace: [UInt8] = [], tiers: Tiers = .all, version: UInt64? = nil) throws -> InvalidateOutcome {
         try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
         guard case .invalidate(let o) = try write(.invalidate(callerVersion: version), key: key, namespace: namespace, tiers: tiers,

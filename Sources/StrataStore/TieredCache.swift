@@ -188,7 +188,7 @@ public final class TieredCache: @unchecked Sendable {
     func checkVersion(_ v: UInt64, now: Int64) throws {
         let limit = UInt64(max(0, now)) &+ UInt64(configuration.maxVersionSkew * 1_000_000)
         if v > limit {
-            throw StoreError(.invalidArgument, "version \(v) is more than \(Int(configuration.maxVersionSkew)) s ahead of this node's clock")
+            throw StoreError(.invalidArgument, "version \(v) is more than \(Int(configuration.maxVersionSkew)) s ahead of this node's wall clock")
         }
     }
 

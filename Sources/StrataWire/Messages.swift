@@ -302,8 +302,8 @@ public enum Request: Equatable, Sendable {
             case .scan:
                 var r = ExtrasReader(f.extras, "scan")
                 let limit = try r.u32()
-                try r.end()
                 guard limit >= 1 && limit <= Wire.maxScanLimit else { throw fail(.invalidArgument, "scan limit \(limit) is out of range 1…\(Wire.maxScanLimit)") }
+                try r.end()
                 return .scan(namespace: f.namespace, cursor: f.key, limit: limit)
             case .flush:
                 let version = try optionalVersion()
@@ -320,14 +320,23 @@ public enum Request: Equatable, Sendable {
                 return .imageInfo(namespace: f.namespace, key: f.key)
             case .imageVariant:
                 try needKey()
+                // Each field is checked as it is read (§2.2: a bad field beats a bad size).
                 var r = ExtrasReader(f.extras, "image_variant")
-                var v = VariantRequest(key: f.key, maxWidth: try r.u16(), maxHeight: try r.u16(), namespace: f.namespace)
-                v.fit = try r.u8(); v.format = try r.u8(); v.quality = try r.u8()
-                try r.end()
-                guard v.maxWidth > 0, v.maxHeight > 0 else { throw fail(.invalidArgument, "variant width and height must be at least 1") }
-                guard v.fit <= 1, v.format <= 1, v.quality <= 100 || v.quality == 255 else {
-                    throw fail(.invalidArgument, "variant fit must be 0–1, format 0–1, quality 0–100 or 255")
+                func side() throws(WireError) -> UInt16 {
+                    let n = try r.u16()
+                    guard n > 0 else { throw fail(.invalidArgument, "variant width and height must be at least 1") }
+                    return n
                 }
+                func choice(_ ok: (UInt8) -> Bool) throws(WireError) -> UInt8 {
+                    let c = try r.u8()
+                    guard ok(c) else { throw fail(.invalidArgument, "variant fit must be 0–1, format 0–1, quality 0–100 or 255") }
+                    return c
+                }
+                var v = VariantRequest(key: f.key, maxWidth: try side(), maxHeight: try side(), namespace: f.namespace)
+                v.fit = try choice { $0 <= 1 }
+                v.format = try choice { $0 <= 1 }
+                v.quality = try choice { $0 <= 100 || $0 == 255 }
+                try r.end()
                 return .imageVariant(v)
             case .syncDigest:
                 return .syncDigest(try SyncRequest.parse(f, keys: false))

@@ -195,8 +195,11 @@ public enum Responses {
 
     /// IMAGE VARIANT: the variant's bytes; extras u16 width, u16 height, u8 cached (1 = served
     /// from a stored variant); CAS = the original's version.
-    public static func imageVariant(to req: Frame, bytes: [UInt8], width: UInt16, height: UInt16, cached: Bool, version: UInt64) -> Frame {
+    /// IMAGE_VARIANT's answer; `stale`: the original was invalidated (response flag STALE).
+    public static func imageVariant(to req: Frame, bytes: [UInt8], width: UInt16, height: UInt16, cached: Bool, version: UInt64,
+                                    stale: Bool = false) -> Frame {
         var f = Frame.response(to: req)
+        if stale { f.responseFlags |= ResponseFlags.stale.rawValue }
         f.cas = version
         f.extras.appendBE(width); f.extras.appendBE(height); f.extras.append(cached ? 1 : 0)
         f.value = bytes

@@ -46,13 +46,14 @@ extension SyncRequest {
     static func parse(_ f: Frame, keys: Bool) throws(WireError) -> SyncRequest {
         let name = keys ? "sync_keys" : "sync_digest"
         var r = ExtrasReader(f.extras, name)
+        // Each field is checked as it is read (PROTOCOL.md §2.2), then the size.
         let bits = try r.u8()
-        let maxVersion = try r.u64()
-        let members: UInt64? = f.extras.count > 9 ? try r.u64() : nil
-        try r.end()
         guard bits >= minBits && bits <= maxBits else {
             throw WireError(.invalidArgument, "\(name): bucket bits \(bits) is out of range \(minBits)…\(maxBits)")
         }
+        let maxVersion = try r.u64()
+        let members: UInt64? = f.extras.count > 9 ? try r.u64() : nil
+        try r.end()
         guard !f.key.isEmpty else { throw WireError(.invalidArgument, "\(name): the key must be the requester's node name") }
         var s = SyncRequest(requester: f.key, bucketBits: bits, maxVersion: maxVersion, members: members)
         if keys {
@@ -184,9 +185,9 @@ public struct SyncCheck: Equatable, Sendable {
     static func parse(_ f: Frame) throws(WireError) -> SyncCheck {
         var r = ExtrasReader(f.extras, "sync_check")
         let n = Int(try r.u32())
+        guard n >= 1 && n <= maxEntries else { throw WireError(.invalidArgument, "sync_check: \(n) entries; 1…\(maxEntries) are allowed") }
         try r.end()
         guard !f.key.isEmpty else { throw WireError(.invalidArgument, "sync_check: the key must be the requester's node name") }
-        guard n >= 1 && n <= maxEntries else { throw WireError(.invalidArgument, "sync_check: \(n) entries; 1…\(maxEntries) are allowed") }
         var v = ExtrasReader(f.value, "sync_check entries", part: "value")
         var out: [SyncKeyEntry] = []
         out.reserveCapacity(n)

@@ -92,6 +92,9 @@ final class AntiEntropyUnitTests: XCTestCase {
         XCTAssertNotNil(failure(view.domain(forList: XXH64.hash(twice), text: twice)))
         let zero = Array("10.0.0.1:7400\nreplicas=0".utf8)
         XCTAssertNotNil(failure(view.domain(forList: XXH64.hash(zero), text: zero)))
+        // The members in another order are refused (§7.19: sorted bytewise), not kept as another list.
+        let unsorted = Array("10.0.0.4:7400\n10.0.0.3:7400\n10.0.0.2:7400\n10.0.0.1:7400\nreplicas=2".utf8)
+        XCTAssertEqual(failure(view.domain(forList: XXH64.hash(unsorted), text: unsorted)), "the member list sent must be sorted bytewise")
 
         guard case .success(let d) = view.domain(forList: digest, text: text) else { return XCTFail("a good list was refused") }
         XCTAssertTrue(d.names("10.0.0.4:7400") && d.names(three[0]))

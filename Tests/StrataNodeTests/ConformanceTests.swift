@@ -204,6 +204,58 @@ final class ConformanceTests: XCTestCase {
         XCTAssertEqual(node.terminate(), 0)
     }
 
+    /// §6: a connection accepted while the node drains gets SHUTTING_DOWN at once and is
+    /// closed — it is not left waiting out the drain (an outside review: the listening socket
+    /// stayed open but unwatched, so the kernel completed handshakes nobody accepted). Once the
+    /// node has stopped serving, a connect is refused.
+    func testAConnectionAcceptedWhileDrainingIsToldAndClosed() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--drain-time", "6", "--log-level", "info"])
+        let busy = try node.connect()
+        let big = [UInt8](repeating: 7, count: 16 << 20)
+        XCTAssertEqual(try busy.set(SetRequest(key: b("big"), value: big)).statusCode, .ok)
+        // A GET whose 16 MiB answer is never read keeps the drain going.
+        try busy.sendRaw(Request.get(GetRequest(key: b("big"))).frame(id: 9).encoded())
+        usleep(200_000)
+        kill(node.process.processIdentifier, SIGTERM)
+        XCTAssertTrue(eventually(5) { node.stderr.contains("event=draining") })
+        let started = Date()
+        let late = try node.connect()
+        let f = try late.readFrame()
+        XCTAssertEqual(f.statusCode, .shuttingDown)
+        XCTAssertEqual(f.opcode, 0)
+        XCTAssertEqual(String(decoding: f.value, as: UTF8.self), "the node is shutting down")
+        XCTAssertTrue(peerCloses(late, within: 2))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3, "told at once, not at the end of the drain")
+        XCTAssertEqual(node.terminate(), 0)
+    }
+
+    /// §7.16: a variant of an invalidated original says so (response flag STALE); §7.17: an
+    /// INVALIDATE of a negative entry removes it and answers NOT_FOUND, as DELETE does.
+    func testAVariantOfAStaleOriginalIsFlaggedAndInvalidatingANegativeEntryIsNotFound() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        let rgba: [UInt8] = (0..<(60 * 40)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 60, height: 40))
+        XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: png)).statusCode, .ok)
+        let stale = ResponseFlags.stale.rawValue
+        let fresh = try c.call(.imageVariant(VariantRequest(key: b("photo"), maxWidth: 20, maxHeight: 20)))
+        XCTAssertEqual(fresh.statusCode, .ok)
+        XCTAssertEqual(fresh.responseFlags & stale, 0)
+        XCTAssertEqual(try c.call(.invalidate(namespace: [], key: b("photo"), tiers: 0, version: nil)).statusCode, .ok)
+        let old = try c.call(.imageVariant(VariantRequest(key: b("photo"), maxWidth: 20, maxHeight: 20)))
+        XCTAssertEqual(old.statusCode, .ok)
+        XCTAssertEqual(old.responseFlags & stale, stale, "made from the stale bytes: flagged")
+        XCTAssertEqual(try Responses.parseImageVariant(old).bytes, try Responses.parseImageVariant(fresh).bytes)
+
+        var negative = SetRequest(key: b("url"), value: b("HTTP 404"))
+        negative.negative = true
+        XCTAssertEqual(try c.set(negative).statusCode, .ok)
+        XCTAssertEqual(try c.call(.invalidate(namespace: [], key: b("url"), tiers: 0, version: nil)).statusCode, .notFound)
+        XCTAssertEqual(try c.call(.get(GetRequest(key: b("url")))).statusCode, .notFound, "removed")
+    }
+
     /// The CLI ends a value with a newline on a terminal only; a pipe gets the exact bytes.
     func testCLIEndsAValueWithANewlineOnlyOnATerminal() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/script") else {

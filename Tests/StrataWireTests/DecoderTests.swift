@@ -141,6 +141,35 @@ final class DecoderTests: XCTestCase {
         XCTAssertEqual(status(mget), .malformed)
     }
 
+    /// §2.2: every operation checks each field as soon as it is read, then the extras' size —
+    /// a bad field beats a bad size (an outside review found IMAGE_VARIANT, SCAN and the sync
+    /// operations checking the size first).
+    func testABadFieldBeatsABadSizeForEveryOperation() throws {
+        func status(_ f: Frame) -> Status? {
+            do { _ = try Request.parse(f); return nil } catch { return error.status }
+        }
+        func with(_ r: Request, _ edit: (inout Frame) -> Void) -> Frame { var f = r.frame(id: 1); edit(&f); return f }
+        let variant = Request.imageVariant(VariantRequest(key: [1], maxWidth: 8, maxHeight: 8))
+        XCTAssertEqual(status(with(variant) { $0.extras[4] = 9; $0.extras.append(0) }), .invalidArgument, "fit 9, a byte left over")
+        XCTAssertEqual(status(with(variant) { $0.extras = [0, 0, 0, 8, 0, 0] }), .invalidArgument, "width 0, short")
+        XCTAssertEqual(status(with(variant) { $0.extras.append(0) }), .malformed, "good fields, a byte left over")
+        XCTAssertEqual(status(with(variant) { $0.extras.removeLast() }), .malformed, "good fields, quality missing")
+        let scan = Request.scan(namespace: [], cursor: [], limit: 0)
+        XCTAssertEqual(status(with(scan) { $0.extras.append(0) }), .invalidArgument, "limit 0, a byte left over")
+        XCTAssertEqual(status(with(.scan(namespace: [], cursor: [], limit: 5)) { $0.extras.append(0) }), .malformed)
+        let digest = Request.syncDigest(SyncRequest(requester: [1], bucketBits: 2, maxVersion: 1))
+        XCTAssertEqual(status(with(digest) { $0.extras.append(0) }), .invalidArgument, "bits 2, a byte left over")
+        let check = Request.syncCheck(SyncCheck(requester: [1], entries: []))
+        XCTAssertEqual(status(with(check) { $0.extras.append(0) }), .invalidArgument, "count 0, a byte left over")
+        var incr = Request.counter(CounterRequest(key: [1], delta: 1)).frame(id: 1)
+        incr.extras[8] = 2
+        incr.extras.removeLast()
+        XCTAssertEqual(status(incr), .invalidArgument, "has initial 2, short")
+        // A field that cannot be wrong: the size decides.
+        XCTAssertEqual(status(with(.delete(namespace: [], key: [1], tiers: 0, version: 5, writeBehind: false)) { $0.extras.append(0) }), .malformed)
+        XCTAssertEqual(status(with(.hello(minVersion: 2, maxVersion: 3, token: [])) { $0.extras.append(0) }), .malformed)
+    }
+
     func testErrorResponseForAnUnreadableHeaderUsesIdZero() {
         let e = WireError(.malformed, "bad magic", fatal: true)
         let f = Responses.error(e)

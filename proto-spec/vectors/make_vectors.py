@@ -149,7 +149,7 @@ case("meta", "META of a zstd-compressed item present in both tiers",
 case("meta_image", "META of a PNG: format 1 (png), 640×480, with alpha, one frame",
      frame(REQ, OPS["META"], 51, key=b"logo.png"),
      frame(RESP, OPS["META"], 51, cas=V, extras=struct.pack(">BBIqqQIIBIIBH", 3, 0, 5120, 5120, 0, V, 0, 0, 1, 640, 480, 1, 1)),
-     "version (CAS and extras bytes 22–29); encoding and stored size")
+     "version (CAS and extras bytes 22–29); the value's size (extras bytes 2–5: the PNG file's own, 5120 stands for it), encoding and stored size")
 case("set_validate_image_refused", "SET with VALIDATE_IMAGE of a truncated PNG: INVALID_IMAGE with the reason",
      frame(REQ, OPS["SET"], 13, flags=VALIDATE_IMAGE, extras=set_extras(), key=b"bad.png", value=bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])),
      frame(RESP, OPS["SET"], 13, flags=VALIDATE_IMAGE, status=INVALID_IMAGE, value=b"PNG header: read beyond end of data"))

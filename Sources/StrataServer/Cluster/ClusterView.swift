@@ -171,6 +171,11 @@ final class ClusterView: @unchecked Sendable {
         guard !names.isEmpty, names.count <= Self.maxListMembers, names.allSatisfy({ !$0.isEmpty }), Set(names).count == names.count else {
             return .failure(ListError("the member list sent must name 1…\(Self.maxListMembers) distinct members, one per line"))
         }
+        // Sorted bytewise, as §7.19 says: the same members in another order would be another
+        // digest for the same list (an outside review: kept, and passed on to other peers).
+        guard zip(lines, lines.dropFirst()).allSatisfy({ $0.lexicographicallyPrecedes($1) }) else {
+            return .failure(ListError("the member list sent must be sorted bytewise"))
+        }
         let d = RingDomain(names: names, replicas: r)
         keep(OtherList(domain: d, text: text, digest: digest, used: now))
         return .success(d)

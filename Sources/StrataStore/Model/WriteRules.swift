@@ -68,7 +68,9 @@ enum WriteRules {
             if let cv = callerVersion, let g = guardVersion, g >= cv { return (.invalidate(.superseded(current: g)), .none) }
             // A negative entry is not a value to serve stale; invalidating it just removes it.
             guard var l = live else { return (.invalidate(.notFound), .none) }
-            if l.negative { return (.invalidate(.invalidated(version: newVersion)), .delete) }
+            // A negative entry is removed, as DELETE does, and reported NOT_FOUND as DELETE reports it:
+            // there was no value to mark stale.
+            if l.negative { return (.invalidate(.notFound), .delete) }
             l.marks |= ItemMarks.stale
             l.version = newVersion
             return (.invalidate(.invalidated(version: newVersion)), .store(l))
