@@ -92,8 +92,12 @@ public final class TieredCache: @unchecked Sendable {
         do {
             try disk.start()
             try log.start()
-            try Self.applyReplayedFlushes(log)
+            try Self.applyReplayedFlushes(log, wait: configuration.replayedFlushWait)
         } catch {
+            // Every property is set, so `deinit` runs and calls `close`: it must not wait for
+            // the sweeper, which never started (an outside review: a node whose log held a
+            // FLUSH it could not apply on a full disk hung here for good instead of exiting 3).
+            closed.store(true, ordering: .releasing)
             log.close()
             disk.close()
             throw error
@@ -110,10 +114,11 @@ public final class TieredCache: @unchecked Sendable {
     /// before the flush), and a read would serve them — an outside review read a namespace's
     /// 20 flushed items after a SIGKILL that caught its FLUSH in flight, gone 50 ms later. The
     /// backlog up to the last flush is at most `--log-limit` of records. While SQLite cannot
-    /// write (a full disk) it is retried for up to 30 s, then the open fails with DISK_FULL.
-    static func applyReplayedFlushes(_ log: DurabilityLog) throws {
+    /// write (a full disk) it is retried for up to `wait` seconds (`replayedFlushWait`, 30),
+    /// then the open fails with DISK_FULL.
+    static func applyReplayedFlushes(_ log: DurabilityLog, wait: Double) throws {
         guard let end = log.replayedFlushEnd else { return }
-        let until = monotonicSeconds() + 30
+        let until = monotonicSeconds() + wait
         while true {
             do { return try log.waitApplied(end) } catch let e as StoreError where e.code == .diskFull && monotonicSeconds() < until {
                 usleep(200_000)

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import StrataClient
 import StrataCore
+import StrataStore
 import StrataWire
 
 /// Issue 16, "A full disk is recoverable": a node whose own data fills a real 16 MiB tmpfs.
@@ -158,5 +159,64 @@ final class FullDiskTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: data + "/node-id", encoding: .utf8), id, "the same identity")
         let recorded = [p, q].map { "127.0.0.1:\($0)" }.sorted().joined(separator: "\n") + "\n"
         XCTAssertTrue(eventually { (try? String(contentsOfFile: data + "/cluster-members", encoding: .utf8)) == recorded })
+    }
+
+    /// Fills the file system holding `dir` to its last byte with `dir/filler*` files.
+    private func fillUp(_ dir: String) {
+        for (i, chunk) in [65_536, 4_096, 1].enumerated() {
+            guard let f = fopen(dir + "/filler\(i)", "w") else { continue }
+            let block = [UInt8](repeating: 0, count: chunk)
+            while fwrite(block, 1, chunk, f) == chunk && fflush(f) == 0 {}
+            fclose(f)
+        }
+    }
+
+    /// Outside review dur3 F1: a store whose log holds a FLUSH that SQLite cannot apply (a full
+    /// disk) retries at open for `replayedFlushWait`, then fails with DISK_FULL — it used to
+    /// hang for good in its `deinit` (waiting for a sweeper that never started), so the node
+    /// neither served nor exited, even on SIGTERM. Once there is room the next open applies the
+    /// flush before anything is read.
+    func testAnOpenThatCannotApplyAReplayedFlushFailsInsteadOfHanging() throws {
+        let (data, cleanup) = try smallDisk()
+        defer { cleanup() }
+        let mount = (data as NSString).deletingLastPathComponent
+        var config = StoreConfiguration(directory: data)
+        config.replayedFlushWait = 1
+        var store: TieredCache? = try TieredCache(configuration: config)
+        for i in 0..<200 { _ = try store!.set(b("old\(i)"), [UInt8](repeating: UInt8(i % 251), count: 2_000), namespace: b("F")) }
+        XCTAssertTrue(eventually(10) { store!.stats().disk.items == 200 })
+        store!.close()
+        // A slow applier: 1,500 writes wait in the log, then the disk fills, then the FLUSH
+        // comes behind them — SQLite cannot take the backlog, so the flush stays in the log.
+        config.applierDelayForTests = 3
+        store = try TieredCache(configuration: config)
+        for i in 0..<1_500 { _ = try store!.set(b("new\(i)"), [UInt8](repeating: UInt8(i % 251), count: 2_000), namespace: b("F")) }
+        fillUp(mount)
+        XCTAssertThrowsError(try store!.flush(namespace: b("F"))) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
+        }
+        store!.close()
+        store = nil
+        config.applierDelayForTests = 0
+        // On the still-full disk: DISK_FULL within seconds, not a hang.
+        let opened = Completion<StoreError?>()
+        let reopen = config
+        Thread.detachNewThread {
+            do {
+                let s = try TieredCache(configuration: reopen)
+                s.close()
+                opened.fulfil(nil)
+            } catch let e as StoreError { opened.fulfil(e) } catch { opened.fulfil(StoreError(.io, "\(error)")) }
+        }
+        guard let result = opened.wait(seconds: 30) else { return XCTFail("the open hung") }
+        let e = try XCTUnwrap(result, "the open served on a full disk with a FLUSH it could not apply")
+        XCTAssertEqual(e.code, .diskFull)
+        XCTAssertTrue(e.message.contains("FLUSH"), e.message)
+        // Room again: the open applies the flush first; nothing of F is served.
+        for i in 0..<3 { unlink(mount + "/filler\(i)") }
+        let again = try TieredCache(configuration: config)
+        defer { again.close() }
+        XCTAssertNil(try again.get(b("old0"), namespace: b("F")))
+        XCTAssertNil(try again.get(b("new0"), namespace: b("F")))
     }
 }

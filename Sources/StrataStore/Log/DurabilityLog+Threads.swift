@@ -170,7 +170,9 @@ extension DurabilityLog {
                     applierGaveUp = true
                     let waiters = appliedWaiters
                     appliedWaiters.removeAll()
+                    let left = toApply.count - toApplyHead
                     cond.unlock()
+                    logLine("level=warn event=log_left_unapplied records=\(left) error=\"\(e.message)\" effect=\"kept in the log and applied at the next start (before anything is served, when it holds a FLUSH)\"")
                     cond.broadcast()
                     for w in waiters { w.done(e) }
                     break
