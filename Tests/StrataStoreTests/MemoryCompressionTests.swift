@@ -173,6 +173,26 @@ final class NamespaceCountBoundTests: XCTestCase {
         XCTAssertThrowsError(try f.store.submitSet(Array("k".utf8), Array("v".utf8), namespace: Array("e".utf8), options: SetOptions()) { _ in })
         XCTAssertNil(try f.store.get(Array("k".utf8), namespace: Array("e".utf8)))
     }
+
+    /// Outside review dur3 F2: a namespace with nothing left on disk — flushed and swept, or
+    /// every item deleted — no longer counts after a restart (README: known "until the node
+    /// restarts without it on disk"); one that still holds rows does.
+    func testANamespaceWithNothingOnDiskIsForgottenAtTheNextStart() throws {
+        let f = try StoreFixture { $0.maxNamespaces = 3; $0.maintenanceInterval = 0.05 }
+        for ns in ["a", "b", "c"] { _ = try f.store.set(Array("k".utf8), Array("v".utf8), namespace: Array(ns.utf8), options: SetOptions(tiers: .disk)) }
+        try f.store.flush(namespace: Array("a".utf8))
+        _ = try f.store.remove(Array("k".utf8), namespace: Array("b".utf8))
+        // The sweep collects a's flushed row; b's went with its delete.
+        let until = Date().addingTimeInterval(20)
+        while f.store.stats().disk.items != 1 && Date() < until { usleep(20_000) }
+        XCTAssertEqual(f.store.stats().disk.items, 1)
+        XCTAssertThrowsError(try f.store.set(Array("k".utf8), Array("v".utf8), namespace: Array("d".utf8)), "still known until a restart")
+        try f.reopen()
+        XCTAssertEqual(Set(f.store.namespaceNames()), [Array("c".utf8)])
+        for ns in ["d", "e"] { _ = try f.store.set(Array("k".utf8), Array("v".utf8), namespace: Array(ns.utf8)) }
+        XCTAssertEqual(try f.store.get(Array("k".utf8), namespace: Array("c".utf8))?.value, Array("v".utf8))
+        XCTAssertThrowsError(try f.store.set(Array("k".utf8), Array("v".utf8), namespace: Array("f".utf8)))
+    }
 }
 
 /// Outside review op3: with a pattern, every new namespace kept its samples (up to 128 KiB)

@@ -299,6 +299,12 @@ final class DiskTier: @unchecked Sendable {
             try migrate(db, from: version)
         }
         if let cap = config.sqliteMaxPageCount { try db.execute("PRAGMA max_page_count=\(cap)") }
+        // A namespace no row refers to any more (flushed and swept, or every item deleted) is
+        // forgotten: it no longer counts toward `--max-namespaces` (README: a namespace is known
+        // "until the node restarts without it on disk"; an outside review found flushed ones
+        // kept for good). One index probe per namespace. On a full disk this may fail: they are
+        // then kept until a later start.
+        try? db.execute("DELETE FROM namespaces WHERE NOT EXISTS (SELECT 1 FROM items WHERE items.ns = namespaces.id)")
         // Namespaces and counters: a handful of rows, so open stays fast whatever the item count.
         let ns = try db.prepared("SELECT id, name, generation FROM namespaces")
         while try ns.step() {
