@@ -85,7 +85,7 @@ final class ClientSocket: @unchecked Sendable {
     /// Seconds a read waits before returning `.wouldBlock`.
     func setReadTimeout(_ seconds: Double) {
         if let t = tls { t.readTimeout = seconds; return }
-        var tv = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1_000_000))
+        var tv = Sys.timeval(seconds: seconds)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 

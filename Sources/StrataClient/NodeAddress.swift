@@ -43,10 +43,12 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// What two spellings of one member have in common: an IP address (or `localhost`) in its
     /// canonical text, a host name lower-cased without a trailing dot, and the port.
+    /// (`LOCALHOST`, `localhost.` and `127.0.0.1` are one member: an outside review got one
+    /// node in the ring twice from `LOCALHOST:1,localhost:1`.)
     public var sameMember: String {
-        if let a = SocketAddress(host: host, port: port) { return "\(a.canonicalHost)|\(port)" }
         var h = host.lowercased()
         while h.hasSuffix(".") && h.count > 1 { h.removeLast() }
+        if let a = SocketAddress(host: h, port: port) { return "\(a.canonicalHost)|\(port)" }
         return "\(h)|\(port)"
     }
 

@@ -200,7 +200,14 @@ public final class NodeClient: @unchecked Sendable {
             waiters[id] = waiter
             return id
         }
-        let bytes = request.frame(id: id).encoded()
+        let frame = request.frame(id: id)
+        if let why = frame.unencodable {
+            if let w = lock.withLock({ waiters.removeValue(forKey: id) }) {
+                w.finish(.failure(ClientError(.server, "\(why); nothing was sent", status: .tooLarge)))
+            }
+            return
+        }
+        let bytes = frame.encoded()
         let ok: Bool = sendLock.withLock { s.sendAll(bytes) }
         if !ok {
             // Part of a frame may be on the wire: the stream is unusable. Shutting it down makes

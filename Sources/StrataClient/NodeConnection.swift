@@ -109,12 +109,20 @@ public final class NodeConnection {
         }
     }
 
+    /// Throws TOO_LARGE (nothing sent) for a frame whose lengths do not fit its header: sent,
+    /// they would be truncated — an outside review stored 5 bytes of a 4 GiB value.
+    static func checkEncodable(_ f: Frame) throws {
+        if let why = f.unencodable { throw ClientError(.server, "\(why); nothing was sent", status: .tooLarge) }
+    }
+
     /// Sends `request` and returns its response (responses to other ids are skipped).
     public func call(_ request: Request) throws -> Frame {
         let id = nextID
         nextID &+= 1
         if nextID == 0 { nextID = 1 }
-        do { try sendRaw(request.frame(id: id).encoded()) } catch {
+        let frame = request.frame(id: id)
+        try Self.checkEncodable(frame)
+        do { try sendRaw(frame.encoded()) } catch {
             // The node may have refused the request from its header (a frame over its size
             // limit) and closed while the rest was on its way: its answer, already here,
             // says more than the broken send.
@@ -142,7 +150,9 @@ public final class NodeConnection {
             nextID &+= 1
             if nextID == 0 { nextID = 1 }
             index[id] = i
-            bytes += r.frame(id: id).encoded()
+            let frame = r.frame(id: id)
+            try Self.checkEncodable(frame)
+            bytes += frame.encoded()
         }
         try sendRaw(bytes)
         var out = [Frame?](repeating: nil, count: requests.count)

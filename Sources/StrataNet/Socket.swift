@@ -173,7 +173,8 @@ public enum Socket {
                 throw SystemError(errno: e, call: "connect \(address)")
             }
             var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            let n = poll(&p, 1, Int32(min(max(timeout, 0), 2_000_000) * 1000)) // ≤ ~23 days: Int32 milliseconds
+            // ≤ ~23 days: Int32 milliseconds; a positive timeout waits at least 1 ms, 0 for good.
+            let n = poll(&p, 1, timeout > 0 ? max(1, Int32(min(timeout, 2_000_000) * 1000)) : -1)
             if n <= 0 {
                 Glibc.close(fd)
                 throw SystemError(errno: n == 0 ? ETIMEDOUT : errno, call: "connect \(address)")
@@ -189,7 +190,7 @@ public enum Socket {
         // Back to blocking, with timeouts, for simple request/response clients.
         let flags = fcntl(fd, F_GETFL)
         _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)
-        var tv = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - Double(Int(timeout))) * 1_000_000))
+        var tv = Sys.timeval(seconds: timeout)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         Sys.setNoDelay(fd)

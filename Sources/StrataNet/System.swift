@@ -41,6 +41,15 @@ func syscallNoBlock(_ name: String, _ body: () -> Int32) throws(SystemError) -> 
 }
 
 public enum Sys {
+    /// A socket timeout of `seconds`: 0 (or less) is none, and anything positive is at least
+    /// 1 µs — a zero `timeval` means "no limit", so `--timeout 1e-9` used to wait for good.
+    public static func timeval(seconds: Double) -> Glibc.timeval {
+        guard seconds > 0 else { return Glibc.timeval(tv_sec: 0, tv_usec: 0) }
+        let s = min(seconds, Double(Int32.max))
+        let usec = max(1, Int((s - Double(Int(s))) * 1_000_000))
+        return Glibc.timeval(tv_sec: Int(s), tv_usec: Int(s) > 0 ? Int((s - Double(Int(s))) * 1_000_000) : usec)
+    }
+
     /// Reads into `buffer`; `.done(0)` is end of stream.
     public static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) throws(SystemError) -> IOResult {
         try syscall("read") { Glibc.read(fd, buffer, count) }

@@ -82,6 +82,13 @@ public final class TieredCache: @unchecked Sendable {
             memory.with(loc, id.key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
         }
         disk.onCheckpointed = { position in log.files.removeSegments(before: position) }
+        let memoryClock = clock
+        disk.memoryIdleSeconds = { name, key in
+            guard let ns = registry.lookup(name) else { return nil }
+            let loc = memory.locate(tag: ns.tag, key: key)
+            let now = memoryClock.nowMicros()
+            return memory.with(loc, key) { shard, k in shard.idleSeconds(tag: ns.tag, key: k, hash: loc.hash, now: now) }
+        }
         let files = log.files
         disk.logBytes = { files.bytesOnDisk }
         disk.logReleasable = { files.bytesReleasable(at: $0) }

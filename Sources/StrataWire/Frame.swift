@@ -42,6 +42,16 @@ public struct Frame: Sendable, Equatable {
     public var requestFlags: RequestFlags { RequestFlags(rawValue: flags) }
     public var bodyLength: Int { extras.count + namespace.count + key.count + value.count }
 
+    /// Why this frame cannot be encoded — a length past its header field (the body's 32 bits,
+    /// the namespace's 8, the key's and extras' 16) — or nil. `encode` would truncate such a
+    /// length and send a frame that means something else: senders check first.
+    public var unencodable: String? {
+        if bodyLength > Int(UInt32.max) { return "the frame's body is \(bodyLength) bytes; a frame carries at most \(UInt32.max) (its length is 32 bits)" }
+        if namespace.count > Int(UInt8.max) { return "the namespace is \(namespace.count) bytes; a frame carries at most 255" }
+        if key.count > Int(UInt16.max) || extras.count > Int(UInt16.max) { return "the key or extras are over 65535 bytes" }
+        return nil
+    }
+
     /// The encoded size.
     public var encodedSize: Int { Wire.headerSize + bodyLength }
 

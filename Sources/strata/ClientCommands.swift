@@ -147,7 +147,7 @@ let clientCommands: [String: ClientCommand] = [
         if o.positionals.count > 1 { value = Array(o.positionals[1].utf8) } else {
             // A person at a terminal who left the value out is told where it is read from.
             if isatty(0) != 0 { printErr("strata set: reading the value from standard input (end it with Ctrl-D; or give it: strata set KEY VALUE)") }
-            value = [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+            value = try readValueFromStdin()
         }
         var s = SetRequest(key: key, value: value, namespace: try nsArg(o))
         s.tiers = try tiersOption(o)

@@ -54,7 +54,7 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         return failed == 0 ? 0 : 3
     case "set":
         let key = try keyArg(o, "strata set KEY [VALUE]")
-        let value = o.positionals.count > 1 ? Array(o.positionals[1].utf8) : [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+        let value = o.positionals.count > 1 ? Array(o.positionals[1].utf8) : try readValueFromStdin()
         var flags: UInt32 = 0
         if let f = try o.int("--flags") {
             guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 // The hand-written stand-in for swift-argument-parser: the only file that parses arguments.
 
 struct UsageError: Error { let message: String }
@@ -98,5 +101,29 @@ func parseBool(_ v: String, name: String) throws -> Bool {
     case "true", "1", "yes", "on": return true
     case "false", "0", "no", "off", "": return false
     default: throw UsageError(message: "\(name) must be true or false (1/0, yes/no, on/off), got '\(v)'")
+    }
+}
+
+/// The largest value any node takes (`--max-item` at most 4194240 KiB: a frame's length is 32
+/// bits and frames may be 64 KiB larger than the value).
+let largestValue = Int(UInt32.max) - (64 << 10)
+
+/// `set`'s value from standard input, read until its end: exit 2 (nothing sent) once it is
+/// larger than any node takes — a 4 GiB value used to be sent with its length truncated.
+func readValueFromStdin() throws -> [UInt8] {
+    var value: [UInt8] = []
+    let chunk = 1 << 20
+    var buf = [UInt8](repeating: 0, count: chunk)
+    while true {
+        let n = buf.withUnsafeMutableBytes { read(0, $0.baseAddress, chunk) }
+        if n < 0 {
+            if errno == EINTR { continue }
+            throw UsageError(message: "reading the value from standard input failed: \(String(cString: strerror(errno)))")
+        }
+        if n == 0 { return value }
+        guard value.count + n <= largestValue else {
+            throw UsageError(message: "the value on standard input is larger than \(largestValue) bytes (4194240KiB), the most any node takes (its --max-item); nothing was sent")
+        }
+        value.append(contentsOf: buf[0..<n])
     }
 }

@@ -201,7 +201,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     }
     if let v = try size("max-item") {
         // A frame's body length is 32 bits, and frames may be 64 KiB larger than the value.
-        guard v > 0 && v <= Int(UInt32.max) - (64 << 10) else {
+        guard v > 0 && v <= largestValue else {
             throw UsageError(message: "--max-item must be 1B…4194240KiB (a frame's length is 32 bits), got '\(s["max-item"]!)'")
         }
         c.maxItem = v

@@ -256,6 +256,39 @@ final class ConformanceTests: XCTestCase {
         XCTAssertEqual(try c.call(.get(GetRequest(key: b("url")))).statusCode, .notFound, "removed")
     }
 
+    /// Outside review nu2: a frame whose lengths do not fit its header is refused by the client
+    /// (TOO_LARGE, nothing sent) — a 4 GiB value was sent with its length cut to 32 bits and
+    /// stored truncated; and a timeout under a microsecond is a timeout, not "no limit".
+    func testTheClientRefusesAnUnencodableFrameAndTinyTimeoutsExpire() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        var s = SetRequest(key: b("k"), value: b("v"))
+        s.namespace = [UInt8](repeating: 0x61, count: 300)
+        XCTAssertThrowsError(try c.set(s)) { e in
+            XCTAssertEqual((e as? ClientError)?.status, .tooLarge, "\(e)")
+            XCTAssertTrue("\(e)".contains("nothing was sent"), "\(e)")
+        }
+        XCTAssertEqual(try c.call(.ping).statusCode, .ok, "the stream is still in step")
+        XCTAssertThrowsError(try c.callAll([.ping, .set(s)]))
+        XCTAssertEqual(try c.call(.ping).statusCode, .ok)
+        // A listener that accepts and never answers: a 1e-9 s timeout gives up at once.
+        let silent = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(silent) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(silent, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        listen(silent, 8)
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(silent, $0, &len) } }
+        let port = UInt16(bigEndian: addr.sin_port)
+        let started = Date()
+        let r = try runCLI(["get", "k", "--server", "127.0.0.1:\(port)", "--timeout", "1e-9"])
+        XCTAssertEqual(r.code, 3, r.err)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5, "it timed out rather than waiting for good")
+    }
+
     /// The CLI ends a value with a newline on a terminal only; a pipe gets the exact bytes.
     func testCLIEndsAValueWithANewlineOnlyOnATerminal() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/script") else {

@@ -41,6 +41,7 @@ final class MembershipUnitTests: XCTestCase {
         XCTAssertTrue(try XCTUnwrap(failure("10.0.0.1:7400,file:\(path)")).message.contains("names one member twice"))
         // Other spellings of one address too (an outside review's "noticed, not fixed").
         for twice in ["[::1]:7400,[0:0::1]:7400", "[::1]:7400,[0:0:0:0:0:0:0:1]:7400", "vm.:7400,vm:7400", "localhost:7400,127.0.0.1:7400",
+                      "LOCALHOST:7400,localhost:7400", "localhost.:7400,127.0.0.1:7400", "LocalHost:7400,127.0.0.1:7400",
                       "[2001:DB8::1]:7400,[2001:db8:0::1]:7400"] {
             XCTAssertTrue(failure(twice)?.message.contains("names one member twice") == true, twice)
         }

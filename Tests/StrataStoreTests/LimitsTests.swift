@@ -385,6 +385,31 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertNotNil(try f.store.get(bytes("young"), tiers: .disk))
     }
 
+    /// Outside review nu2: an item read from memory only (its reads never reach the disk row's
+    /// access time) kept being trimmed from disk by the idle age, so a restart lost the hottest
+    /// keys. The trim now asks the memory tier: read within the limit, the row stays (and its
+    /// access time moves); idle in both tiers, it goes.
+    func testAnItemReadFromMemoryKeepsItsDiskCopyPastTheIdleAge() throws {
+        let f = try StoreFixture { $0.diskAgeLimit = 100; $0.memoryAgeLimit = 100 }
+        _ = try f.store.set(bytes("hot"), bytes("v"))
+        _ = try f.store.set(bytes("cold"), bytes("v"))
+        try f.store.sync()
+        for _ in 0..<4 {
+            f.clock.advance(seconds: 40)
+            XCTAssertEqual(try f.store.get(bytes("hot"))?.tier, .memory, "served by memory")
+        }
+        // 160 s since the write, 0 since the last read: cold goes from disk, hot stays.
+        XCTAssertTrue(eventually { f.store.stats().disk.items == 1 })
+        usleep(200_000) // more sweeps
+        XCTAssertNotNil(try f.store.get(bytes("hot"), tiers: .disk), "the disk copy of a read item stays")
+        try f.reopen()
+        XCTAssertEqual(try f.store.get(bytes("hot"))?.value, bytes("v"), "and so it survives a restart")
+        XCTAssertNil(try f.store.get(bytes("cold")))
+        // Idle in both tiers past the limit: it goes too.
+        f.clock.advance(seconds: 250)
+        XCTAssertTrue(eventually { f.store.stats().disk.items == 0 })
+    }
+
     /// Past `exactEvictionRows` the disk tier evicts from a random sample of rows (there is no
     /// index on access times): the oldest of the sample go. Recently read and recently written
     /// items survive; what goes is old.

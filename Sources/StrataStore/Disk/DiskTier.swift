@@ -142,6 +142,10 @@ final class DiskTier: @unchecked Sendable {
     /// file and SQLite synced it: every log record before the position is now in the file
     /// itself, so the log segments before it may go.
     var onCheckpointed: ((UInt64) -> Void)?
+    /// Seconds since the memory tier last served (namespace, key), or nil when it does not hold
+    /// it: the idle-age trim keeps a row read from memory meanwhile (its reads never reach the
+    /// disk's access time).
+    var memoryIdleSeconds: (([UInt8], [UInt8]) -> Int64?)?
     /// Bytes of the durability log's segment files (they count against the byte limit).
     var logBytes: (() -> Int)?
     /// The bytes of durability log segments a complete checkpoint would let go with everything

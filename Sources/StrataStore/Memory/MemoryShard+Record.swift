@@ -88,6 +88,16 @@ extension MemoryShard {
     @inline(__always) func isTombstone(_ p: UnsafeMutableRawPointer) -> Bool { marks(p) & Self.bitTombstone != 0 }
 
     /// Seconds since the record's last access, from `nowSeconds` (mod 2^24: exact below 194 days).
+    /// Seconds since the live item under the key was last served, or nil (absent, expired, a
+    /// tombstone). Counts no access.
+    func idleSeconds(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, now: Int64) -> Int64? {
+        let (r, _) = find(tag: tag, key: key, hash: hash)
+        guard r != 0 else { return nil }
+        let p = ptr(r)
+        guard !isExpired(p, now: now), !isTombstone(p) else { return nil }
+        return idleSeconds(p, nowSeconds: now / 1_000_000)
+    }
+
     @inline(__always) func idleSeconds(_ p: UnsafeMutableRawPointer, nowSeconds: Int64) -> Int64 {
         let a = p.load(fromByteOffset: Self.oAccess, as: UInt32.self) >> 8
         return Int64((UInt32(truncatingIfNeeded: nowSeconds) &- a) & Self.accessMask)
