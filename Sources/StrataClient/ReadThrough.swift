@@ -40,6 +40,10 @@ public struct LoadedValue: Sendable, Equatable {
     public var value: [UInt8]
     public var version: UInt64
     public var origin: Origin
+    /// Why a value this caller loaded or refreshed was not stored (version 0): the nodes
+    /// refused it (larger than their max item size, say) or too few were reachable. Nil when it
+    /// was stored, or when the lease was lost to a write meanwhile (that write's value stands).
+    public var notStored: String? = nil
     public init(value: [UInt8], version: UInt64, origin: Origin) { self.value = value; self.version = version; self.origin = origin }
 }
 
@@ -114,8 +118,7 @@ extension ClusterClient {
                         release(node, key, ns, token)
                         return LoadedValue(value: item.value, version: item.version, origin: item.stale ? .stale : .cache)
                     }
-                    let version = (try? store(value, key, ns, ttl, options, token: token)) ?? nil
-                    return LoadedValue(value: value, version: version ?? 0, origin: .refreshed)
+                    return stored(value, key, ns, ttl, options, token: token, node: node, origin: .refreshed)
                 }
                 return LoadedValue(value: item.value, version: item.version, origin: item.stale ? .stale : (waited ? .waited : .cache))
             case .negative:
@@ -179,9 +182,25 @@ extension ClusterClient {
             }
             throw LoadFailure(message: message, cached: false)
         }
-        // A value that could not be stored (a node down past the ack policy) is still the answer.
-        let version = (try? store(value, key, ns, ttl, options, token: token)) ?? nil
-        return LoadedValue(value: value, version: version ?? 0, origin: .loaded)
+        return stored(value, key, ns, ttl, options, token: token, node: node, origin: .loaded)
+    }
+
+    /// Stores a loaded value and returns it. A value that could not be stored (a node down
+    /// past the ack policy, or refused: larger than the max item size) is still the answer,
+    /// with the reason in `notStored`; the lease is given back at once, so the callers waiting
+    /// on it load themselves instead of waiting out the lease timeout (an outside review: a
+    /// second `get --or-run` waited 10 s for a value that could never be stored).
+    private func stored(_ value: [UInt8], _ key: [UInt8], _ ns: [UInt8], _ ttl: WireExpiry, _ options: LoadOptions,
+                        token: UInt64?, node: NodeHandle, origin: LoadedValue.Origin) -> LoadedValue {
+        do {
+            let version = try store(value, key, ns, ttl, options, token: token)
+            return LoadedValue(value: value, version: version ?? 0, origin: origin)
+        } catch {
+            if let t = token { release(node, key, ns, t) }
+            var v = LoadedValue(value: value, version: 0, origin: origin)
+            v.notStored = "\(error)"
+            return v
+        }
     }
 
     /// Stores a loaded value on the key's nodes; nil when the lease was lost (the key was

@@ -14,6 +14,18 @@ struct ClientCommand: Sendable {
     let run: @Sendable (ParsedOptions, NodeConnection) throws -> Int32
 }
 
+/// The commands that also take `--nodes` (ClusterCommands.swift).
+let clusterCommandNames: Set<String> = ["ping", "set", "get", "invalidate", "del", "exists", "touch", "incr", "decr", "meta",
+                                        "stats", "keys", "flush"]
+
+/// `common` less the cluster options, for the commands that take `--server` only.
+var serverOnlyCommon: String {
+    var lines = common.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    if let i = lines.firstIndex(where: { $0.hasPrefix("  --nodes") }) { lines.removeSubrange(i...(i + 2)) }
+    lines.removeAll { $0.hasPrefix("  --replicas") || $0.hasPrefix("  --ack") || $0.hasPrefix("  --read") }
+    return lines.map { $0.replacingOccurrences(of: " (default 5; 2 per node with --nodes)", with: " (default 5)") }.joined(separator: "\n")
+}
+
 let common = "  --server HOST:PORT   the node (default 127.0.0.1:7400, or STRATA_SERVER)\n  --nodes H:P,H:P,…    a cluster instead (keys placed by proto-spec/RING.md); an entry\n                       dns:NAME:PORT stands for every address NAME resolves to,\n                       file:PATH for the entries in that file\n  --replicas N         copies in total with --nodes (default 2)\n  --ack one|majority|all   nodes that must confirm a write (default all)\n  --read owner|quorum  where reads go (default owner, with version checks after a node restarts)\n  --auth-token-file F  authenticate with the token in F\n  --tls --tls-ca FILE  connect to the node's TLS port (--tls-port); its certificate must chain\n                       to the CA in FILE and name the host (an IP address: an IP SAN)\n  --tls-cert FILE --tls-key FILE   this client's certificate and key (mutual TLS)\n  --tls-server-name N  the name the node's certificate must carry instead of the host\n  --timeout SECONDS    per request (default 5; 2 per node with --nodes)"
 let keyOpts: Set<String> = ["--ns", "--tiers"]
 /// The TLS options every client command takes.
@@ -346,7 +358,7 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     let o = try ParsedOptions(args, valued: spec.valued.union(["--server", "--auth-token-file", "--timeout", "--initial"]).union(clusterOptions).union(tlsValued),
                               switches: spec.switches.union(["--help", "--all", "--json", "--meta", "--tls"]), maxPositionals: spec.positionals)
     if o.switches.contains("--help") {
-        printOut("usage: \(spec.usage)\n\n\(common)")
+        printOut("usage: \(spec.usage)\n\n\(clusterCommandNames.contains(name) ? common : serverOnlyCommon)")
         return 0
     }
     if spec.usage.contains(" KEY") && o.positionals.isEmpty {

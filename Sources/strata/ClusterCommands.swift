@@ -172,18 +172,30 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         }
         return down == 0 ? 0 : 3
     case "keys":
+        // Every key lives on `replicas` distinct nodes: with fewer than that down, the others
+        // list all of them (a warning names the ones that did not answer).
         var all = Set<[UInt8]>()
+        var down: [(String, Error)] = []
         for n in cluster.configuration.nodes {
             var cursor: [UInt8] = []
-            repeat {
-                let page = try cluster.onNode(n.name) { c -> (keys: [[UInt8]], next: [UInt8]?) in
-                    let f = try c.call(.scan(namespace: ns, cursor: cursor, limit: 1000))
-                    try NodeConnection.check(f, allow: [.ok])
-                    return try Responses.parseScan(f)
-                }
-                all.formUnion(page.keys)
-                cursor = page.next ?? []
-            } while !cursor.isEmpty
+            do {
+                repeat {
+                    let page = try cluster.onNode(n.name) { c -> (keys: [[UInt8]], next: [UInt8]?) in
+                        let f = try c.call(.scan(namespace: ns, cursor: cursor, limit: 1000))
+                        try NodeConnection.check(f, allow: [.ok])
+                        return try Responses.parseScan(f)
+                    }
+                    all.formUnion(page.keys)
+                    cursor = page.next ?? []
+                } while !cursor.isEmpty
+            } catch { down.append((n.name, error)) }
+        }
+        let replicas = min(cluster.configuration.replicas, cluster.configuration.nodes.count)
+        if let first = down.first {
+            guard down.count < replicas else { throw first.1 }
+            for (name, e) in down {
+                printErr("strata keys: \(name) did not answer (\(e)); its keys are listed from their other replicas (\(replicas) copies each)")
+            }
         }
         // --limit N: the first N keys in byte order of the union, as with --server.
         let limit = try o.int("--limit", min: 1) ?? Int.max

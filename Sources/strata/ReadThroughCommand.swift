@@ -32,6 +32,7 @@ func getOrRun(_ o: ParsedOptions, _ cluster: ClusterClient) throws -> Int32 {
             try runShell(command)
         }
         writeValue(v.value)
+        if let why = v.notStored { printErr("strata get: the output was printed but not stored: \(why)") }
         return 0
     } catch let f as LoadFailure {
         printErr(f.cached ? "cached failure (a negative entry; the command is not run again until it expires): \(f.message)"

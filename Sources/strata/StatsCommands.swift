@@ -95,7 +95,10 @@ func watchStats(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
     }
     let rounds = try o.int("--count", min: 1) ?? Int.max
     func snapshot() throws -> [String: Double] {
-        let obj = (try? JSONSerialization.jsonObject(with: Data(try c.stats().utf8))) as? [String: Any] ?? [:]
+        // A node that went away ends the watch with exit 3 (its error was swallowed here once,
+        // and the screen kept drawing zeros: an outside review).
+        let json = try c.stats()
+        let obj = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:]
         return obj.compactMapValues { ($0 as? NSNumber)?.doubleValue }
     }
     var before = try snapshot()

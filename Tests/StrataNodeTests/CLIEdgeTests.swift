@@ -267,4 +267,55 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertEqual(String(decoding: one.out, as: UTF8.self).split(separator: "\n").count, 5)
         XCTAssertEqual(try cli(node, ["keys", "--limit", "5"]).out.split(separator: "\n").count, 5)
     }
+
+    /// Outside review nu2: bytes that are not UTF-8 in an argument were replaced by U+FFFD, so
+    /// two namespaces became one; such an argument is refused (exit 2).
+    func testAnArgumentThatIsNotUTF8IsRefused() throws {
+        let node = try NodeProcess(dataDir: TempDir().path)
+        let strata = try XCTUnwrap(builtExecutable("strata"))
+        let r = try runProcess("/bin/sh", ["-c", "\"$0\" set k v --ns \"$(printf 'bad\\377')\" --server 127.0.0.1:\(node.port) 2>&1; echo \"rc=$?\"", strata])
+        XCTAssertTrue(r.output.contains("rc=2"), r.output)
+        XCTAssertTrue(r.output.contains("not valid UTF-8"), r.output)
+    }
+
+    /// Outside review nu2: `stats --watch` kept drawing zeros after its node went away; it now
+    /// ends with exit 3 and the error.
+    func testStatsWatchEndsWhenTheNodeGoesAway() throws {
+        let node = try NodeProcess(dataDir: TempDir().path)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: try XCTUnwrap(builtExecutable("strata")))
+        p.arguments = ["stats", "--watch", "0.2", "--count", "100", "--server", "127.0.0.1:\(node.port)"]
+        let err = Pipe()
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = err
+        try p.run()
+        usleep(600_000)
+        XCTAssertTrue(p.isRunning)
+        XCTAssertEqual(node.terminate(), 0)
+        XCTAssertTrue(eventually(10) { !p.isRunning }, "the watch went on after its node stopped")
+        if p.isRunning { p.terminate() }
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 3)
+        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertFalse(text.isEmpty, "the error is printed")
+    }
+
+    /// Outside review nu2: `keys --nodes` failed outright with one node of three down, though
+    /// every key has a copy elsewhere; it lists them all while fewer than --replicas are down.
+    /// And `image-info --help` no longer offers --nodes, which it refuses.
+    func testKeysWithNodesListsEveryKeyWithOneNodeDown() throws {
+        let nodes = try (0..<3).map { _ in try NodeProcess(dataDir: TempDir().path) }
+        let list = nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ",")
+        for i in 0..<30 { XCTAssertEqual(try runCLI(["set", "k\(i)", "v", "--nodes", list]).code, 0) }
+        XCTAssertEqual(nodes[1].terminate(), 0)
+        let r = try runCLI(["keys", "--nodes", list])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertEqual(Set(String(decoding: r.out, as: UTF8.self).split(separator: "\n").map(String.init)), Set((0..<30).map { "k\($0)" }))
+        XCTAssertTrue(r.err.contains("127.0.0.1:\(nodes[1].port) did not answer"), r.err)
+        XCTAssertEqual(nodes[2].terminate(), 0)
+        XCTAssertEqual(try runCLI(["keys", "--nodes", list]).code, 3, "two of three down with 2 copies: some keys are out of reach")
+        let help = try runCLI(["image-info", "--help"])
+        XCTAssertFalse(String(decoding: help.out, as: UTF8.self).contains("--nodes"))
+        XCTAssertTrue(String(decoding: try runCLI(["get", "--help"]).out, as: UTF8.self).contains("--nodes"))
+    }
 }

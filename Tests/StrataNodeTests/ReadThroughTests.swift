@@ -348,4 +348,29 @@ extension Request {
         g.key = k
         return .get(g)
     }
+
+    /// Outside review nu2: a command whose output is over the node's --max-item was printed,
+    /// stored nowhere, and said nothing — and a concurrent caller waited out the 10 s lease.
+    /// Now the first prints a warning and gives the lease back at once.
+    func testOrRunOutputTheNodeCannotStoreIsPrintedWithAWarningAndTheLeaseGoesBack() throws {
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--max-item", "1MiB"])
+        let server = ["--server", "127.0.0.1:\(node.port)"]
+        let cmd = "sleep 1; head -c 2000000 /dev/zero"
+        let second = Completion<(code: Int32, out: [UInt8], err: String)>()
+        let started = Date()
+        let args = ["get", "big", "--or-run", cmd] + server
+        Thread.detachNewThread {
+            usleep(300_000) // after the first took the lease
+            second.fulfil((try? runCLI(args)) ?? (-1, [], "did not run"))
+        }
+        let first = try runCLI(args)
+        XCTAssertEqual(first.code, 0, first.err)
+        XCTAssertEqual(first.out.count, 2_000_000)
+        XCTAssertTrue(first.err.contains("printed but not stored"), first.err)
+        let other = try XCTUnwrap(second.wait(seconds: 30))
+        XCTAssertEqual(other.code, 0, other.err)
+        XCTAssertEqual(other.out.count, 2_000_000)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 8, "the waiter did not wait out the 10 s lease")
+        XCTAssertEqual(try runCLI(["get", "big"] + server).code, 1, "nothing was stored")
+    }
 }
