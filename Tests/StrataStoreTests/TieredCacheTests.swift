@@ -350,6 +350,15 @@ final class TieredCacheTests: XCTestCase {
         XCTAssertThrowsError(try TieredCache(configuration: f.config)) { e in
             XCTAssertEqual((e as? StoreError)?.code, .locked)
         }
+        // Removing the lock file does not open the door (outside review dur3 F4): the
+        // directory itself is locked too.
+        XCTAssertEqual(unlink(f.dir.path + "/LOCK"), 0)
+        XCTAssertThrowsError(try TieredCache(configuration: f.config)) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .locked)
+        }
+        XCTAssertThrowsError(try DiskTier.check(directory: f.dir.path)) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .locked)
+        }
         try f.reopen() // released on close
         XCTAssertNotNil(f.store)
     }

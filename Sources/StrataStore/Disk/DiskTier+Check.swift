@@ -43,8 +43,7 @@ extension DiskTier {
         let dbPath = directory + "/" + fileName
         guard access(dbPath, R_OK) == 0 else { throw StoreError(.directory, "no database at \(dbPath)") }
         let lockPath = directory + "/LOCK"
-        let fd = open(lockPath, O_RDWR | O_CLOEXEC)
-        if fd >= 0 {
+        for fd in [open(lockPath, O_RDWR | O_CLOEXEC), open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)] where fd >= 0 {
             defer { Glibc.close(fd) }
             if strata_flock_exclusive_nonblocking(fd) != 0 {
                 throw StoreError(.locked, "\(directory) is in use by a running node; stop it first")

@@ -107,6 +107,10 @@ final class DiskTier: @unchecked Sendable {
     let counters = DiskCounters()
     let log: @Sendable (String) -> Void
     var lockFD: Int32 = -1
+    /// The data directory itself, locked beside `LOCK`: removing the lock file (a "stale lock"
+    /// clean-up) let a second node open a running node's directory and both wrote one log
+    /// segment (an outside review); the directory cannot be removed while the node runs.
+    var directoryLockFD: Int32 = -1
 
     // Writer state: touched only by the writer thread after `start()`.
     var writer: SQLiteConnection?
@@ -256,11 +260,14 @@ final class DiskTier: @unchecked Sendable {
         guard fd >= 0 else {
             throw StoreError(.directory, "cannot create lock file \(lockPath): \(String(cString: strerror(errno)))")
         }
-        if strata_flock_exclusive_nonblocking(fd) != 0 {
+        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if strata_flock_exclusive_nonblocking(fd) != 0 || (dirFD >= 0 && strata_flock_exclusive_nonblocking(dirFD) != 0) {
             Glibc.close(fd)
+            if dirFD >= 0 { Glibc.close(dirFD) }
             throw StoreError(.locked, "data directory \(directory) is in use — by another process, or by another store open in this one (lock file \(lockPath))")
         }
         lockFD = fd
+        directoryLockFD = dirFD
     }
 
     func openWriter() throws {
@@ -402,6 +409,7 @@ final class DiskTier: @unchecked Sendable {
         if writerStarted { stopped.wait() }
         readerLock.withLock { idleReaders.removeAll() }
         if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
+        if directoryLockFD >= 0 { Glibc.close(directoryLockFD); directoryLockFD = -1 }
     }
 
     func enqueue(_ job: DiskJob) {
