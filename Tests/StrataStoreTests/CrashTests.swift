@@ -164,6 +164,29 @@ final class CrashTests: XCTestCase {
         XCTAssertTrue(try TieredCache.check(directory: dir.path).logDamage.isEmpty, "the damaged part was moved aside at open")
     }
 
+    /// Outside review dur3 F6: a last segment cut to 0 bytes after SQLite had applied part of
+    /// it — no crash does that — was "clean" to `check`, and the open said nothing while
+    /// acknowledged writes after the applied position were gone. Both now report it.
+    func testALogCutShortBeforeTheAppliedPositionIsReported() throws {
+        let dir = TempDir()
+        var config = StoreConfiguration(directory: dir.path)
+        let store = try TieredCache(configuration: config)
+        for i in 0..<200 { _ = try store.set(Array("k\(i)".utf8), Array("v".utf8)) }
+        store.close() // applied, and still in the segment (no checkpoint moved past it)
+        XCTAssertTrue(try TieredCache.check(directory: dir.path).isClean)
+        let path = try lastLogSegment(dir.path)
+        XCTAssertEqual(truncate(path, 0), 0)
+        let report = try TieredCache.check(directory: dir.path)
+        XCTAssertFalse(report.isClean)
+        XCTAssertTrue(report.logDamage.contains { $0.contains("before the position SQLite has applied") }, "\(report.logDamage)")
+        let lines = LogSink()
+        config.log = { lines.append($0) }
+        let again = try TieredCache(configuration: config)
+        defer { again.close() }
+        XCTAssertTrue(lines.all.contains { $0.contains("event=log_shorter_than_applied") }, "\(lines.all)")
+        XCTAssertEqual(try again.get(Array("k0".utf8))?.value, Array("v".utf8), "what SQLite holds stays")
+    }
+
     /// A clean close writes the exact counters (rows, newest version) and marks them exact, so
     /// the next open needs no recount; while the store is open the mark says "stale".
     /// A FLUSH whose record reached the log but not SQLite (a SIGKILL caught it in flight) is

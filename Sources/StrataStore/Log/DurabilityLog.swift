@@ -161,6 +161,12 @@ final class DurabilityLog: @unchecked Sendable {
         next = files.end
         written = files.end
         self.applied = min(applied, files.end)
+        if let cut = files.report.endsBeforeApplied {
+            // The log ends before what SQLite applied from it: its last segment was cut short
+            // (by hand, or a file system that lost it) — no crash does this. Records after the
+            // applied position, acknowledged writes SQLite did not have yet, may be gone.
+            log("level=error event=log_shorter_than_applied log_end=\(cut) applied=\(applied) effect=\"the log was cut after SQLite applied up to \(applied): writes acknowledged after that position, if any, are lost\"")
+        }
         for d in files.report.damage {
             log("level=error event=log_damaged file=\(d.file) offset=\(d.offset) reason=\"\(d.reason)\" action=\"records from here on were not replayed; the files were kept as *.damaged-*\"")
         }

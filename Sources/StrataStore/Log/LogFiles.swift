@@ -58,6 +58,8 @@ final class LogFiles: @unchecked Sendable {
         var truncatedBytes = 0
         /// Damage found (segment file, offset, reason); the files from there on were moved aside.
         var damage: [(file: String, offset: Int, reason: String)] = []
+        /// Where the log ended, when that was before the applied position (a segment cut short).
+        var endsBeforeApplied: UInt64? = nil
     }
 
     /// Opens the log in `directory` (created when missing), calling `visit` for every record at
@@ -70,10 +72,15 @@ final class LogFiles: @unchecked Sendable {
         if mkdir(directory, 0o755) != 0 && errno != EEXIST {
             throw StoreError(.directory, "cannot create \(directory): \(String(cString: strerror(errno)))")
         }
+        let hadSegments = !Self.segmentStarts(in: directory).isEmpty
         report = try replay(from: from, clock: clock, visit: visit)
         // New records never take a position SQLite has already applied, nor one a damaged
-        // (moved aside) segment used.
-        if end < from { end = from; tailAppendable = false }
+        // (moved aside) segment used. Without damage, a log that ends before the applied
+        // position was cut short (no crash does that): reported.
+        if end < from {
+            if report.damage.isEmpty && hadSegments { report.endsBeforeApplied = end }
+            end = from; tailAppendable = false
+        }
         try openTail()
         if policy == .everysec { startSyncThread() }
     }
@@ -423,6 +430,11 @@ final class LogFiles: @unchecked Sendable {
             case .damaged(let offset, let reason): v.damage.append("\(path) at \(offset): \(reason)")
             case .badHeader(let reason): v.damage.append("\(path): \(reason)")
             }
+        }
+        // The log ends before what SQLite applied from it: the last segment was cut short (an
+        // outside review truncated it to 0 bytes and `check` called the directory clean).
+        if let e = expected, e < applied, !handledDamage, v.damage.isEmpty {
+            v.damage.append("\(directory): the log ends at \(e), before the position SQLite has applied (\(applied)): a segment was cut short; writes acknowledged after \(applied), if any, are lost")
         }
         return v
     }
