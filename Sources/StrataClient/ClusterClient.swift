@@ -148,6 +148,7 @@ public final class ClusterClient: @unchecked Sendable {
     public func setReporting(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
                              flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set,
                              casVersion: UInt64 = 0, writeBehind: Bool = false) throws -> ClusterWriteReport {
+        if (mode != .set && mode != .lease) || casVersion != 0 { settleBeforeDeciding(key, namespace) }
         let version = hlc.next()
         var s = SetRequest(key: key, value: value, namespace: namespace)
         s.expiry = expiry; s.flags = flags; s.extended = extended; s.mode = mode; s.casVersion = casVersion; s.version = version
@@ -172,7 +173,9 @@ public final class ClusterClient: @unchecked Sendable {
     /// Returns whether any node held the key.
     @discardableResult
     public func invalidate(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool {
-        try versionedEverywhere("invalidate", key, namespace) { tiers, version in
+        // Each node marks its own copy stale with the new version: an old copy would win.
+        settleBeforeDeciding(key, namespace)
+        return try versionedEverywhere("invalidate", key, namespace) { tiers, version in
             .invalidate(namespace: namespace, key: key, tiers: tiers, version: version)
         }
     }
@@ -183,6 +186,7 @@ public final class ClusterClient: @unchecked Sendable {
                         initial: UInt64? = nil) throws -> UInt64? {
         var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
         r.initial = initial
+        settleBeforeDeciding(key, namespace)
         return try onPrimaryThenReplicate(key, namespace) { conn in
             let f = try conn.call(.counter(r))
             if f.statusCode == .notFound { return nil }
@@ -193,7 +197,8 @@ public final class ClusterClient: @unchecked Sendable {
 
     /// TOUCH on the first live node, then replicated as a versioned write. False when absent.
     public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> Bool {
-        try onPrimaryThenReplicate(key, namespace) { conn in
+        settleBeforeDeciding(key, namespace)
+        return try onPrimaryThenReplicate(key, namespace) { conn in
             let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry))
             if f.statusCode == .notFound { return nil }
             try NodeConnection.check(f, allow: [.ok])
@@ -330,10 +335,37 @@ public final class ClusterClient: @unchecked Sendable {
         return nil
     }
 
+    /// Whether `node` started, or noticed a pause, within `rejoinWindow` (per its last HELLO).
+    func recentlyStarted(_ node: NodeHandle) -> Bool {
+        let start = node.knownStartVersion
+        return start != 0 && Double(configuration.clock.nowMicros()) - Double(start) < configuration.rejoinWindow * 1e6
+    }
+
+    /// Before an operation the first live node decides from its own copy — a conditional
+    /// write, a counter, a touch, an invalidate, a read-through — when that node started or
+    /// was paused within `rejoinWindow` (or this client holds a hint for the key): a `get`
+    /// first, which compares the key's nodes and writes the newest back onto the others. An
+    /// outside review: a returning owner still holding 5 turned a counter at 10 into 6 on every
+    /// node, let a CAS with a superseded version win, and an `add` overwrite a key set while it
+    /// was down. Costs one read of the key's nodes per such operation during that window.
+    func settleBeforeDeciding(_ key: [UInt8], _ ns: [UInt8]) {
+        let nodes = targets(key, ns)
+        guard nodes.count > 1 else { return }
+        var suspect = isHinted(ns, key)
+        if !suspect {
+            for node in nodes {
+                guard (try? node.run { _ in () }) != nil else { continue } // the first live node decides
+                suspect = recentlyStarted(node)
+                break
+            }
+        }
+        if suspect { _ = try? get(key, namespace: ns) }
+    }
+
     func mustVerify(_ node: NodeHandle, _ a: Answer, _ key: [UInt8], _ ns: [UInt8]) -> Bool {
         if isHinted(ns, key) { return true }
+        let recentStart = recentlyStarted(node)
         let start = node.knownStartVersion
-        let recentStart = start != 0 && Double(configuration.clock.nowMicros()) - Double(start) < configuration.rejoinWindow * 1e6
         switch a {
         case .item(let item):
             // Written before the node's last start: it may have missed a newer write.

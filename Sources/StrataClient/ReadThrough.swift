@@ -104,6 +104,8 @@ extension ClusterClient {
         var delay = 0.002
         var waited = false
         let refreshMillis = UInt32(min(max(0, options.refreshAhead), 4e6) * 1000)
+        // A returning owner's hit may be an old value or a deleted one (an outside review).
+        settleBeforeDeciding(key, ns)
         while true {
             let (node, f) = try leaseGet(key, ns, refreshMillis)
             let lease = Responses.leaseState(f)

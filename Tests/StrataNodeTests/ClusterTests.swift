@@ -176,6 +176,49 @@ final class ClusterTests: XCTestCase {
         XCTAssertEqual(try direct.get(b(keys[1]))?.value, b("new-\(keys[1])"))
     }
 
+    /// Outside review swift2: on plain nodes, a returning owner decided conditional writes,
+    /// counters, touches, invalidates and read-throughs from its old copy — a counter at 10
+    /// became 6 on every node, a CAS with a superseded version won, `add` overwrote, a
+    /// read-through served a deleted value. A fresh client now settles the key first.
+    func testAReturningOwnerDecidesNothingFromItsOldCopy() throws {
+        let cluster = try Cluster()
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        let keys = (0..<600).map { "o\($0)" }.filter { ring.owner(for: b($0))!.name == cluster.addresses[0].name }
+        XCTAssertGreaterThanOrEqual(keys.count, 7)
+        let (counter, casKey, addKey, replaceKey, touchKey, invKey, loadKey) = (keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6])
+        func client() throws -> ClusterClient { try cluster.client { $0.replicas = 3; $0.ack = .majority; $0.timeout = 1 } }
+        var c = try client()
+        for _ in 0..<5 { _ = try c.counter(b(counter), delta: 1, initial: 0) }
+        for k in [replaceKey, touchKey, invKey, loadKey] { _ = try c.set(b(k), b("old")) }
+        guard case .stored(let oldVersion) = try c.set(b(casKey), b("old")) else { return XCTFail("set") }
+        cluster.kill(0)
+        c = try client()
+        for _ in 0..<5 { _ = try c.counter(b(counter), delta: 1, initial: 0) }
+        guard case .stored(let newVersion) = try c.set(b(casKey), b("new")) else { return XCTFail("set while the owner is down") }
+        _ = try c.set(b(addKey), b("set-while-down"))
+        XCTAssertTrue(try c.delete(b(replaceKey)))
+        XCTAssertTrue(try c.delete(b(touchKey)))
+        _ = try c.set(b(invKey), b("newer"))
+        XCTAssertTrue(try c.delete(b(loadKey)))
+        try cluster.restart(0)
+        // Fresh clients (no hints), as another process would be.
+        XCTAssertEqual(try client().counter(b(counter), delta: 1), 10, "no acknowledged increment is lost (the first stored its initial 0)")
+        guard case .casMismatch = try client().set(b(casKey), b("stale-cas"), mode: .cas, casVersion: oldVersion) else { return XCTFail("a superseded CAS won") }
+        guard case .stored = try client().set(b(casKey), b("cas"), mode: .cas, casVersion: newVersion) else { return XCTFail("the current CAS lost") }
+        guard case .exists = try client().set(b(addKey), b("add"), mode: .add) else { return XCTFail("add overwrote a key set while the owner was down") }
+        guard case .notFound = try client().set(b(replaceKey), b("replace"), mode: .replace) else { return XCTFail("replace brought a deleted key back") }
+        XCTAssertFalse(try client().touch(b(touchKey), expiry: .seconds(600)), "touch brought a deleted key back")
+        XCTAssertTrue(try client().invalidate(b(invKey)))
+        XCTAssertEqual(try client().get(b(invKey))?.value, b("newer"), "invalidate kept the newer value (stale)")
+        let loaded = try client().getOrLoad(b(loadKey)) { b("loaded") }
+        XCTAssertEqual(loaded.value, b("loaded"), "a read-through did not serve the deleted value")
+        for i in 0..<3 {
+            let direct = try NodeConnection(host: "127.0.0.1", port: cluster.ports[i])
+            XCTAssertEqual(try direct.get(b(counter), tiers: 2)?.value, b("10"), "node \(i)")
+            XCTAssertEqual(try direct.get(b(casKey), tiers: 2)?.value, b("cas"), "node \(i)")
+        }
+    }
+
     func testLateOlderWritesNeitherReplaceNewerValuesNorResurrectDeletes() throws {
         let cluster = try Cluster()
         let client = try cluster.client()
