@@ -79,6 +79,7 @@ final class EmbeddedBackend: CacheBackend, @unchecked Sendable {
         case .value(let v, _): return v
         case .notFound: return nil
         case .notANumber: throw CacheError(.notANumber, status: .notANumber, "the stored value is not a decimal number")
+        case .superseded: throw CacheError(.internalError, "a counter without a version was superseded") // never: no version is given
         }
     }
 

@@ -180,18 +180,28 @@ public final class ClusterClient: @unchecked Sendable {
         }
     }
 
-    /// INCR/DECR on the first live node (it assigns the version), then the resulting item is
-    /// replicated as a versioned write. Nil when absent and no initial value was given.
+    /// INCR/DECR on the first live node, then the resulting item is replicated as a versioned
+    /// write. Nil when absent and no initial value was given. Each attempt carries a new
+    /// version from this client's clock, so an INCR that timed out on a paused node and runs
+    /// when it resumes is older than the writes made meanwhile and loses to them (an outside
+    /// review: with node-assigned versions such a late INCR, run on the old value, won on
+    /// every node); a node holding a newer version answers SUPERSEDED and the client tries again
+    /// past it (at most 8 times).
     public func counter(_ key: [UInt8], delta: UInt64, decrement: Bool = false, namespace: [UInt8] = [],
                         initial: UInt64? = nil) throws -> UInt64? {
         var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
         r.initial = initial
         settleBeforeDeciding(key, namespace)
         return try onPrimaryThenReplicate(key, namespace) { conn in
-            let f = try conn.call(.counter(r))
-            if f.statusCode == .notFound { return nil }
-            try NodeConnection.check(f, allow: [.ok])
-            return try Responses.parseCounter(f)
+            for _ in 0..<8 {
+                r.version = hlc.next()
+                let f = try conn.call(.counter(r))
+                if f.statusCode == .superseded { hlc.observe(f.cas); continue }
+                if f.statusCode == .notFound { return nil }
+                try NodeConnection.check(f, allow: [.ok])
+                return try Responses.parseCounter(f)
+            }
+            throw ClientError(.server, "the counter \(keyText(key)) was superseded by newer writes 8 times in a row", status: .superseded)
         }
     }
 

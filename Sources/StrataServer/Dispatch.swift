@@ -295,9 +295,12 @@ final class Dispatcher: @unchecked Sendable {
             case let .exists(ns, key, tiers):
                 return try store.contains(key, namespace: ns, tiers: Tiers(wire: tiers)) ? ok() : (quiet ? nil : Responses.status(to: f, .notFound))
             case .counter(let c):
+                let version = c.version == 0 ? nil : c.version
                 let out = c.decrement
-                    ? try store.decrement(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial, expiry: c.expiry.storeExpiry)
-                    : try store.increment(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial, expiry: c.expiry.storeExpiry)
+                    ? try store.decrement(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial,
+                                          expiry: c.expiry.storeExpiry, version: version)
+                    : try store.increment(c.key, by: c.delta, namespace: c.namespace, tiers: Tiers(wire: c.tiers), initial: c.initial,
+                                          expiry: c.expiry.storeExpiry, version: version)
                 switch out {
                 case .value(let v, let version):
                     leases.revoke(ItemKey(namespace: c.namespace, key: c.key))
@@ -305,6 +308,7 @@ final class Dispatcher: @unchecked Sendable {
                     return quiet ? nil : Responses.counter(to: f, value: v, version: version)
                 case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
                 case .notANumber: return Responses.error(to: f, .notANumber, "the stored value is not a decimal counter (1–20 digits, at most 2^64−1)")
+                case .superseded(let current): return Responses.status(to: f, .superseded, cas: current)
                 }
             case let .meta(ns, key, tiers):
                 guard let m = try store.metadata(key, namespace: ns, tiers: Tiers(wire: tiers)) else {

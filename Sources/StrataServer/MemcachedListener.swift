@@ -341,6 +341,8 @@ final class MemcachedListener: Sendable {
             case .notANumber:
                 clientErrors.add()
                 reply("CLIENT_ERROR cannot increment or decrement non-numeric value", noreply)
+            case .superseded:
+                reply("SERVER_ERROR superseded", noreply) // never: the text protocol names no version
             }
         case .touch(let key, let exptime, let noreply):
             let v = try store.touchVersioned(key, namespace: namespace, expiry: expiry(exptime), tiers: tiers)

@@ -313,6 +313,8 @@ extension MemcachedListener {
             if !quiet { MemcachedResponse.line("NF" + returnFlags(m, item: nil, allowed: "bkO"), into: &out) }
         case .notANumber:
             error("CLIENT_ERROR cannot increment or decrement non-numeric value", into: &out)
+        case .superseded:
+            error("SERVER_ERROR superseded", into: &out) // never: ma names no version
         case .value(let v, _):
             (increment ? incrHits : decrHits).add()
             let wantsItem = m.flags.contains { "ct".utf8.contains($0.letter) }

@@ -67,9 +67,11 @@ extension TieredCache {
 
     /// Adds `delta` to a decimal counter (wrapping at 2^64, as memcached). When absent, stores
     /// `initial` if given (with `expiry`), else reports `.notFound`.
+    /// `version`: the caller's version for the result (a cluster client's), else the node
+    /// assigns one; not newer than the stored version → `.superseded`, nothing changed.
     public func increment(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
-                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {
-        try counter(key, delta: delta, decrement: false, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry)
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault, version: UInt64? = nil) throws -> CounterOutcome {
+        try counter(key, delta: delta, decrement: false, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry, version: version)
     }
 
     /// A counter's value as INCR/DECR read it (1–20 ASCII digits fitting 64 bits), or nil.
@@ -82,18 +84,20 @@ extension TieredCache {
 
     /// Subtracts `delta` from a decimal counter, stopping at 0 (memcached semantics).
     public func decrement(_ key: [UInt8], by delta: UInt64 = 1, namespace: [UInt8] = [], tiers: Tiers = .all,
-                          initial: UInt64? = nil, expiry: Expiry = .storeDefault) throws -> CounterOutcome {
-        try counter(key, delta: delta, decrement: true, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry)
+                          initial: UInt64? = nil, expiry: Expiry = .storeDefault, version: UInt64? = nil) throws -> CounterOutcome {
+        try counter(key, delta: delta, decrement: true, namespace: namespace, tiers: tiers, initial: initial, expiry: expiry, version: version)
     }
 
     func counter(_ key: [UInt8], delta: UInt64, decrement: Bool, namespace: [UInt8], tiers: Tiers,
-                         initial: UInt64?, expiry: Expiry) throws -> CounterOutcome {
-        try check(key: key, namespace: namespace)
-        try check(tiers: tiers)
+                         initial: UInt64?, expiry: Expiry, version: UInt64? = nil) throws -> CounterOutcome {
+        if version != nil { try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version) } else {
+            try check(key: key, namespace: namespace)
+            try check(tiers: tiers)
+        }
         let e = expiry.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
-        guard case .counter(let o) = try write(.counter(delta: delta, decrement: decrement, initial: initial, expiry: e),
+        guard case .counter(let o) = try write(.counter(delta: delta, decrement: decrement, initial: initial, expiry: e, callerVersion: version),
                                                key: key, namespace: namespace, tiers: tiers, writeBehind: false,
-                                               callerVersion: nil, preEncoded: nil)
+                                               callerVersion: version, preEncoded: nil)
         else { throw StoreError(.io, "internal: unexpected result kind") }
         return o
     }
@@ -356,7 +360,7 @@ extension TieredCache {
     /// removes and invalidates, touches, counters without an initial value, replace and cas.
     static func onlyChangesExisting(_ op: WriteOp) -> Bool {
         switch op {
-        case .remove(nil, _), .invalidate(nil), .touch, .counter(_, _, nil, _): return true
+        case .remove(nil, _), .invalidate(nil), .touch, .counter(_, _, nil, _, _): return true
         case .set(_, .replace, _, _, _, _, _), .set(_, .cas, _, _, _, _, _): return true
         default: return false
         }

@@ -9,7 +9,8 @@ import Synchronization
 /// disk tier, with namespaces, expiry, versions (CAS tokens) and tombstones.
 ///
 /// Guarantees:
-/// - Thread-safe; every operation has a blocking form and an `async` form.
+/// - Thread-safe; the operations have a blocking form and most an `async` form (`read`,
+///   `peekValue`, `sync`, `touchVersioned`, `namespaceStats` and `close` are blocking only).
 /// - A write that includes `.disk` returns after its transaction commits (unless
 ///   `writeBehind`), so a process killed with SIGKILL loses no write that returned.
 /// - An expired item is never returned by any operation, nor one older than `maxAge`.

@@ -129,6 +129,9 @@ public struct CounterRequest: Equatable, Sendable {
     public var expiry: WireExpiry = .storeDefault
     public var tiers: UInt8 = 0
     public var decrement = false
+    /// The caller's version for the result (0: the node assigns one); not newer than the
+    /// stored version → SUPERSEDED (PROTOCOL.md §7.11).
+    public var version: UInt64 = 0
     public init(key: [UInt8], delta: UInt64, namespace: [UInt8] = [], decrement: Bool = false) {
         self.key = key; self.delta = delta; self.namespace = namespace; self.decrement = decrement
     }
@@ -293,6 +296,7 @@ public enum Request: Equatable, Sendable {
                 let initial = try r.u64()
                 c.initial = hasInitial != 0 ? initial : nil
                 c.expiry = try WireExpiry.read(&r)
+                if r.at < f.extras.count { c.version = try r.u64() }
                 try r.end()
                 c.tiers = f.tiers
                 return .counter(c)
@@ -404,6 +408,7 @@ public enum Request: Equatable, Sendable {
             f.extras.append(c.initial == nil ? 0 : 1)
             f.extras.appendBE(c.initial ?? 0)
             c.expiry.encode(into: &f.extras)
+            if c.version != 0 { f.extras.appendBE(c.version) }
         case let .meta(ns, key, tiers):
             f = .request(.meta, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
         case let .scan(ns, cursor, limit):

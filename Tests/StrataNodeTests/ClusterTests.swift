@@ -219,6 +219,46 @@ final class ClusterTests: XCTestCase {
         }
     }
 
+    /// Outside review swift2: an INCR that timed out on a paused owner ran when it resumed, on
+    /// its old value, with a node-assigned (newer) version, and won on every node — five
+    /// acknowledged increments rolled back. INCR now carries the client's version, so the late
+    /// one is older than the increments made meanwhile and loses to them.
+    func testALateIncrementOnAPausedOwnerDoesNotRollTheCounterBack() throws {
+        let cluster = try SyncCluster(count: 3, replicas: 3)
+        let all = [0, 1, 2]
+        let key = (0..<600).map { "p\($0)" }.first { cluster.replicaSet($0, all).first == 0 }!
+        func client() throws -> ClusterClient { try cluster.client(all) { $0.ack = .majority; $0.timeout = 1 } }
+        let c = try client()
+        XCTAssertEqual(try c.counter(b(key), delta: 1, initial: 0), 0)
+        for _ in 0..<4 { _ = try c.counter(b(key), delta: 1) }
+        let owner = try XCTUnwrap(cluster.nodes[0]).process.processIdentifier
+        usleep(1_200_000) // the pooled connection says HELLO again before its next request
+        kill(owner, SIGSTOP)
+        var during: [UInt64?] = []
+        for _ in 0..<5 { during.append(try c.counter(b(key), delta: 1)) }
+        XCTAssertEqual(during.last, 9)
+        kill(owner, SIGCONT)
+        usleep(3_000_000) // the owner runs what timed out; anti-entropy rounds pass
+        for _ in 0..<3 {
+            XCTAssertEqual(try client().get(b(key))?.value, b("9"), "the late increment did not roll the counter back")
+        }
+        for i in all {
+            XCTAssertEqual(try cluster.connect(i).get(b(key), tiers: 2)?.value, b("9"), "node \(i)")
+        }
+        // The mechanism, deterministically: an INCR carrying a version older than what the
+        // node holds (one that ran late) is SUPERSEDED and changes nothing (PROTOCOL.md §7.9).
+        let direct = try cluster.connect(1)
+        let held = try XCTUnwrap(direct.get(b(key), tiers: 2)).version
+        var late = CounterRequest(key: b(key), delta: 1)
+        late.version = held - 1
+        let f = try direct.call(.counter(late))
+        XCTAssertEqual(f.statusCode, .superseded)
+        XCTAssertEqual(f.cas, held)
+        XCTAssertEqual(try direct.get(b(key), tiers: 2)?.value, b("9"))
+        late.version = held + 1
+        XCTAssertEqual(try Responses.parseCounter(direct.call(.counter(late))), 10, "a newer version applies")
+    }
+
     func testLateOlderWritesNeitherReplaceNewerValuesNorResurrectDeletes() throws {
         let cluster = try Cluster()
         let client = try cluster.client()

@@ -57,6 +57,7 @@ final class VectorTests: XCTestCase {
         var incr = CounterRequest(key: Array("hits".utf8), delta: 5); incr.initial = 10
         let decr = CounterRequest(key: Array("hits".utf8), delta: 3, decrement: true)
         let incrBad = CounterRequest(key: Array("foo".utf8), delta: 1)
+        var incrLate = CounterRequest(key: Array("hits".utf8), delta: 1); incrLate.version = 900
         let foo = Array("foo".utf8)
         var validateSet = SetRequest(key: Array("bad.png".utf8), value: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
         validateSet.validateImage = true
@@ -164,6 +165,7 @@ final class VectorTests: XCTestCase {
             ("exists", .exists(namespace: [], key: foo, tiers: 0), { Responses.status(to: $0, .ok) }),
             ("incr_initial", .counter(incr), { Responses.counter(to: $0, value: 10, version: self.V + 3) }),
             ("decr", .counter(decr), { Responses.counter(to: $0, value: 7, version: self.V + 4) }),
+            ("incr_versioned", .counter(incrLate), { Responses.status(to: $0, .superseded, cas: self.V + 4) }),
             ("incr_not_a_number", .counter(incrBad),
              { Responses.error(to: $0, .notANumber, "the stored value is not a decimal counter (1–20 digits, at most 2^64−1)") }),
             ("meta", .meta(namespace: [], key: Array("doc".utf8), tiers: 0),

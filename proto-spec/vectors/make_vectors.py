@@ -135,6 +135,9 @@ case("incr_initial", "INCR hits by 5 with initial 10 when absent: stores 10",
 case("decr", "DECR hits by 3",
      frame(REQ, OPS["DECR"], 41, extras=struct.pack(">QBQ", 3, 0, 0) + expiry(0), key=b"hits"),
      frame(RESP, OPS["DECR"], 41, cas=V + 4, extras=struct.pack(">Q", 7)), "version")
+case("incr_versioned", "INCR hits by 1 with caller version 900, older than the V + 4 hits holds (a late INCR): SUPERSEDED with that version, nothing changed",
+     frame(REQ, OPS["INCR"], 44, extras=struct.pack(">QBQ", 1, 0, 0) + expiry(0) + struct.pack(">Q", 900), key=b"hits"),
+     frame(RESP, OPS["INCR"], 44, status=SUPERSEDED, cas=V + 4), "version")
 case("incr_not_a_number", "INCR of a value that is not a counter",
      frame(REQ, OPS["INCR"], 42, extras=struct.pack(">QBQ", 1, 0, 0) + expiry(0), key=b"foo"),
      frame(RESP, OPS["INCR"], 42, status=NOT_A_NUMBER,

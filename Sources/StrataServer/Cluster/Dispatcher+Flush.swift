@@ -85,6 +85,7 @@ extension Dispatcher {
         case .set(let s) where s.version != 0: (ns, v) = (s.namespace, s.version)
         case let .delete(n, _, _, version?, _): (ns, v) = (n, version)
         case let .invalidate(n, _, _, version?): (ns, v) = (n, version)
+        case .counter(let c) where c.version != 0: (ns, v) = (c.namespace, c.version)
         default: return nil
         }
         guard let at = m.superseding(ns, v) else { return nil }

@@ -6,7 +6,9 @@ public enum Expiry: Sendable, Equatable {
     case storeDefault
     /// Never expires.
     case never
-    /// Expires this many seconds from now (EGOCache's per-item timeout).
+    /// Expires this many seconds from now (EGOCache's per-item timeout). Zero, negative or
+    /// NaN: expired at once (stored, and never read — memcached's negative exptime; the
+    /// `StrataCache` facade refuses such a TTL instead).
     case seconds(Double)
     /// Expires at this absolute time, in microseconds since the Unix epoch.
     case at(unixMicros: Int64)
@@ -102,6 +104,9 @@ public enum CounterOutcome: Equatable, Sendable {
     case notFound
     /// The stored value is not a decimal number of at most 20 digits that fits in 64 bits.
     case notANumber
+    /// A caller version not newer than the stored one (an INCR that arrived late): nothing
+    /// changed.
+    case superseded(current: UInt64)
 }
 
 /// An item returned by a read: the value with its metadata.

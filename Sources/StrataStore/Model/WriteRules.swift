@@ -6,7 +6,7 @@ enum WriteOp: Sendable {
     /// Marks a live item stale (value kept) with a new version.
     case invalidate(callerVersion: UInt64?)
     case touch(expiry: Int64)
-    case counter(delta: UInt64, decrement: Bool, initial: UInt64?, expiry: Int64)
+    case counter(delta: UInt64, decrement: Bool, initial: UInt64?, expiry: Int64, callerVersion: UInt64?)
 }
 
 enum WriteResult: Sendable, Equatable {
@@ -81,7 +81,10 @@ enum WriteRules {
             l.version = newVersion
             return (.touch(found: true, version: newVersion), .store(l))
 
-        case let .counter(delta, decrement, initial, expiry):
+        case let .counter(delta, decrement, initial, expiry, callerVersion):
+            // With a caller version, a late INCR (one that timed out and ran after newer
+            // writes reached this node) changes nothing: its result would be older than them.
+            if let cv = callerVersion, let g = guardVersion, g >= cv { return (.counter(.superseded(current: g)), .none) }
             guard var l = present else {
                 guard let start = initial else { return (.counter(.notFound), .none) }
                 let state = ItemState(value: Array(String(start).utf8), flags: 0, extended: [], expiry: expiry, version: newVersion, tombstone: false)
