@@ -206,13 +206,20 @@ public final class ClusterClient: @unchecked Sendable {
     }
 
     /// TOUCH on the first live node, then replicated as a versioned write. False when absent.
+    /// Each attempt carries a new version from this client's clock, as `counter` does: a TOUCH
+    /// that runs late on a resumed node cannot give its old copy a version newer than the
+    /// writes made meanwhile.
     public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> Bool {
         settleBeforeDeciding(key, namespace)
         return try onPrimaryThenReplicate(key, namespace) { conn in
-            let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry))
-            if f.statusCode == .notFound { return nil }
-            try NodeConnection.check(f, allow: [.ok])
-            return true
+            for _ in 0..<8 {
+                let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry, version: hlc.next()))
+                if f.statusCode == .superseded { hlc.observe(f.cas); continue }
+                if f.statusCode == .notFound { return nil }
+                try NodeConnection.check(f, allow: [.ok])
+                return true
+            }
+            throw ClientError(.server, "the touch of \(keyText(key)) was superseded by newer writes 8 times in a row", status: .superseded)
         } ?? false
     }
 

@@ -156,11 +156,20 @@ public enum ImageCodec {
         switch b[25] { case 0, 3: channels = 1; case 2: channels = 3; case 4: channels = 2; case 6: channels = 4; default: return nil }
         let bits = channels * Int(b[24])
         guard w > 0, h > 0, bits > 0, w <= 1 << 31, h <= 1 << 31 else { return nil }
-        func rows(_ pw: Int, _ ph: Int) -> Int { pw > 0 && ph > 0 ? ph * (1 + (pw * bits + 7) / 8) : 0 }
+        // Saturating: a header of 2^31 × 2^31 16-bit RGBA pixels is 2^65 bytes, which trapped
+        // (an outside review crashed the node with a 68-byte PNG); Int.max is over every limit.
+        func rows(_ pw: Int, _ ph: Int) -> Int {
+            guard pw > 0 && ph > 0 else { return 0 }
+            let (n, overflow) = ph.multipliedReportingOverflow(by: 1 + (pw * bits + 7) / 8)
+            return overflow ? Int.max : n
+        }
         guard b[28] == 1 else { return rows(w, h) }
         // Adam7: (x0, y0, dx, dy) of the seven passes.
         let passes = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
-        return passes.reduce(0) { $0 + rows((w - $1.0 + $1.2 - 1) / $1.2, (h - $1.1 + $1.3 - 1) / $1.3) }
+        return passes.reduce(0) { total, p in
+            let (n, overflow) = total.addingReportingOverflow(rows((w - p.0 + p.2 - 1) / p.2, (h - p.1 + p.3 - 1) / p.3))
+            return overflow ? Int.max : n
+        }
     }
 
     /// What decoding `bytes` costs by their headers alone, in bytes: a PNG's pixel data

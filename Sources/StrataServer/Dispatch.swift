@@ -85,7 +85,7 @@ final class Dispatcher: @unchecked Sendable {
         case .ping, .hello, .quit, .stats, .release: return true
         case .set(let s): return Tiers(wire: s.tiers) == .memory && s.mode != .lease
         case .invalidate(_, _, let tiers, _): return Tiers(wire: tiers) == .memory
-        case .delete(_, _, let tiers, _, _), .touch(_, _, let tiers, _): return Tiers(wire: tiers) == .memory
+        case .delete(_, _, let tiers, _, _), .touch(_, _, let tiers, _, _): return Tiers(wire: tiers) == .memory
         case .counter(let c): return Tiers(wire: c.tiers) == .memory
         default: return false
         }
@@ -285,9 +285,12 @@ final class Dispatcher: @unchecked Sendable {
             case let .release(ns, key, token):
                 // QUIET does not silence RELEASE's answers (§2.1).
                 return Responses.status(to: f, leases.release(ItemKey(namespace: ns, key: key), token: token) ? .ok : .notFound)
-            case let .touch(ns, key, tiers, expiry):
-                guard let v = try store.touchVersioned(key, namespace: ns, expiry: expiry.storeExpiry, tiers: Tiers(wire: tiers)) else {
-                    return quiet ? nil : Responses.status(to: f, .notFound)
+            case let .touch(ns, key, tiers, expiry, version):
+                let v: UInt64
+                switch try store.touch(key, namespace: ns, expiry: expiry.storeExpiry, tiers: Tiers(wire: tiers), version: version == 0 ? nil : version) {
+                case .touched(let t): v = t
+                case .notFound: return quiet ? nil : Responses.status(to: f, .notFound)
+                case .superseded(let current): return Responses.status(to: f, .superseded, cas: current)
                 }
                 originalChanged(ItemKey(namespace: ns, key: key))
                 replicated(ns, key, v, tiers: Tiers(wire: tiers))

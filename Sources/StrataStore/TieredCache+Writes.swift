@@ -56,13 +56,32 @@ extension TieredCache {
 
     /// Like `touch`, returning the new version.
     public func touchVersioned(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all) throws -> UInt64? {
-        try check(key: key, namespace: namespace)
-        try check(tiers: tiers)
+        switch try touch(key, namespace: namespace, expiry: expiry, tiers: tiers, version: nil) {
+        case .touched(let v): return v
+        case .notFound, .superseded: return nil
+        }
+    }
+
+    /// What a TOUCH did.
+    public enum TouchOutcome: Equatable, Sendable {
+        case touched(version: UInt64)
+        case notFound
+        /// The caller's version was not newer than the stored one: nothing changed.
+        case superseded(current: UInt64)
+    }
+
+    /// TOUCH with the caller's version for the result (a cluster client's; nil: the node
+    /// assigns one). A TOUCH that timed out on a paused node and runs late is then older than
+    /// the writes made meanwhile, and changes nothing.
+    public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: Expiry, tiers: Tiers = .all, version: UInt64?) throws -> TouchOutcome {
+        try checkVersionedWrite(key: key, namespace: namespace, tiers: tiers, version: version)
         let e = expiry.resolve(now: clock.nowMicros(), defaultTTL: configuration.defaultTTL)
-        guard case .touch(let found, let version) = try write(.touch(expiry: e), key: key, namespace: namespace, tiers: tiers,
-                                                              writeBehind: false, callerVersion: nil, preEncoded: nil)
-        else { throw StoreError(.io, "internal: unexpected result kind") }
-        return found ? version : nil
+        switch try write(.touch(expiry: e, callerVersion: version), key: key, namespace: namespace, tiers: tiers,
+                         writeBehind: false, callerVersion: version, preEncoded: nil) {
+        case .touch(let found, let v): return found ? .touched(version: v) : .notFound
+        case .touchSuperseded(let current): return .superseded(current: current)
+        default: throw StoreError(.io, "internal: unexpected result kind")
+        }
     }
 
     /// Adds `delta` to a decimal counter (wrapping at 2^64, as memcached). When absent, stores

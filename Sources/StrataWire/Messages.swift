@@ -158,7 +158,8 @@ public enum Request: Equatable, Sendable {
     case mget(namespace: [UInt8], keys: [[UInt8]], tiers: UInt8)
     case set(SetRequest)
     case delete(namespace: [UInt8], key: [UInt8], tiers: UInt8, version: UInt64?, writeBehind: Bool)
-    case touch(namespace: [UInt8], key: [UInt8], tiers: UInt8, expiry: WireExpiry)
+    /// `version`: the caller's version for the result (0: the node assigns one), §7.8.
+    case touch(namespace: [UInt8], key: [UInt8], tiers: UInt8, expiry: WireExpiry, version: UInt64 = 0)
     case exists(namespace: [UInt8], key: [UInt8], tiers: UInt8)
     case counter(CounterRequest)
     case meta(namespace: [UInt8], key: [UInt8], tiers: UInt8)
@@ -282,8 +283,9 @@ public enum Request: Equatable, Sendable {
                 try needKey()
                 var r = ExtrasReader(f.extras, "touch")
                 let e = try WireExpiry.read(&r)
+                let version = r.at < f.extras.count ? try r.u64() : 0
                 try r.end()
-                return .touch(namespace: f.namespace, key: f.key, tiers: f.tiers, expiry: e)
+                return .touch(namespace: f.namespace, key: f.key, tiers: f.tiers, expiry: e, version: version)
             case .exists:
                 try needKey(); try noExtras()
                 return .exists(namespace: f.namespace, key: f.key, tiers: f.tiers)
@@ -397,9 +399,10 @@ public enum Request: Equatable, Sendable {
             f = .request(.delete, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             if let v = version { f.extras.appendBE(v) }
             if writeBehind { f.flags |= RequestFlags.writeBehind.rawValue }
-        case let .touch(ns, key, tiers, expiry):
+        case let .touch(ns, key, tiers, expiry, version):
             f = .request(.touch, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             expiry.encode(into: &f.extras)
+            if version != 0 { f.extras.appendBE(version) }
         case let .exists(ns, key, tiers):
             f = .request(.exists, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
         case .counter(let c):

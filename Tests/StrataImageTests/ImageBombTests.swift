@@ -71,4 +71,16 @@ final class ImageBombTests: XCTestCase {
         XCTAssertEqual(ImageCodec.declaredDecodeBytes(webp), 8 * 4 * 4)
         XCTAssertNil(ImageCodec.declaredDecodeBytes(Array("not an image".utf8)))
     }
+
+    /// Outside review sec3: a 68-byte PNG claiming 2^31−1 × 2^31−1 16-bit RGBA pixels
+    /// overflowed the header arithmetic and killed the node (on its event loop). The claim
+    /// saturates, and the image is refused like any other over the limits.
+    func testHugeHeaderClaimsSaturateInsteadOfTrapping() throws {
+        let side = Int(Int32.max)
+        for (depth, type, interlace) in [(UInt8(16), UInt8(6), UInt8(0)), (8, 2, 0), (16, 6, 1), (16, 0, 1)] {
+            let png = PNGBomb.make(width: side, height: side, bitDepth: depth, colorType: type, interlace: interlace, inflated: 8)
+            XCTAssertGreaterThan(try XCTUnwrap(ImageCodec.declaredDecodeBytes(png)), 1 << 62, "depth \(depth) type \(type) interlace \(interlace)")
+            XCTAssertThrowsError(try ImageCodec.validate(png, pixelLimit: 25_000_000, decodeLimit: 128 << 20))
+        }
+    }
 }

@@ -257,6 +257,14 @@ final class ClusterTests: XCTestCase {
         XCTAssertEqual(try direct.get(b(key), tiers: 2)?.value, b("9"))
         late.version = held + 1
         XCTAssertEqual(try Responses.parseCounter(direct.call(.counter(late))), 10, "a newer version applies")
+        // TOUCH likewise (§7.7).
+        let touchedLate = try direct.call(.touch(namespace: [], key: b(key), tiers: 0, expiry: .seconds(60), version: held))
+        XCTAssertEqual(touchedLate.statusCode, .superseded)
+        XCTAssertEqual(touchedLate.cas, held + 1)
+        let touched = try direct.call(.touch(namespace: [], key: b(key), tiers: 0, expiry: .seconds(60), version: held + 2))
+        XCTAssertEqual(touched.statusCode, .ok)
+        XCTAssertEqual(touched.cas, held + 2)
+        XCTAssertTrue(try c.touch(b(key), expiry: .seconds(600)), "the client's touch goes past SUPERSEDED")
     }
 
     func testLateOlderWritesNeitherReplaceNewerValuesNorResurrectDeletes() throws {

@@ -166,6 +166,8 @@ final class VectorTests: XCTestCase {
             ("incr_initial", .counter(incr), { Responses.counter(to: $0, value: 10, version: self.V + 3) }),
             ("decr", .counter(decr), { Responses.counter(to: $0, value: 7, version: self.V + 4) }),
             ("incr_versioned", .counter(incrLate), { Responses.status(to: $0, .superseded, cas: self.V + 4) }),
+            ("touch_versioned", .touch(namespace: [], key: foo, tiers: 0, expiry: .seconds(600), version: 900),
+             { Responses.status(to: $0, .superseded, cas: self.V + 2) }),
             ("incr_not_a_number", .counter(incrBad),
              { Responses.error(to: $0, .notANumber, "the stored value is not a decimal counter (1–20 digits, at most 2^64−1)") }),
             ("meta", .meta(namespace: [], key: Array("doc".utf8), tiers: 0),

@@ -127,6 +127,9 @@ case("delete_versioned_miss", "DELETE with version 900 of an absent key: NOT_FOU
 case("touch", "TOUCH foo to expire at an absolute time",
      frame(REQ, OPS["TOUCH"], 32, extras=expiry(3, 1764500000000000), key=b"foo"),
      frame(RESP, OPS["TOUCH"], 32, cas=V + 2), "version")
+case("touch_versioned", "TOUCH foo with caller version 900, older than the V + 2 foo holds: SUPERSEDED with that version, nothing changed",
+     frame(REQ, OPS["TOUCH"], 34, extras=expiry(2, 600) + struct.pack(">Q", 900), key=b"foo"),
+     frame(RESP, OPS["TOUCH"], 34, status=SUPERSEDED, cas=V + 2), "version")
 case("exists", "EXISTS foo",
      frame(REQ, OPS["EXISTS"], 33, key=b"foo"), frame(RESP, OPS["EXISTS"], 33))
 case("incr_initial", "INCR hits by 5 with initial 10 when absent: stores 10",

@@ -5,7 +5,7 @@ enum WriteOp: Sendable {
     case remove(callerVersion: UInt64?, tombstoneExpiry: Int64)
     /// Marks a live item stale (value kept) with a new version.
     case invalidate(callerVersion: UInt64?)
-    case touch(expiry: Int64)
+    case touch(expiry: Int64, callerVersion: UInt64?)
     case counter(delta: UInt64, decrement: Bool, initial: UInt64?, expiry: Int64, callerVersion: UInt64?)
 }
 
@@ -14,6 +14,8 @@ enum WriteResult: Sendable, Equatable {
     case remove(RemoveOutcome)
     case invalidate(InvalidateOutcome)
     case touch(found: Bool, version: UInt64)
+    /// A TOUCH whose caller version is not newer than the stored one (it ran late).
+    case touchSuperseded(current: UInt64)
     case counter(CounterOutcome)
 }
 
@@ -75,7 +77,8 @@ enum WriteRules {
             l.version = newVersion
             return (.invalidate(.invalidated(version: newVersion)), .store(l))
 
-        case let .touch(expiry):
+        case let .touch(expiry, callerVersion):
+            if let cv = callerVersion, let g = guardVersion, g >= cv { return (.touchSuperseded(current: g), .none) }
             guard var l = present else { return (.touch(found: false, version: 0), .none) }
             l.expiry = expiry
             l.version = newVersion
