@@ -186,10 +186,11 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                         batch.append(.error("CLIENT_ERROR \(why)", consumed: used, swallow: 0, close: false))
                         continue
                     }
-                    if case .flushAll = c {
+                    if case .flushAll(let delay, _) = c {
                         node.audit("flush", user: user.name, peer: peer, [("namespace", logSafe(listener.namespace)), ("all", "0"),
                                                                            ("tiers", "0"), // flush_all empties both tiers
-                                                                           ("protocol", "memcached"), ("conn", String(id))])
+                                                                           ("protocol", "memcached"), ("conn", String(id)),
+                                                                           ("delay", String(delay))])
                     }
                     batch.append(p)
                     if case .quit = c { stop = true }
@@ -271,7 +272,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 if node.draining {
                     emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
                 } else if listener.runsOnLoop(c) {
-                    if !emit({ listener.execute(c, into: &$0) }) { closeAfterFlush = true }
+                    if !emit({ listener.execute(c, into: &$0, delayedFlush: delayedFlushCheck(c)) }) { closeAfterFlush = true }
                 } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {
                     // the last command, a durable set: decided here, answered after the loop's log write
                     return
@@ -287,6 +288,22 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     /// A plain set with no worker (`MemcachedListener.submitSet`); reading pauses until its
     /// answer is back, so answers keep their order. False when it must go to a worker.
+    /// For a delayed `flush_all`: when its delay is up, it runs only while its user still
+    /// exists with the same token and may write the listener's namespace, and it is audited
+    /// then (`action=flush_run`). Nil for every other command.
+    private func delayedFlushCheck(_ c: MemcachedCommand) -> (@Sendable () -> Bool)? {
+        guard case .flushAll(let delay, _) = c, delay > 0 else { return nil }
+        let node = self.node, name = user.name, hash = user.tokenHash, ns = listener.namespace, peer = self.peer, id = self.id
+        let auth = node.authEnabled
+        return {
+            let allowed = !auth || (node.credentials.current?.current(name, hash: hash)?.mayWrite(ns) ?? false)
+            node.audit(allowed ? "flush_run" : "flush_dropped", user: name, peer: peer,
+                       [("namespace", logSafe(ns)), ("protocol", "memcached"), ("conn", String(id)), ("delay", String(delay))]
+                           + (allowed ? [] : [("why", "the user was removed, or may no longer write this namespace")]))
+            return allowed
+        }
+    }
+
     private func submitSet(_ st: MemcachedStore) -> Bool {
         busy = true
         submitting = true
@@ -346,7 +363,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 case .error(let line, _, _, let fatal):
                     listener.error(line, into: &out)
                     quit = fatal
-                case .command(let c, _): quit = !listener.execute(c, into: &out)
+                case .command(let c, _): quit = !listener.execute(c, into: &out, delayedFlush: delayedFlushCheck(c))
                 case .needMore: break
                 }
                 i += 1

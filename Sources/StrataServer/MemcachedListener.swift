@@ -213,13 +213,16 @@ final class MemcachedListener: Sendable {
 
     /// Runs one command and appends its answer (nothing for noreply, except SERVER_ERROR).
     /// Returns false for `quit`: the connection closes after its output.
-    func execute(_ c: MemcachedCommand, into out: inout [UInt8]) -> Bool {
+    /// `delayedFlush`: for `flush_all N`, asked when the N seconds are up whether the flush
+    /// still runs (its user still exists with the right to write here; the connection audits
+    /// it then). Nil: it runs.
+    func execute(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)? = nil) -> Bool {
         count(c)
         // Whatever the outcome, a write revokes the key's read-through lease (a fill loaded
         // before it must not land) and drops its image variants, as binary writes do.
         defer { keysWritten(by: c).forEach(written) }
         do {
-            return try run(c, into: &out)
+            return try run(c, into: &out, delayedFlush: delayedFlush)
         } catch let e as StoreError {
             error(Self.serverError(e), into: &out)
         } catch {
@@ -314,7 +317,7 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    private func run(_ c: MemcachedCommand, into out: inout [UInt8]) throws -> Bool {
+    private func run(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)?) throws -> Bool {
         func reply(_ s: String, _ noreply: Bool) { if !noreply { MemcachedResponse.line(s, into: &out) } }
         switch c {
         case .get(let keys, let cas):
@@ -353,6 +356,10 @@ final class MemcachedListener: Sendable {
             if delay > 0 {
                 DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) { [self] in
                     guard flushGeneration.load(ordering: .relaxed) == generation else { return } // replaced
+                    // A user removed (or no longer allowed to write here) meanwhile: its flush
+                    // does not run (an outside review: a revoked tenant's flush_all 4 still
+                    // wiped the namespace).
+                    guard delayedFlush?() ?? true else { return }
                     _ = try? dispatcher.flush(namespace: namespace, all: false, tiers: .all)
                 }
             } else {

@@ -237,6 +237,34 @@ final class CredentialsTests: XCTestCase {
         XCTAssertFalse(node.stderr.contains("user=ro"), node.stderr)
     }
 
+    /// Outside review sec3: a user's delayed memcached `flush_all N` still ran after the user
+    /// was removed by a reload. It runs only if the user is still allowed when the delay is
+    /// up, and both moments are audited (with the delay).
+    func testADelayedFlushOfARemovedUserDoesNotRun() throws {
+        let dir = TempDir()
+        let node = try startNode(dir, users: [("gone", "t-gone", "readwrite", [""]), ("ops", "t-ops", "admin", nil)],
+                                 extra: ["--memcached-port", "0"])
+        let text = try TextSocket(port: try XCTUnwrap(node.memcachedPort))
+        text.send("set auth 0 0 8\r\nx t-gone\r\nset kept 0 0 1\r\nv\r\nflush_all 2\r\n")
+        XCTAssertEqual(text.line(), "STORED")
+        XCTAssertEqual(text.line(), "STORED")
+        XCTAssertEqual(text.line(), "OK")
+        XCTAssertTrue(node.stderr.contains("action=flush user=gone") && node.stderr.contains("delay=2"), node.stderr)
+        try Data(CredentialsUnitTests.file([("ops", "t-ops", "admin", nil)])).write(to: URL(fileURLWithPath: dir.path + "/users.json"))
+        kill(node.process.processIdentifier, SIGHUP)
+        XCTAssertTrue(eventually(10) { node.stderr.contains("action=credentials_reload") }, node.stderr)
+        XCTAssertTrue(eventually(10) { node.stderr.contains("action=flush_dropped user=gone") }, node.stderr)
+        let admin = try node.connect(token: b("t-ops"))
+        XCTAssertEqual(try admin.get(b("kept"))?.value, b("v"), "the removed user's delayed flush did not run")
+        // An admin's delayed flush still runs, audited when it does.
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort))
+        mc.send("set auth 0 0 7\r\nx t-ops\r\nflush_all 1\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(mc.line(), "OK")
+        XCTAssertTrue(eventually(10) { node.stderr.contains("action=flush_run user=ops") }, node.stderr)
+        XCTAssertTrue(eventually(5) { (try? admin.get(b("kept"))) ?? nil == nil }, "the admin's flush ran")
+    }
+
     func testSIGHUPReloadAddsAndRemovesUsers() throws {
         let dir = TempDir()
         let node = try startNode(dir, users: [("old", "t-old", "readwrite", ["app1", ""]), ("stays", "t-stays", "readonly", ["app1", ""])],
