@@ -163,6 +163,11 @@ final class Connection: EventHandler, @unchecked Sendable {
     /// 8 MiB of their frames the connection stops parsing and reading.
     var deferredFull: Bool { deferred.count >= 4096 || deferredBytes >= 8 << 20 }
 
+    /// Unsent output past which a connection's STATS requests wait until it reads.
+    static let statsHoldBytes = 256 << 10
+    /// The STATS JSON last built for this connection, and when.
+    var lastStats: (at: Double, json: String)?
+
     /// Requests whose answer may carry values (GET, MGET, SCAN, IMAGE_VARIANT): the ones the
     /// output bound holds even on a connection with nothing pending.
     static func answersWithValues(_ r: Request) -> Bool {
@@ -192,6 +197,11 @@ final class Connection: EventHandler, @unchecked Sendable {
                   node.largeSetsAtWorkers.load(ordering: .relaxed) < Node.maxLargeSetsAtWorkers else { return false }
         }
         if output.count >= node.outputBudget.share && Self.answersWithValues(r) { return false } // its share (OutputBudget)
+        // STATS is built on the loop (~10–20 KB of JSON): a connection that does not read its
+        // answers gets no more once 256 KiB of them wait (an outside review: 24 never-reading
+        // connections pipelining STATS stalled every other client for 10–20 s).
+        if output.count >= Self.statsHoldBytes, case .stats = r { return false }
+        if output.count >= Self.statsHoldBytes, case .namespaceStats = r { return false }
         return !node.outputBudget.over || (output.isEmpty && inFlight == 0 && !Self.answersWithValues(r))
     }
 
@@ -341,7 +351,12 @@ final class Connection: EventHandler, @unchecked Sendable {
                                  server: "strata \(Node.version)"))
             return
         case .stats:
-            send(Responses.stats(to: f, json: node.statsJSON()))
+            // A client that has not read its last answers is pipelining STATS: it gets the
+            // JSON built for it less than a second ago instead of a new one each (building it
+            // on the loop is the cost; an outside review stalled other clients with a flood).
+            let now = monotonicSeconds()
+            if output.isEmpty || lastStats == nil || now - lastStats!.at >= 1 { lastStats = (now, node.statsJSON()) }
+            send(Responses.stats(to: f, json: lastStats!.json))
             node.stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             return
         default:

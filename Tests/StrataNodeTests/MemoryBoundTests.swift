@@ -244,6 +244,32 @@ final class MemoryBoundTests: XCTestCase {
     /// which drove RSS from 337 MiB to 1.9–3.2 GiB): unsent output stays near
     /// `--max-output-bytes` (256 MiB), RSS within it + a documented margin, a new client's
     /// PING is answered at once and its GET once the stuck connections are cut off.
+    /// Outside review sec3: STATS is built on the event loop, and connections pipelining it
+    /// without reading stalled every other client for seconds. Pipelined STATS reuse the JSON
+    /// built for the connection within the second, and a connection with 256 KiB of unread
+    /// answers gets no more until it reads; others are served meanwhile.
+    func testPipelinedStatsFromANeverReadingClientAreHeld() throws {
+        let node = try NodeProcess(dataDir: TempDir().path)
+        let flood = try (0..<8).map { _ in try node.connect() }
+        let stats = Request.stats.frame(id: 7).encoded()
+        let burst = [UInt8]((0..<20_000).flatMap { _ in stats })
+        for c in flood { try c.sendRaw(burst) }
+        let other = try node.connect()
+        var slowest = 0.0
+        for _ in 0..<20 {
+            let started = Date()
+            XCTAssertEqual(try other.call(.ping).statusCode, .ok)
+            slowest = max(slowest, Date().timeIntervalSince(started))
+            usleep(50_000)
+        }
+        XCTAssertLessThan(slowest, 1, "another client is served at once")
+        let answered = try XCTUnwrap(nodeStats(other)["ops_stats"] as? Int)
+        XCTAssertLessThan(answered, 8 * 20_000, "held once their answers pile up unread")
+        // Reading lets the rest through, in order.
+        let c = flood[0]
+        for _ in 0..<20_000 { XCTAssertEqual(try c.readFrame().statusCode, .ok) }
+    }
+
     func testNeverReadingConnectionsStayWithinTheOutputBound() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)
