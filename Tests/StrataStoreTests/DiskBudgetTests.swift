@@ -62,7 +62,9 @@ final class DiskBudgetTests: XCTestCase {
         try f.store.sync()
         XCTAssertGreaterThan(Self.directoryBytes(f.dir.path), 20 << 20)
         let limit = 8 << 20
-        try f.reopen { $0.diskByteLimit = limit }
+        try f.reopen { $0.diskByteLimit = limit; $0.maintenanceInterval = 3_600 }
+        XCTAssertGreaterThan(f.store.stats().disk.bytes, 20 << 20, "the directory's bytes are known from the start (an outside review read 0)")
+        try f.reopen { $0.maintenanceInterval = 0.02 }
         let until = Date().addingTimeInterval(30)
         while Self.directoryBytes(f.dir.path) > limit && Date() < until { usleep(50_000) }
         XCTAssertLessThanOrEqual(Self.directoryBytes(f.dir.path), limit, "under the lowered limit without a write")
