@@ -68,7 +68,7 @@ func nsArg(_ o: ParsedOptions) throws -> [UInt8] {
 
 func ttlArg(_ o: ParsedOptions) throws -> WireExpiry? {
     guard let v = o.string("--ttl") else { return nil }
-    guard let n = Int64(v), n >= 0, n <= Int64(Int32.max) else { throw UsageError(message: "--ttl must be 0…2147483647 seconds, got '\(v)'") }
+    guard let n = Int64(v), n >= 0, n <= Int64(Int32.max) else { throw UsageError(message: "--ttl must be a whole number of seconds, 0…2147483647 (0: never expires), got '\(v)'") }
     return n == 0 ? .never : .seconds(n)
 }
 

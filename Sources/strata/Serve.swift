@@ -34,7 +34,7 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
 Starts a node in the foreground. Settings come from the JSON file given by --config, then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
 name in upper case with _ for -), then flags; the later wins. Sizes are bytes or take B, KiB,
-MiB, GiB (K/KB, M/MB, G/GB are read as KiB, MiB, GiB);
+MiB, GiB, TiB (K/KB, M/MB, G/GB, T/TB are read as KiB, MiB, GiB, TiB; any case);
 durations are seconds from 0 to 2147483647; switches given as STRATA_* variables take true/false,
 1/0, yes/no or on/off, and so does a switch given a value after = on the command line
 (--insecure=false turns off what the environment or the file turned on). --group-commit-window (0…0.1) is accepted for old configurations and has
