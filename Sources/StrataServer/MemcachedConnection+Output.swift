@@ -72,6 +72,9 @@ extension MemcachedConnection: OutputConnection {
     /// with nothing unsent.
     func mayStart(_ p: MemcachedParse) -> Bool {
         if output.count >= node.outputBudget.share && Self.answersWithValues(p) { return false }
+        // `stats` waits while 256 KiB of answers are unread, as the binary STATS does
+        // (`Connection.statsHoldBytes`): a never-reading client cannot keep the node building them.
+        if output.count >= Connection.statsHoldBytes, case .command(.stats, _) = p { return false }
         return !node.outputBudget.over || (output.isEmpty && !Self.answersWithValues(p))
     }
 

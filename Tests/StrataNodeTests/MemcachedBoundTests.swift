@@ -73,6 +73,24 @@ final class MemcachedBoundTests: XCTestCase {
     /// memcached listener answers `SERVER_ERROR busy` to everything that holds data — a `get`
     /// of a key in memory, a `set`, `mg` — as the binary listener answers BUSY, while
     /// `version`, `stats` and `mn` still run; once the bytes are gone it serves again.
+    /// Outside review sec3 (the binary STATS; the same here): a client pipelining `stats`
+    /// without reading gets no more answers built once 256 KiB of them wait unread.
+    func testPipelinedStatsFromANeverReadingMemcachedClientAreHeld() throws {
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--memcached-port", "0"])
+        let port = try XCTUnwrap(node.memcachedPort)
+        nonisolated(unsafe) let flood = try TextSocket(port: port) // one thread uses it
+        let burst = String(repeating: "stats\r\n", count: 50_000)
+        Thread.detachNewThread { flood.send(burst) } // blocks once the node stops reading
+        usleep(2_000_000)
+        let admin = try node.connect()
+        let built = try XCTUnwrap(nodeStats(admin)["memcached_cmd_stats"] as? Int)
+        XCTAssertGreaterThan(built, 0)
+        XCTAssertLessThan(built, 12_000, "held while its answers wait unread (\(built) built)")
+        let other = try TextSocket(port: port)
+        other.send("version\r\n")
+        XCTAssertTrue(other.line().hasPrefix("VERSION "))
+    }
+
     func testPastTheBufferedBytesBoundMemcachedCommandsAreBusy() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0", "--max-buffered-bytes", "1MiB"])
