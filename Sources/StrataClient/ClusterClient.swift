@@ -46,8 +46,12 @@ public struct ClusterConfiguration: Sendable {
 public struct ClusterError: Error, CustomStringConvertible, Sendable {
     public let message: String
     public let failures: [(node: String, reason: String)]
+    /// The message and each failure once (a node asked twice — first as the decider, then as
+    /// a replica — is named once).
     public var description: String {
-        failures.isEmpty ? message : message + " (" + failures.map { "\($0.node): \($0.reason)" }.joined(separator: "; ") + ")"
+        var seen = Set<String>()
+        let lines = failures.map { "\($0.node): \($0.reason)" }.filter { seen.insert($0).inserted }
+        return lines.isEmpty ? message : message + " (" + lines.joined(separator: "; ") + ")"
     }
 }
 

@@ -65,7 +65,7 @@ func printNamespaceStats(_ json: String, _ o: ParsedOptions, from node: String) 
     func shown(_ d: [String: Any]) -> String {
         let name = d["namespace"] as? String ?? "?"
         if name.unicodeScalars.contains("\u{FFFD}"), let h = d["namespace_hex"] as? String { return "hex:\(h)" }
-        return "\"\(terminalSafe(name))\""
+        return "\"\(terminalSafe(name).replacingOccurrences(of: "\"", with: "\\\""))\""
     }
     if obj["namespace"] is String {
         printOut("namespace  \(shown(obj))")
@@ -73,8 +73,12 @@ func printNamespaceStats(_ json: String, _ o: ParsedOptions, from node: String) 
         return 0
     }
     let rows = (obj["namespaces"] as? [[String: Any]]) ?? []
+    // The first column as wide as the longest name (characters, not bytes: an outside review
+    // saw long names run into the numbers and non-ASCII ones shift the row).
+    let width = max(28, (rows.map { shown($0).count }.max() ?? 0) + 2)
+    func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s + " " : s + String(repeating: " ", count: n - s.count) }
     func line(_ first: String, _ cells: [String]) -> String {
-        let text = first.padding(toLength: 28, withPad: " ", startingAt: 0) + cells.map { $0.padding(toLength: 12, withPad: " ", startingAt: 0) }.joined()
+        let text = pad(first, width) + cells.map { pad($0, 12) }.joined()
         return String(text.reversed().drop { $0 == " " }.reversed())
     }
     printOut(line("namespace", columns))

@@ -318,4 +318,21 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertFalse(String(decoding: help.out, as: UTF8.self).contains("--nodes"))
         XCTAssertTrue(String(decoding: try runCLI(["get", "--help"]).out, as: UTF8.self).contains("--nodes"))
     }
+
+    /// Outside review nu2: `stats --by-namespace` cut long names into the numbers, shifted rows
+    /// of non-ASCII names and left a quote inside a name unescaped.
+    func testTheNamespaceTableFitsLongAndQuotedNames() throws {
+        let node = try NodeProcess(dataDir: TempDir().path)
+        let long = String(repeating: "n", count: 64), quoted = "has\"quote", wide = "größe"
+        for ns in [long, quoted, wide] { XCTAssertEqual(try cli(node, ["set", "k", "v", "--ns", ns]).code, 0) }
+        let table = try cli(node, ["stats", "--by-namespace"])
+        XCTAssertEqual(table.code, 0, table.err)
+        let lines = table.out.split(separator: "\n").map(String.init)
+        let row = try XCTUnwrap(lines.first { $0.contains(long) }, table.out)
+        XCTAssertTrue(row.hasPrefix("\"\(long)\" "), row)
+        XCTAssertTrue(lines.contains { $0.contains("\"has\\\"quote\"") }, table.out)
+        // The numbers start in the same column on every row.
+        let columns = lines.filter { $0.hasPrefix("\"") }.map { $0.distance(from: $0.startIndex, to: $0.firstIndex(of: "1")!) }
+        XCTAssertEqual(Set(columns).count, 1, table.out)
+    }
 }
