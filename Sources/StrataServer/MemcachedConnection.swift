@@ -299,7 +299,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             let allowed = !auth || (node.credentials.current?.current(name, hash: hash)?.mayWrite(ns) ?? false)
             node.audit(allowed ? "flush_run" : "flush_dropped", user: name, peer: peer,
                        [("namespace", logSafe(ns)), ("protocol", "memcached"), ("conn", String(id)), ("delay", String(delay))]
-                           + (allowed ? [] : [("why", "the user was removed, or may no longer write this namespace")]))
+                           + (allowed ? [] : [("why", "the user was removed, its token changed, or it may no longer write this namespace")]))
             return allowed
         }
     }

@@ -219,6 +219,9 @@ public final class Node: @unchecked Sendable {
     /// Binds, starts the event loops and returns once the node is accepting.
     public func start() throws {
         Sys.ignoreSIGPIPE()
+        // The pause detector counts from here: the store's open (a log replay, a wait for a
+        // full disk) is not a pause (an outside review saw `paused gap_ms=13317` at start).
+        lastAlive.store(Int(monotonicSeconds() * 1000), ordering: .relaxed)
         var n = config.threads
         if n <= 0 { n = processorCount }
         try fitConnectionsToDescriptors(loops: n)

@@ -38,6 +38,7 @@ extension Node {
             NodeNumber("connections_total", metric: "connections", .counter, "Client connections accepted.", stats.connectionsTotal.load(ordering: .relaxed)),
             NodeNumber("connections_refused", .counter, "Connections refused over the limit, out of descriptors, or while draining.", stats.connectionsRefused.load(ordering: .relaxed)),
             NodeNumber("max_connections", .gauge, "The connection limit in force (--max-connections, lowered to fit the descriptor limit).", effectiveMaxConnections),
+            NodeNumber("max_item_bytes", .gauge, "The largest value the node stores (--max-item).", config.maxItem),
             NodeNumber("connections_unauthenticated", .gauge, "Open connections that have not authenticated (a token is set).", stats.connectionsUnauthenticated.load(ordering: .relaxed)),
             NodeNumber("auth_timeouts", .counter, "Connections closed for sending no HELLO with the token within --auth-timeout.", stats.authTimeouts.load(ordering: .relaxed)),
             NodeNumber("pauses_noticed", .counter, "Times the node noticed it had been paused (no event loop ran for --pause-threshold): HELLO then reports a new start version.", stats.pausesNoticed.load(ordering: .relaxed)),

@@ -159,7 +159,9 @@ let clientCommands: [String: ClientCommand] = [
         if o.positionals.count > 1 { value = Array(o.positionals[1].utf8) } else {
             // A person at a terminal who left the value out is told where it is read from.
             if isatty(0) != 0 { printErr("strata set: reading the value from standard input (end it with Ctrl-D; or give it: strata set KEY VALUE)") }
-            value = try readValueFromStdin()
+            // The node's limit first: the read stops there instead of holding all of stdin.
+            let limit = (try? JSONSerialization.jsonObject(with: Data(c.stats().utf8)) as? [String: Any])?["max_item_bytes"] as? Int
+            value = try readValueFromStdin(limit: limit)
         }
         var s = SetRequest(key: key, value: value, namespace: try nsArg(o))
         s.tiers = try tiersOption(o)

@@ -162,7 +162,7 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         }
         let members = cluster.configuration.nodes.count
         // Times and flags are not sums (cluster_verified 0 + 1 read as 1: an outside review).
-        let summed = totals.keys.sorted().filter { !["uptime_s", "cluster_verified", "pid", "cluster_members"].contains($0) }
+        let summed = totals.keys.sorted().filter { !["uptime_s", "cluster_verified", "pid", "cluster_members", "max_item_bytes"].contains($0) }
         if asJSON {
             let t = summed.map { "\(jsonString($0)):\(Int64(totals[$0]!))" }.joined(separator: ",")
             printOut("{\"nodes\":[\(entries.joined(separator: ","))],\"totals\":{\(t)},\"answering\":\(members - down),\"members\":\(members)}")

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import StrataClient
 // The hand-written stand-in for swift-argument-parser: the only file that parses arguments.
 
 struct UsageError: Error { let message: String }
@@ -110,7 +111,10 @@ let largestValue = Int(UInt32.max) - (64 << 10)
 
 /// `set`'s value from standard input, read until its end: exit 2 (nothing sent) once it is
 /// larger than any node takes — a 4 GiB value used to be sent with its length truncated.
-func readValueFromStdin() throws -> [UInt8] {
+/// `limit`: the node's own `--max-item` when known (STATS `max_item_bytes`): past it the read
+/// stops and the set is refused as the node would refuse it (TOO_LARGE, exit 3) without holding
+/// more of the input in memory.
+func readValueFromStdin(limit: Int? = nil) throws -> [UInt8] {
     var value: [UInt8] = []
     let chunk = 1 << 20
     var buf = [UInt8](repeating: 0, count: chunk)
@@ -121,6 +125,9 @@ func readValueFromStdin() throws -> [UInt8] {
             throw UsageError(message: "reading the value from standard input failed: \(String(cString: strerror(errno)))")
         }
         if n == 0 { return value }
+        if let limit, value.count + n > limit {
+            throw ClientError(.server, "TOO_LARGE: the value on standard input is larger than the node's --max-item (\(limit) bytes); nothing was sent", status: .tooLarge)
+        }
         guard value.count + n <= largestValue else {
             throw UsageError(message: "the value on standard input is larger than \(largestValue) bytes (4194240KiB), the most any node takes (its --max-item); nothing was sent")
         }

@@ -10,7 +10,14 @@ import Glibc
 // review). Such an argument is refused instead.
 for i in 1..<Int(CommandLine.argc) {
     guard let raw = CommandLine.unsafeArgv[i], String(validatingCString: raw) == nil else { continue }
-    let shown = String(decoding: Array(UnsafeBufferPointer(start: raw, count: strlen(raw))).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    // The bytes as given: printable ASCII as is, the rest as \xNN.
+    var shown = ""
+    for c in UnsafeBufferPointer(start: raw, count: strlen(raw)) {
+        let byte = UInt8(bitPattern: c)
+        if byte >= 0x20 && byte < 0x7F { shown.append(Character(UnicodeScalar(byte))); continue }
+        let hex = String(byte, radix: 16, uppercase: true)
+        shown += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+    }
     printErr("strata: argument \(i) ('\(shown)') is not valid UTF-8; keys and names given on the command line are UTF-8 (other bytes are reached through the protocol or the client library)")
     exit(2)
 }

@@ -276,6 +276,22 @@ final class CLIEdgeTests: XCTestCase {
         let r = try runProcess("/bin/sh", ["-c", "\"$0\" set k v --ns \"$(printf 'bad\\377')\" --server 127.0.0.1:\(node.port) 2>&1; echo \"rc=$?\"", strata])
         XCTAssertTrue(r.output.contains("rc=2"), r.output)
         XCTAssertTrue(r.output.contains("not valid UTF-8"), r.output)
+        XCTAssertTrue(r.output.contains("'bad\\xFF'"), "the bytes as given: \(r.output)")
+    }
+
+    /// Outside review ver4 (nu2 F8): `set` read all of stdin before a node with a 1 MiB
+    /// --max-item refused it; it now asks the node's limit (STATS `max_item_bytes`) first and
+    /// stops reading there.
+    func testSetStopsReadingStdinAtTheNodesMaxItem() throws {
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--max-item", "1MiB"])
+        XCTAssertEqual(try nodeStats(node.connect())["max_item_bytes"] as? Int, 1 << 20)
+        XCTAssertEqual(try cli(node, ["set", "k", "old"]).code, 0)
+        let strata = try XCTUnwrap(builtExecutable("strata"))
+        // 300 MB of zeros: refused after about 1 MiB of it is read.
+        let r = try runProcess("/bin/sh", ["-c", "head -c 300000000 /dev/zero | \"$0\" set k --server 127.0.0.1:\(node.port) 2>&1; echo \"rc=$?\"", strata])
+        XCTAssertTrue(r.output.contains("rc=3"), r.output)
+        XCTAssertTrue(r.output.contains("larger than the node's --max-item (1048576 bytes)"), r.output)
+        XCTAssertEqual(try cli(node, ["get", "k"]).out, "old")
     }
 
     /// Outside review nu2: `stats --watch` kept drawing zeros after its node went away; it now

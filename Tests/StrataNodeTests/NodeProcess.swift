@@ -173,11 +173,21 @@ func runCLI(_ args: [String], stdin: [UInt8]? = nil, env: [String: String] = [:]
     p.standardError = err
     p.standardInput = inp
     try p.run()
-    if let s = stdin { inp.fileHandleForWriting.write(Data(s)) }
-    try inp.fileHandleForWriting.close()
+    // The CLI may stop reading its input early (a value over the node's limit): the write then
+    // fails with EPIPE instead of killing the test process, and runs on its own thread so a
+    // large input cannot block the reads below.
+    signal(SIGPIPE, SIG_IGN)
+    let writer = inp.fileHandleForWriting
+    let written = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+        if let s = stdin { try? writer.write(contentsOf: Data(s)) }
+        try? writer.close()
+        written.signal()
+    }
     let o = out.fileHandleForReading.readDataToEndOfFile()
     let e = err.fileHandleForReading.readDataToEndOfFile()
     p.waitUntilExit()
+    written.wait()
     return (p.terminationStatus, [UInt8](o), String(decoding: e, as: UTF8.self))
 }
 
