@@ -187,6 +187,28 @@ final class CrashTests: XCTestCase {
         XCTAssertEqual(try again.get(Array("k0".utf8))?.value, Array("v".utf8), "what SQLite holds stays")
     }
 
+    /// Outside review ver4 (dur3 F6): `check` called a directory whose `log` is a file clean
+    /// (the node refuses to start), and blamed a damaged header for a database whose pages were
+    /// all in a removed WAL (the node starts it afresh from the log).
+    func testCheckNamesALogThatIsAFileAndADatabaseWithoutTables() throws {
+        let dir = TempDir()
+        let store = try TieredCache(configuration: StoreConfiguration(directory: dir.path))
+        _ = try store.set(Array("k".utf8), Array("v".utf8))
+        store.close()
+        let log = dir.path + "/log"
+        try FileManager.default.moveItem(atPath: log, toPath: dir.path + "/log.moved")
+        FileManager.default.createFile(atPath: log, contents: Data("x".utf8))
+        let report = try TieredCache.check(directory: dir.path)
+        XCTAssertTrue(report.logDamage.contains { $0.contains("log is not a directory") }, "\(report.logDamage)")
+        try FileManager.default.removeItem(atPath: log)
+        try FileManager.default.moveItem(atPath: dir.path + "/log.moved", toPath: log)
+        // A database file with no tables at all.
+        XCTAssertEqual(truncate(dir.path + "/" + DiskTier.fileName, 0), 0)
+        unlink(dir.path + "/" + DiskTier.fileName + "-wal")
+        let empty = try TieredCache.check(directory: dir.path)
+        XCTAssertTrue(empty.schemaProblem?.contains("holds no tables") == true, "\(String(describing: empty.schemaProblem))")
+    }
+
     /// A clean close writes the exact counters (rows, newest version) and marks them exact, so
     /// the next open needs no recount; while the store is open the mark says "stale".
     /// A FLUSH whose record reached the log but not SQLite (a SIGKILL caught it in flight) is

@@ -86,7 +86,13 @@ extension DiskTier {
         do {
             let db = try SQLiteConnection(path: openPath, readOnly: true, immutable: immutable)
             report.schemaVersion = try db.scalarInt("PRAGMA user_version") ?? 0
-            if report.schemaVersion < 1 || report.schemaVersion > schemaVersion {
+            if report.schemaVersion == 0 && (try? db.scalarInt("SELECT count(*) FROM sqlite_master")) == 0 {
+                // No schema at all: a file whose pages all lived in a WAL that was removed (or
+                // an empty one). The node opens it fresh and replays the log — not damage an
+                // operator must look into beyond that (an outside review was told "damaged
+                // header" while the node recovered every item).
+                report.schemaProblem = "the database holds no tables (empty, or its pages were in a -wal file that is gone): the node starts it afresh and replays what the log holds; items applied to SQLite and no longer in the log are lost"
+            } else if report.schemaVersion < 1 || report.schemaVersion > schemaVersion {
                 report.schemaProblem = "schema version \(report.schemaVersion) is not one this build reads (1…\(schemaVersion)): the header is damaged or the file is from a newer strata"
             }
             applied = UInt64(bitPattern: (try? db.scalarInt("SELECT value FROM counters WHERE name='log_applied'")) ?? 0)
@@ -119,7 +125,11 @@ extension DiskTier {
         } catch let e as SQLiteError {
             report.integrity.append("sqlite: \(e.message)")
         }
-        let log = LogFiles.verify(directory: directory + "/log", applied: applied)
+        var log = LogFiles.verify(directory: directory + "/log", applied: applied)
+        var st = stat()
+        if stat(directory + "/log", &st) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
+            log.damage.append("\(directory)/log is not a directory: the node will not start until it is one (move it aside)")
+        }
         report.logSegments = log.segments
         report.logRecords = log.records
         report.logUnapplied = log.unapplied
