@@ -190,14 +190,14 @@ public final class ClusterClient: @unchecked Sendable {
     /// when it resumes is older than the writes made meanwhile and loses to them (an outside
     /// review: with node-assigned versions such a late INCR, run on the old value, won on
     /// every node); a node holding a newer version answers SUPERSEDED and the client tries again
-    /// past it (at most 8 times).
+    /// past it (at most `maxSupersededRetries` times).
     public func counter(_ key: [UInt8], delta: UInt64, decrement: Bool = false, namespace: [UInt8] = [],
                         initial: UInt64? = nil) throws -> UInt64? {
         var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
         r.initial = initial
         settleBeforeDeciding(key, namespace)
         return try onPrimaryThenReplicate(key, namespace) { conn in
-            for _ in 0..<8 {
+            for _ in 0..<Self.maxSupersededRetries {
                 r.version = hlc.next()
                 let f = try conn.call(.counter(r))
                 if f.statusCode == .superseded { hlc.observe(f.cas); continue }
@@ -205,7 +205,7 @@ public final class ClusterClient: @unchecked Sendable {
                 try NodeConnection.check(f, allow: [.ok])
                 return try Responses.parseCounter(f)
             }
-            throw ClientError(.server, "the counter \(keyText(key)) was superseded by newer writes 8 times in a row", status: .superseded)
+            throw ClientError(.server, "the counter \(keyText(key)) was superseded by newer writes \(Self.maxSupersededRetries) times in a row", status: .superseded)
         }
     }
 
@@ -216,14 +216,14 @@ public final class ClusterClient: @unchecked Sendable {
     public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> Bool {
         settleBeforeDeciding(key, namespace)
         return try onPrimaryThenReplicate(key, namespace) { conn in
-            for _ in 0..<8 {
+            for _ in 0..<Self.maxSupersededRetries {
                 let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry, version: hlc.next()))
                 if f.statusCode == .superseded { hlc.observe(f.cas); continue }
                 if f.statusCode == .notFound { return nil }
                 try NodeConnection.check(f, allow: [.ok])
                 return true
             }
-            throw ClientError(.server, "the touch of \(keyText(key)) was superseded by newer writes 8 times in a row", status: .superseded)
+            throw ClientError(.server, "the touch of \(keyText(key)) was superseded by newer writes \(Self.maxSupersededRetries) times in a row", status: .superseded)
         } ?? false
     }
 
@@ -361,6 +361,11 @@ public final class ClusterClient: @unchecked Sendable {
         let start = node.knownStartVersion
         return start != 0 && Double(configuration.clock.nowMicros()) - Double(start) < configuration.rejoinWindow * 1e6
     }
+
+    /// Tries of a versioned INCR/DECR/TOUCH answered SUPERSEDED: each retry takes a version past
+    /// the one the node holds, and every round one of the writers racing on the key wins, so
+    /// 100 tasks on one counter all finish (8 were too few under such contention).
+    static let maxSupersededRetries = 256
 
     /// Before an operation the first live node decides from its own copy — a conditional
     /// write, a counter, a touch, an invalidate, a read-through — when that node started or
