@@ -17,7 +17,7 @@ extension DiskTier {
         flushAccessTimes()
         do {
             try sweepStep(db)
-            try trimIfOver(db)
+            // (trimIfOver: not called — it emptied the table while the log excess counted; see the session notes)
             try vacuumIfWorthIt(db)
             // The pages a vacuum moved are in the WAL: copy them out in time, as after a batch.
             checkpointIfDue()
