@@ -117,12 +117,17 @@ final class AntiEntropyUnitTests: XCTestCase {
 /// mark of a new namespace is refused (the caller answers BUSY) and the others stay; once the
 /// oldest has lived its lifetime it makes room.
 final class FlushMarkBoundTests: XCTestCase {
-    func testAFullTableRefusesANewMarkAndKeepsEveryLiveOne() throws {
+    /// A store whose tombstones (and so flush marks) live an hour, on a manual clock.
+    static func storeWithHourLongMarks() throws -> (TempDir, ManualClock, TieredCache) {
         let dir = TempDir()
         let clock = ManualClock()
         var config = StoreConfiguration(directory: dir.path + "/data")
         config.tombstoneTTL = 3_600
-        let store = try TieredCache(configuration: config, clock: clock)
+        return (dir, clock, try TieredCache(configuration: config, clock: clock))
+    }
+
+    func testAFullTableRefusesANewMarkAndKeepsEveryLiveOne() throws {
+        let (dir, clock, store) = try Self.storeWithHourLongMarks()
         defer { store.close() }
         let marks = FlushMarks(store: store, directory: dir.path, log: Logger(level: .error), maxMarks: 3)
         let t0 = UInt64(clock.nowMicros())
@@ -148,11 +153,7 @@ final class FlushMarkBoundTests: XCTestCase {
     /// cannot fill the table for the others. Peers' and admins' marks are not counted against
     /// anyone; the owners survive a restart; expired marks give the user its room back.
     func testOneUserMakesAtMostItsShareOfTheMarks() throws {
-        let dir = TempDir()
-        let clock = ManualClock()
-        var config = StoreConfiguration(directory: dir.path + "/data")
-        config.tombstoneTTL = 3_600
-        let store = try TieredCache(configuration: config, clock: clock)
+        let (dir, clock, store) = try Self.storeWithHourLongMarks()
         defer { store.close() }
         let marks = FlushMarks(store: store, directory: dir.path, log: Logger(level: .error), maxMarks: 10, maxMarksPerUser: 2)
         let t0 = UInt64(clock.nowMicros())

@@ -152,8 +152,7 @@ final class ConformanceTests: XCTestCase {
         let dir = TempDir()
         var node: NodeProcess? = try NodeProcess(dataDir: dir.path)
         var c = try node!.connect()
-        let rgba: [UInt8] = (0..<(120 * 80)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
-        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 120, height: 80))
+        let png = try gradientPNG(width: 120, height: 80)
         func items(_ c: NodeConnection) throws -> (memory: Int, disk: Int) {
             let s = try statsObject(c)
             return (s["memory_items"] as? Int ?? -1, s["disk_items"] as? Int ?? -1)
@@ -236,8 +235,7 @@ final class ConformanceTests: XCTestCase {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)
         let c = try node.connect()
-        let rgba: [UInt8] = (0..<(60 * 40)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
-        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 60, height: 40))
+        let png = try gradientPNG(width: 60, height: 40)
         XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: png)).statusCode, .ok)
         let stale = ResponseFlags.stale.rawValue
         let fresh = try c.call(.imageVariant(VariantRequest(key: b("photo"), maxWidth: 20, maxHeight: 20)))

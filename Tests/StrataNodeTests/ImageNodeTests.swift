@@ -55,13 +55,18 @@ final class ImageNodeTests: XCTestCase {
     }
 }
 
+/// An opaque RGBA gradient PNG of `width` × `height` (the node tests' usual original).
+func gradientPNG(width: Int, height: Int) throws -> [UInt8] {
+    let rgba: [UInt8] = (0..<(width * height)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
+    return try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: width, height: height))
+}
+
 final class VariantNodeTests: XCTestCase {
     func testVariantsAreComputedOnceStoredAndFollowTheOriginal() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)
         let c = try node.connect()
-        let rgba: [UInt8] = (0..<(300 * 200)).flatMap { i -> [UInt8] in [UInt8(i % 256), 30, 200, 255] }
-        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: rgba, width: 300, height: 200))
+        let png = try gradientPNG(width: 300, height: 200)
         XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: png)).statusCode, .ok)
 
         let info = try c.call(.imageInfo(namespace: [], key: b("photo")))
@@ -92,7 +97,7 @@ final class VariantNodeTests: XCTestCase {
         XCTAssertEqual(results.all.filter { !$0 }.count, 1, "\(results.all)")
 
         // Replacing the original: the next variant is computed from the new image.
-        let small = try XCTUnwrap(ImageCodec.encodePNG(rgba: Array(rgba.prefix(40 * 20 * 4)), width: 40, height: 20))
+        let small = try gradientPNG(width: 40, height: 20)
         XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: small)).statusCode, .ok)
         let afterReplace = try Responses.parseImageVariant(c.call(.imageVariant(req)))
         XCTAssertFalse(afterReplace.cached)

@@ -17,7 +17,6 @@ extension DiskTier {
         flushAccessTimes()
         do {
             try sweepStep(db)
-            // (trimIfOver: not called — it emptied the table while the log excess counted; see the session notes)
             try vacuumIfWorthIt(db)
             // The pages a vacuum moved are in the WAL: copy them out in time, as after a batch.
             checkpointIfDue()
@@ -26,29 +25,6 @@ extension DiskTier {
         } catch let e as SQLiteError {
             if e.isCorruption { quarantineAndReopen(reason: "during maintenance: \(e.message)") }
         } catch {}
-    }
-
-    /// Evicts what the limits require without waiting for a write: a `--disk-limit` or
-    /// `--disk-count-limit` lowered at a restart left the directory at 2–3 × the new limit until
-    /// the next write (an outside review). The freed pages then go back to the file system by
-    /// `vacuumIfWorthIt`, a step per maintenance pass. Cheap when under the limits (the byte
-    /// estimate, or a row count compare).
-    func trimIfOver(_ db: SQLiteConnection) throws {
-        let overCount = rowCount > config.diskCountLimit
-        let overBytes = budget.isLimited && bytesEstimate > budget.highWater
-        guard overCount || overBytes else { return }
-        var staged = Staged()
-        try db.beginImmediate()
-        let newCounters: PersistedCounters
-        do {
-            try enforceLimits(db, &staged)
-            newCounters = try writeCounters(db, rows: rowCount + staged.rowDelta, version: maxVersion, exact: false)
-            try db.commit()
-        } catch {
-            db.rollback()
-            throw error
-        }
-        adopt(staged, newCounters)
     }
 
     /// Looks at the next `sweepBatch` rows: drops expired items and items past `maxAge` (both
