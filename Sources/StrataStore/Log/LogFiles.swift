@@ -382,63 +382,6 @@ final class LogFiles: @unchecked Sendable {
         Glibc.close(f)
     }
 
-    /// What `verify` found.
-    struct Verification {
-        var segments = 0, records = 0, unapplied = 0, tornBytes = 0
-        var damage: [String] = []
-    }
-
-    /// Reads every segment in `directory` without changing anything (`strata check`): counts
-    /// whole records (and those at or after `applied`), a torn tail at the very end (a crash's
-    /// cut write, repaired at the next open), and reports any damage.
-    static func verify(directory: String, applied: UInt64) -> Verification {
-        var v = Verification()
-        let starts = segmentStarts(in: directory)
-        // The first segment holds the applied position (or starts at it): before that are
-        // records SQLite never got. (Not after a damage the node already handled: it moved the
-        // damaged part aside as *.damaged-* and went on past every position it used.)
-        let names = fileNames(in: directory)
-        let handledDamage = names.contains { $0.contains(".damaged-") }
-        // A file that looks like a segment but is not one the node would read (a name out of
-        // range): it is ignored at open, so what it holds is never replayed.
-        for n in names where n.hasSuffix(".seg") && LogSegment.start(fromFileName: n) == nil {
-            v.damage.append("\(directory)/\(n): not a segment name the node reads (20 digits within 0…2^64−1); it is ignored")
-        }
-        var expected: UInt64? = handledDamage ? nil : starts.first.map { $0 > applied && applied > 0 ? applied : $0 }
-        for (i, start) in starts.enumerated() {
-            let path = directory + "/" + LogSegment.fileName(start: start)
-            guard let bytes = try? readWholeFile(path) else { v.damage.append("\(path): cannot be read"); continue }
-            v.segments += 1
-            // Segments follow one another: each starts where the one before it ends. A gap is
-            // records lost (a segment cut short or removed by hand), which no crash makes.
-            if let e = expected, e != start, bytes.count >= LogSegment.headerBytes, !handledDamage {
-                v.damage.append(e < start ? "\(path): positions \(e)..<\(start) are missing before it (a segment cut short or removed)"
-                                          : "\(path): starts at \(start), inside the segment before it (which ends at \(e))")
-            }
-            expected = start + UInt64(max(0, bytes.count - LogSegment.headerBytes))
-            let end = bytes.withUnsafeBytes { raw in
-                LogSegment.scan(raw, expectedStart: start) { position, _ in
-                    v.records += 1
-                    if position >= applied { v.unapplied += 1 }
-                    return true
-                }
-            }
-            switch end {
-            case .clean: break
-            case .tornTail(let offset) where i == starts.count - 1: v.tornBytes = bytes.count - offset
-            case .tornTail(let offset): v.damage.append("\(path) at \(offset): a record is cut short but later segments follow")
-            case .damaged(let offset, let reason): v.damage.append("\(path) at \(offset): \(reason)")
-            case .badHeader(let reason): v.damage.append("\(path): \(reason)")
-            }
-        }
-        // The log ends before what SQLite applied from it: the last segment was cut short (an
-        // outside review truncated it to 0 bytes and `check` called the directory clean).
-        if let e = expected, e < applied, !handledDamage, v.damage.isEmpty {
-            v.damage.append("\(directory): the log ends at \(e), before the position SQLite has applied (\(applied)): a segment was cut short; writes acknowledged after \(applied), if any, are lost")
-        }
-        return v
-    }
-
     private func quarantine(_ starts: ArraySlice<UInt64>, clock: any Clock) {
         let stamp = clock.nowMicros() / 1000
         for s in starts {
