@@ -55,7 +55,39 @@ final class DiskBudgetTests: XCTestCase {
 
     /// Outside review dur3 F3: a store reopened with a lower byte limit stayed at 2–3 × it
     /// until writes came. Maintenance now trims to the limit by itself, and the vacuum gives
-    /// the pages back: the directory gets under the new limit with no write at all.
+    /// the pages back: the directory gets under the new limit with no write at all. The first
+    /// version of this trim counted the replayed log's segments, still on disk right after the
+    /// reopen, and emptied the store (a clean-clone CI run): it must trim, not empty — and a
+    /// write at once after the reopen must not empty it either.
+    func testALimitLoweredAtReopenIsReachedWithoutWritesAndKeepsItems() throws {
+        let f = try StoreFixture()
+        func fill() throws {
+            for i in 0..<2_000 { _ = try f.store.set(bytes("k\(i)"), Self.noise(i, 10_000), options: SetOptions(tiers: .disk)) }
+            try f.store.sync()
+        }
+        try fill()
+        XCTAssertGreaterThan(Self.directoryBytes(f.dir.path), 20 << 20)
+        let limit = 8 << 20
+        try f.reopen { $0.diskByteLimit = limit; $0.maintenanceInterval = 0.02 }
+        let until = Date().addingTimeInterval(60)
+        while Self.directoryBytes(f.dir.path) > limit && Date() < until { usleep(50_000) }
+        XCTAssertLessThanOrEqual(Self.directoryBytes(f.dir.path), limit, "under the lowered limit without a write")
+        XCTAssertGreaterThan(f.store.stats().disk.evictions, 0)
+        XCTAssertGreaterThan(f.store.stats().disk.items, 300, "trimmed to the limit, not emptied")
+        _ = try f.store.set(bytes("after"), Self.noise(9_999, 10_000), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        XCTAssertGreaterThan(f.store.stats().disk.items, 300, "a write after the trim keeps the rest")
+
+        // Again, with a write at once after the reopen (before any maintenance pass).
+        try f.reopen { $0.diskByteLimit = Int.max; $0.maintenanceInterval = 3_600 }
+        try fill()
+        try f.reopen { $0.diskByteLimit = limit; $0.maintenanceInterval = 3_600 }
+        _ = try f.store.set(bytes("first"), Self.noise(10_000, 10_000), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        XCTAssertGreaterThan(f.store.stats().disk.items, 300, "the first write after a reopen trims, not empties")
+        XCTAssertEqual(try f.store.get(bytes("first"), tiers: .disk)?.value, Self.noise(10_000, 10_000))
+    }
+
     func testTheDirectorysBytesAreKnownFromTheStart() throws {
         let f = try StoreFixture()
         for i in 0..<2_000 { _ = try f.store.set(bytes("k\(i)"), Self.noise(i, 10_000), options: SetOptions(tiers: .disk)) }

@@ -272,6 +272,19 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertNotNil(try f.store.get(bytes("new"), tiers: .disk))
     }
 
+    /// A count limit lowered at a reopen holds without waiting for a write (maintenance trims),
+    /// in eviction order: the oldest writes go first.
+    func testACountLimitLoweredAtReopenHoldsWithoutWrites() throws {
+        let f = try StoreFixture { $0.diskEviction = .oldest }
+        for i in 0..<100 { _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk)) }
+        try f.store.sync()
+        try f.reopen { $0.diskCountLimit = 40; $0.maintenanceInterval = 0.02 }
+        XCTAssertTrue(eventually(20, interval: 0.05) { f.store.stats().disk.items == 40 }, "\(f.store.stats().disk.items) items")
+        XCTAssertNil(try f.store.get(bytes("k59"), tiers: .disk))
+        XCTAssertNotNil(try f.store.get(bytes("k60"), tiers: .disk))
+        XCTAssertNotNil(try f.store.get(bytes("k99"), tiers: .disk))
+    }
+
     func testReadsMoveTheAccessTimeAtMostOncePerResolution() throws {
         let f = try StoreFixture() // accessResolution 60 s
         _ = try f.store.set(bytes("k"), bytes("v"), options: SetOptions(tiers: .disk))

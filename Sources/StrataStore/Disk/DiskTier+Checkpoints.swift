@@ -53,7 +53,7 @@ extension DiskTier {
 
     /// After a batch: starts the copier when the WAL reached `walLimit`, finishes its work
     /// once it is done, and copies everything itself when the copier cannot keep up.
-    func checkpointIfDue() {
+    func checkpointIfDue(shrinking: Bool = false) {
         guard let db = writer else { return }
         let limit = max(16, config.walLimit / pageSize)
         let frames = db.walFrames
@@ -94,6 +94,12 @@ extension DiskTier {
             // in whole segments, since only those go: measured against the oldest segment's
             // start, a segment larger than walLimit made the writer checkpoint after every
             // batch until it was wholly applied (a CI run: 223 checkpoints for 8 MiB).
+            if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
+            counters.writerCheckpoints.add(1, ordering: .relaxed)
+        case 0 where shrinking && frames > 0:
+            // A vacuum gave pages back to bring the file under the high-water mark: the file
+            // shrinks only when a checkpoint copies the whole WAL, and with no writes coming
+            // the WAL might not reach its limit for good.
             if let r = try? db.checkpoint(truncate: false) { checkpointed(r) }
             counters.writerCheckpoints.add(1, ordering: .relaxed)
         case 2:

@@ -32,11 +32,20 @@ extension DiskTier {
 
     /// What the byte limit is held against: the database's pages that hold data, plus what
     /// the WAL and the log's segments hold beyond the room `DiskBudget.transientRoom` keeps for
-    /// them. Free pages do not count: eviction runs before a batch's rows are written, so the
-    /// rows reuse the pages it frees and the file does not grow past the size this reached.
+    /// them — at most `budget.transientExcessCap` of that: evicting rows cannot shrink it (a
+    /// checkpoint and the applier do), and counted whole it emptied the store at the first
+    /// write after a restart that lowered the limit, while the old run's log segments and WAL,
+    /// sized for the old limit, were still on disk. Free pages do not count: eviction runs
+    /// before a batch's rows are written, so the rows reuse the pages it frees and the file
+    /// does not grow past the size this reached.
     func bytesInUse(_ db: SQLiteConnection) throws -> Int {
-        let pages = Int(try db.scalarInt("PRAGMA page_count") ?? 0) - Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
-        return pages * pageSize + max(0, walBytes() + (logBytes?() ?? 0) - budget.transientRoom)
+        let excess = max(0, walBytes() + (logBytes?() ?? 0) - budget.transientRoom)
+        return try dataBytes(db) + min(excess, budget.transientExcessCap)
+    }
+
+    /// The database's pages that hold data (free pages left out), in bytes.
+    func dataBytes(_ db: SQLiteConnection) throws -> Int {
+        (Int(try db.scalarInt("PRAGMA page_count") ?? 0) - Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)) * pageSize
     }
 
     /// Before a batch writes its rows: evicts (down to `budget.lowWater`) when the rows to
@@ -78,18 +87,20 @@ extension DiskTier {
     /// bytes on disk (plus `pendingBytes`, what this transaction will still add) are at most
     /// `bytes`. Free pages count as room (new rows reuse them); moving pages to give them back
     /// to the file system (incremental vacuum) would write each moved page to the WAL, so that
-    /// is left to maintenance (see `vacuumIfWorthIt`).
-    func evict(_ db: SQLiteConnection, _ staged: inout Staged, untilCount: Int, bytes: Int, pendingBytes: Int = 0) throws {
+    /// is left to maintenance (see `vacuumIfWorthIt`). With `dataOnly` the bytes are the data
+    /// pages alone (`trimIfOver`).
+    func evict(_ db: SQLiteConnection, _ staged: inout Staged, untilCount: Int, bytes: Int, pendingBytes: Int = 0,
+               dataOnly: Bool = false) throws {
         while rowCount + staged.rowDelta > 0 {
             let rows = rowCount + staged.rowDelta
             var n = max(0, rows - untilCount)
             if n == 0 && bytes < Int.max {
-                let used = try bytesInUse(db) + pendingBytes
+                let used = (dataOnly ? try dataBytes(db) : try bytesInUse(db)) + pendingBytes
                 guard used > bytes else { break }
                 // Enough rows, at the file's average size, to cover the excess (at least 16 of
                 // small rows; with large ones — 500 KB under a 16 MiB limit — 16 rows were half
                 // the store, so no more than the excess needs).
-                let pages = (Int(try db.scalarInt("PRAGMA page_count") ?? 0) - Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)) * pageSize
+                let pages = try dataBytes(db)
                 let perRow = max(64, pages / max(1, rows))
                 n = max(max(1, min(16, (64 << 10) / perRow)), (used - bytes + perRow - 1) / perRow)
             } else if n == 0 { break }
@@ -161,17 +172,26 @@ extension DiskTier {
     }
 
     /// Gives free pages back to the file system (a quarter at a time, each moved page written
-    /// to the WAL) past `DiskBudget.vacuumThreshold`.
+    /// to the WAL) past `DiskBudget.vacuumThreshold`, or while the file is larger than
+    /// `budget.highWater` (after `trimIfOver` trimmed to a limit lowered at a restart, the
+    /// threshold alone left the file at 1.25 × the high-water mark: over the limit).
     /// Each step moves at most `walLimit` of pages, so that on a nearly full disk the WAL
     /// stays within what its checkpoint gives back (a bigger step failed for lack of room, at
-    /// every try). Reports the free pages to `freePageBytes`.
-    func vacuumIfWorthIt(_ db: SQLiteConnection) throws {
-        guard incrementalVacuum else { return }
+    /// every try). Reports the free pages to `freePageBytes`. Returns whether the file on disk
+    /// is over the high-water mark: it shrinks only when a checkpoint copies the whole WAL.
+    @discardableResult
+    func vacuumIfWorthIt(_ db: SQLiteConnection) throws -> Bool {
+        guard incrementalVacuum else { return false }
         var freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
-        if freePages > 64 && freePages * pageSize > budget.vacuumThreshold {
+        var st = stat()
+        let fileTooLarge = budget.isLimited && stat(dbPath, &st) == 0 && Int(st.st_size) > budget.highWater
+        let pagesOver = try fileTooLarge && freePages > 0
+            && Int(db.scalarInt("PRAGMA page_count") ?? 0) * pageSize > budget.highWater
+        if (freePages > 64 && freePages * pageSize > budget.vacuumThreshold) || pagesOver {
             try db.execute("PRAGMA incremental_vacuum(\(min(max(64, freePages / 4), max(16, config.walLimit / pageSize))))")
             freePages = Int(try db.scalarInt("PRAGMA freelist_count") ?? 0)
         }
         freePageBytes?(freePages * pageSize)
+        return fileTooLarge
     }
 }

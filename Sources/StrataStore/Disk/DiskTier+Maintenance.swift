@@ -17,14 +17,44 @@ extension DiskTier {
         flushAccessTimes()
         do {
             try sweepStep(db)
-            try vacuumIfWorthIt(db)
-            // The pages a vacuum moved are in the WAL: copy them out in time, as after a batch.
-            checkpointIfDue()
+            try trimIfOver(db)
+            let shrinking = try vacuumIfWorthIt(db)
+            // The pages a vacuum moved are in the WAL: copy them out in time, as after a batch
+            // (at once when the file is over the high-water mark).
+            checkpointIfDue(shrinking: shrinking)
             bytesEstimate = try bytesInUse(db)
             counters.bytesOnDisk.store(try bytesOnDisk(db), ordering: .relaxed)
         } catch let e as SQLiteError {
             if e.isCorruption { quarantineAndReopen(reason: "during maintenance: \(e.message)") }
         } catch {}
+    }
+
+    /// Evicts what the limits require without waiting for a write: a `--disk-limit` or
+    /// `--disk-count-limit` lowered at a restart left the directory at 2–3 × the new limit until
+    /// writes came (an outside review). The freed pages then go back to the file system by
+    /// `vacuumIfWorthIt`, a step per maintenance pass. The byte limit is held here against the
+    /// database's data pages only: what the WAL and the log's segments hold beyond their room
+    /// is given back by checkpoints and the applier, and evicting rows cannot shrink it —
+    /// counting it emptied the whole store right after a reopen, while the replayed log's
+    /// segments were still on disk. Cheap when under the limits (the byte estimate, or a row
+    /// count compare).
+    func trimIfOver(_ db: SQLiteConnection) throws {
+        let overCount = rowCount > config.diskCountLimit
+        let overBytes = try budget.isLimited && bytesEstimate > budget.highWater && dataBytes(db) > budget.highWater
+        guard overCount || overBytes else { return }
+        var staged = Staged()
+        try db.beginImmediate()
+        let newCounters: PersistedCounters
+        do {
+            if overCount { try evict(db, &staged, untilCount: config.diskCountLimit, bytes: Int.max) }
+            if overBytes { try evict(db, &staged, untilCount: Int.max, bytes: budget.lowWater, dataOnly: true) }
+            newCounters = try writeCounters(db, rows: rowCount + staged.rowDelta, version: maxVersion, exact: false)
+            try db.commit()
+        } catch {
+            db.rollback()
+            throw error
+        }
+        adopt(staged, newCounters)
     }
 
     /// Looks at the next `sweepBatch` rows: drops expired items and items past `maxAge` (both

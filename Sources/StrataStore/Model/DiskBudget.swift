@@ -88,6 +88,12 @@ public struct DiskBudget: Sendable, Equatable {
     /// Trimming stops here.
     public var lowWater: Int { isLimited ? Int(Double(highWater) * trimTo) : Int.max }
 
+    /// The most of the WAL's and the log's bytes beyond `transientRoom` that eviction counts:
+    /// one trim's room (`highWater − lowWater`), at most half of `lowWater`. So a transient
+    /// excess (an old run's log and WAL right after a restart that lowered the limit) costs at
+    /// most one more trim's worth of items, never the whole store.
+    public var transientExcessCap: Int { isLimited ? min(highWater - lowWater, lowWater / 2) : 0 }
+
     /// The largest stored (compressed) value the disk tier accepts: 1/32 of what the limit
     /// (or the file system, when smaller) leaves after the log's and the WAL's room.
     public var maxStoredItem: Int {
