@@ -239,6 +239,26 @@ final class CrashTests: XCTestCase {
         XCTAssertTrue(f.log.all.contains { $0.hasPrefix("level=info event=log_replayed records=3 ") }, "the replay is logged: \(f.log.all)")
     }
 
+    /// After an unclean stop the row count is taken at start; when it cannot be stored (a full
+    /// disk — here a trigger refuses the write) the count is used all the same: `disk_items`
+    /// kept the stale stored count for the whole run before.
+    func testARecountThatCannotBeStoredIsStillUsed() throws {
+        let f = try StoreFixture()
+        for i in 0..<25 { _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk)) }
+        f.store.close()
+        let raw = try openDatabase(f.dir)
+        try raw.execute("""
+            UPDATE counters SET value=999 WHERE name='rows';
+            UPDATE counters SET value=0 WHERE name='rows_exact';
+            CREATE TRIGGER refuse_rows BEFORE UPDATE ON counters WHEN NEW.name='rows' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;
+            """)
+        try f.reopen()
+        XCTAssertTrue(eventually(10) { f.store.stats().disk.items == 25 }, "\(f.store.stats().disk.items) items")
+        XCTAssertTrue(eventually(10) { f.log.all.contains { $0.hasPrefix("level=warn event=disk_recount_not_stored") } }, "\(f.log.all.suffix(5))")
+        XCTAssertEqual(try raw.scalarInt("SELECT value FROM counters WHERE name='rows'"), 999, "not stored")
+        try raw.execute("DROP TRIGGER refuse_rows")
+    }
+
     func testCleanCloseLeavesExactCounters() throws {
         let dir = TempDir()
         var config = StoreConfiguration(directory: dir.path)

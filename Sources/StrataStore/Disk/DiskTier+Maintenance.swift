@@ -14,6 +14,7 @@ extension DiskTier {
         guard force || now - lastMaintenance >= config.maintenanceInterval else { return }
         lastMaintenance = now
         guard let db = writer else { return }
+        if needsRecount { recountRows() }
         flushAccessTimes()
         do {
             try sweepStep(db)

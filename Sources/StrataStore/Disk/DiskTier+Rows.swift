@@ -52,22 +52,29 @@ extension DiskTier {
         return p
     }
 
-    /// Counts the rows (after an unclean shutdown left the stored count stale) and stores the count.
+    /// Counts the rows (after an unclean shutdown left the stored count stale) and stores the
+    /// count. The count is adopted as soon as it is taken — storing it can fail on a full disk,
+    /// and `disk_items` then kept the stale count for the whole run; later commits store it
+    /// (`writeCounters`). A count that fails is tried again at the next maintenance pass.
     func recountRows() {
         guard let db = writer else { return }
+        let n: Int
+        do { n = Int(try db.scalarInt("SELECT count(*) FROM items") ?? 0) } catch {
+            log("level=error event=disk_recount_failed path=\(dbPath) error=\"\(error)\"")
+            return
+        }
+        rowCount = n
+        counters.rows.store(n, ordering: .relaxed)
+        needsRecount = false
+        log("level=info event=disk_rows_recounted path=\(dbPath) rows=\(n)")
         do {
-            let n = Int(try db.scalarInt("SELECT count(*) FROM items") ?? 0)
             try db.beginImmediate()
-            rowCount = n
             let p = try writeCounters(db, rows: n, version: maxVersion, exact: true)
             try db.commit()
             persisted = p
-            counters.rows.store(n, ordering: .relaxed)
-            needsRecount = false
-            log("level=info event=disk_rows_recounted path=\(dbPath) rows=\(n)")
         } catch {
             db.rollback()
-            log("level=error event=disk_recount_failed path=\(dbPath) error=\"\(error)\"")
+            log("level=warn event=disk_recount_not_stored path=\(dbPath) rows=\(n) error=\"\(error)\"")
         }
     }
 
