@@ -38,6 +38,12 @@ extension MemcachedConnection {
             inputStart += used
             commandStarted = nil
             if case .quit = c { closeAfterFlush = true; break }
+            if case .tooLarge(_, let drop, _) = c {
+                // Before authentication nothing is removed: the block is dropped, as any refused one.
+                swallow = drop
+                emit { listener.error("SERVER_ERROR object too large for cache", into: &$0) }
+                break
+            }
             guard case .store(let s) = c, s.verb == .set else {
                 emit { listener.error("CLIENT_ERROR unauthenticated", into: &$0) }
                 break

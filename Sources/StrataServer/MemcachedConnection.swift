@@ -176,6 +176,9 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 case .command(let c, let used):
                     inputStart += used
                     commandStarted = nil
+                    // A set over the value limit: its block is dropped as it arrives (whatever
+                    // else is answered), and nothing after it is parsed until then.
+                    if case .tooLarge(_, let drop, _) = c { swallow = drop; stop = true }
                     if !userMayWrite && listener.writes(c) {
                         // A readonly user: refused in place, so answers keep their order.
                         node.stats.forbidden.add(1, ordering: .relaxed)

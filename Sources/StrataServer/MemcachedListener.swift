@@ -207,7 +207,9 @@ final class MemcachedListener: Sendable {
         switch MemcachedExpiry.resolve(exptime, nowUnixSeconds: store.clock.nowSeconds()) {
         case .never: return .storeDefault
         case .expired: return .at(unixMicros: 1)
-        case .at(let s): return .at(unixMicros: s * 1_000_000)
+        // An absolute time past what microseconds hold (year 294,000) is kept as the latest
+        // one: multiplied, it overflowed and crashed the node (an outside review).
+        case .at(let s): return .at(unixMicros: s > Int64.max / 1_000_000 ? Int64.max : s * 1_000_000)
         }
     }
 
@@ -275,7 +277,7 @@ final class MemcachedListener: Sendable {
     func keysWritten(by c: MemcachedCommand) -> [[UInt8]] {
         switch c {
         case .store(let s): return [s.key]
-        case .delete(let k, _), .arithmetic(let k, _, _, _), .touch(let k, _, _): return [k]
+        case .delete(let k, _), .arithmetic(let k, _, _, _), .touch(let k, _, _), .tooLarge(let k, _, _): return [k]
         case .gat(_, let keys, _): return keys
         case .meta(let m):
             switch m.verb {
@@ -327,6 +329,9 @@ final class MemcachedListener: Sendable {
         case .store(let s):
             let answer = try storeCommand(s)
             if answer.hasPrefix("SERVER_ERROR") { error(answer, into: &out) } else { reply(answer, s.noreply) }
+        case .tooLarge(let key, _, _):
+            try unlinkAfterTooLarge(key)
+            error("SERVER_ERROR object too large for cache", into: &out)
         case .delete(let key, let noreply):
             let r = try store.remove(key, namespace: namespace, tiers: tiers, version: deleteVersion(nil))
             if r == .removed { deleteHits.add() } else { deleteMisses.add() }
@@ -426,6 +431,14 @@ final class MemcachedListener: Sendable {
         return try storeWith(s, options: o)
     }
 
+    /// A set refused as too large removes the key's older value, as memcached does ("avoid
+    /// stale data persisting in cache because we failed alloc"): the client was told the set
+    /// failed, and the value it meant to replace must not be served on. Only set (and ms in
+    /// set mode): add, replace, cas, append and prepend leave the item as it was.
+    func unlinkAfterTooLarge(_ key: [UInt8]) throws {
+        _ = try store.remove(key, namespace: namespace, tiers: tiers, version: deleteVersion(nil))
+    }
+
     /// The answer line of a storage command with its flags, expiry and tiers in `o`
     /// (append/prepend keep the item's own).
     func storeWith(_ s: MemcachedStore, options o: SetOptions) throws -> String {
@@ -434,7 +447,11 @@ final class MemcachedListener: Sendable {
         case .set, .add, .replace, .cas:
             if let refused = imageRefusal(s.value) { return refused }
             o.mode = s.verb == .add ? .add : s.verb == .replace ? .replace : s.verb == .cas ? .cas(s.casUnique ?? 0) : .set
-            let r = try store.set(s.key, s.value, namespace: namespace, options: o)
+            let r: SetOutcome
+            do { r = try store.set(s.key, s.value, namespace: namespace, options: o) } catch let e as StoreError where e.code == .valueTooLarge && s.verb == .set {
+                try unlinkAfterTooLarge(s.key)
+                throw e
+            }
             switch r {
             case .stored:
                 totalItems.add()

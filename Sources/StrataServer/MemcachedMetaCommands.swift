@@ -101,6 +101,10 @@ extension MemcachedListener {
     }
 
     private func metaGet(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws {
+        // N and R need their number (memcached refuses the flag alone); T is checked below.
+        if m.number("N") == .invalid || m.number("R") == .invalid {
+            return error("CLIENT_ERROR bad token in command line format", into: &out)
+        }
         if case .value(let t) = m.number("T") {
             if try store.touchVersioned(m.key, namespace: namespace, expiry: expiry(t), tiers: tiers) != nil { touchHits.add() } else { touchMisses.add() }
         } else if m.number("T") == .invalid {
@@ -173,12 +177,15 @@ extension MemcachedListener {
             guard verb == .set else { return ("CLIENT_ERROR C with a mode other than set is not supported", nil) }
             verb = .cas
         }
-        if m.has("I") {
-            guard let c = cas.uint64 else { return ("CLIENT_ERROR I with ms needs C<cas>", nil) }
-            if let answer = try staleSet(m, compare: c, options: o) { return (answer, nil) }
+        var answer: String
+        if m.has("I"), let c = cas.uint64, let stale = try staleSet(m, compare: c, options: o) {
+            answer = stale
+        } else if m.has("I") && cas.uint64 == nil {
+            return ("CLIENT_ERROR I with ms needs C<cas>", nil)
+        } else {
+            let command = MemcachedStore(verb: verb, key: m.key, flags: o.flags, exptime: 0, value: m.value, casUnique: cas.uint64)
+            answer = try storeWith(command, options: o)
         }
-        let command = MemcachedStore(verb: verb, key: m.key, flags: o.flags, exptime: 0, value: m.value, casUnique: cas.uint64)
-        var answer = try storeWith(command, options: o)
         switch answer {
         case "STORED": answer = "HD"
         case "NOT_STORED": answer = "NS"

@@ -44,6 +44,11 @@ public enum MemcachedCommand: Sendable, Equatable {
     case quit
     /// mg, ms, md, ma, mn, me (MemcachedMeta.swift).
     case meta(MemcachedMeta)
+    /// A `set` (or an `ms` in set mode: `meta`) whose length is over the value limit, refused
+    /// from its line: its data block (`swallow` bytes) is dropped as it arrives, and the key's
+    /// older value is removed — as memcached does, so a set that failed never leaves the
+    /// value it meant to replace readable. Answered `SERVER_ERROR object too large for cache`.
+    case tooLarge(key: [UInt8], swallow: Int, meta: Bool)
 
     /// The name counted in the listener's statistics.
     public var name: String {
@@ -60,6 +65,7 @@ public enum MemcachedCommand: Sendable, Equatable {
         case .verbosity: return "verbosity"
         case .quit: return "quit"
         case .meta(let m): return m.verb.rawValue
+        case .tooLarge(_, _, let meta): return meta ? "ms" : "set"
         }
     }
 
@@ -94,6 +100,7 @@ public enum MemcachedCommand: Sendable, Equatable {
             case .noop: return 23
             case .debug: return 24
             }
+        case .tooLarge(_, _, let meta): return meta ? 20 : 4
         }
     }
 
@@ -206,7 +213,7 @@ public struct MemcachedParser: Sendable {
             }
             let noreply = tokens.count == fixed + 1 && noreply
             let data: Range<Int>
-            switch dataBlock(buf, lineBytes: lineBytes, length: length) {
+            switch dataBlock(buf, lineBytes: lineBytes, length: length, unlink: verb == .set ? (line(tokens[1]), false) : nil) {
             case .ready(let r): data = r
             case .answer(let p): return p
             }
@@ -226,7 +233,7 @@ public struct MemcachedParser: Sendable {
         case "incr", "decr":
             guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
             guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat) }
-            guard let d = Self.uint64(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid numeric delta argument") }
+            guard let d = Self.delta(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid numeric delta argument") }
             return done(.arithmetic(key: line(tokens[1]), delta: d, increment: name == "incr", noreply: tokens.count == 4 && noreply))
         case "touch":
             guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
@@ -238,7 +245,7 @@ public struct MemcachedParser: Sendable {
             var delay: Int64 = 0
             let args = tokens.count - 1 - (noreply ? 1 : 0)
             if args == 1 {
-                guard let d = Self.int64(buf, tokens[1]), d >= 0 else { return fail(Self.badFormat) }
+                guard let d = Self.int64(buf, tokens[1]), d >= 0, d <= Int64(1) << 31 else { return fail(Self.badFormat) }
                 delay = d
             } else if args > 1 { return fail("ERROR") }
             return done(.flushAll(delay: delay, noreply: noreply))
@@ -252,6 +259,9 @@ public struct MemcachedParser: Sendable {
             return done(.version)
         case "verbosity":
             guard tokens.count == 2 || tokens.count == 3 else { return fail("ERROR") }
+            // verbosity <level> [noreply]: the level a number, as memcached's safe_strtoul.
+            let levelOmitted = tokens.count == 2 && noreply // `verbosity noreply`
+            guard levelOmitted || (Self.uint64(buf, tokens[1]).map { $0 <= UInt64(UInt32.max) }) == true else { return fail(Self.badFormat) }
             return done(.verbosity(noreply: noreply))
         case "quit":
             return done(.quit)
@@ -298,9 +308,12 @@ public struct MemcachedParser: Sendable {
         length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
     }
 
-    func dataBlock(_ buf: UnsafeRawBufferPointer, lineBytes: Int, length: Int64) -> DataBlock {
+    /// `unlink`: the key a set (or an ms in set mode) means to replace — over the limit, it is
+    /// refused as `MemcachedCommand.tooLarge`, which removes the key's older value.
+    func dataBlock(_ buf: UnsafeRawBufferPointer, lineBytes: Int, length: Int64, unlink: (key: [UInt8], meta: Bool)? = nil) -> DataBlock {
         guard length <= Int64(maxValue) else {
             let drop = Self.blockBytes(length)
+            if let unlink { return .answer(.command(.tooLarge(key: unlink.key, swallow: drop, meta: unlink.meta), consumed: lineBytes)) }
             return .answer(.error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false))
         }
         let n = Int(length)
@@ -364,6 +377,15 @@ public struct MemcachedParser: Sendable {
             v = s
         }
         return v
+    }
+
+    /// An incr/decr delta as memcached's `strtoull` takes it: an optional '+', then decimal
+    /// digits (leading zeros allowed, any number of them), at most 2^64 − 1.
+    static func delta(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>) -> UInt64? {
+        var start = r.lowerBound
+        if start < r.upperBound && buf[start] == 0x2B { start += 1 }
+        while start < r.upperBound - 1 && buf[start] == 0x30 { start += 1 }
+        return uint64(buf, start..<r.upperBound)
     }
 
     /// An optional '-' then decimal digits, fitting in a signed 64-bit integer.

@@ -195,25 +195,29 @@ final class HitRatioTraceTests: XCTestCase {
     }
 
     /// With one shard and 100 B values (a 144-byte record: exactly the simulators' charge), the
-    /// real memory tier is an exact S3-FIFO: held to the simulator's item count (its byte limit
-    /// also pays for the ghost queue, which the simulator's does not), it must hit exactly as
-    /// often as the S3-FIFO simulator, and (scans and zipf mixed) differ from LRU.
-    func testRealTierWithOneShardMatchesTheS3FIFOSimulator() throws {
+    /// real memory tier is an exact adaptive S3-FIFO with one ghost: held to the simulator's
+    /// item count (its byte limit also pays for the ghost queue, which the simulator's does
+    /// not), it must hit exactly as often as `SharedGhostAdaptiveS3FIFOSimulator`, and differ
+    /// from LRU and from plain S3-FIFO (its small queue's share moved).
+    func testRealTierWithOneShardMatchesTheAdaptiveS3FIFOSimulator() throws {
         let bench = try HitRatioBench(arguments: ["--requests", "20000", "--keys", "2000", "--shards", "1"])
         for name in ["scan", "shifting"] {
             let trace = bench.makeTrace(name)
             for capacity in [144 * 150, 144 * 400] {
                 let r = try bench.replayStrata(trace, capacity: capacity, countLimit: capacity / 144)
-                let s3 = S3FIFOSimulator(capacity: capacity, universe: trace.universe)
+                let s3 = SharedGhostAdaptiveS3FIFOSimulator(capacity: capacity, universe: trace.universe)
+                let plain = S3FIFOSimulator(capacity: capacity, universe: trace.universe)
                 let lru = LRUSimulator(capacity: capacity, universe: trace.universe)
-                var hits = 0, lruHits = 0
+                var hits = 0, plainHits = 0, lruHits = 0
                 for id in trace.keys {
                     if s3.access(id, charge: HitRatioBench.charge(trace, id)) { hits += 1 }
+                    if plain.access(id, charge: HitRatioBench.charge(trace, id)) { plainHits += 1 }
                     if lru.access(id, charge: HitRatioBench.charge(trace, id)) { lruHits += 1 }
                 }
                 XCTAssertGreaterThan(hits, 0)
                 XCTAssertEqual(r.hits, hits, "\(name) at \(capacity) B")
                 XCTAssertNotEqual(r.hits, lruHits, "\(name) at \(capacity) B: not LRU")
+                XCTAssertNotEqual(r.hits, plainHits, "\(name) at \(capacity) B: not plain S3-FIFO")
                 XCTAssertEqual(r.items, capacity / 144)
                 XCTAssertEqual(r.items, s3.itemCount)
             }

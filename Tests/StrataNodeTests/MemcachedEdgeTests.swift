@@ -139,4 +139,95 @@ final class MemcachedEdgeTests: XCTestCase {
             XCTAssertEqual(try c.call(.get(GetRequest(key: b("k")))).statusCode, .notFound, "md\(flags) removed it")
         }
     }
+
+    /// Outside review mc4: an exptime past what microseconds hold crashed the node (an overflow)
+    /// on every command that takes one; now it is the latest absolute time there is.
+    func testAnExptimePastTheMicrosecondRangeIsTheFarFuture() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir)
+        defer { node.terminate() }
+        for command in ["touch nothing 9223372036855", "touch nothing 9223372036854775807", "gat 9223372036855 nothing",
+                        "mg nothing T9223372036855 v", "ma nothing N9223372036855 v"] {
+            mc.send(command + "\r\n")
+            XCTAssertFalse(mc.line().isEmpty, command)
+            if command.hasPrefix("ma") { _ = mc.line() } // the counter's value line
+        }
+        mc.send("set k 0 9223372036855 1\r\nv\r\nms m 1 T9223372036854775807\r\nw\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(mc.line(), "HD")
+        mc.send("get k m\r\n")
+        XCTAssertEqual(mc.line(), "VALUE k 0 1")
+        XCTAssertEqual(mc.line(), "v")
+        XCTAssertEqual(mc.line(), "VALUE m 0 1")
+        XCTAssertEqual(mc.line(), "w")
+        XCTAssertEqual(mc.line(), "END")
+        XCTAssertTrue(node.process.isRunning)
+    }
+
+    /// Outside review mc4: a set or ms over --max-item left the older value readable; memcached
+    /// removes it ("avoid stale data persisting"), and so does the listener now — on the disk
+    /// tier too. add/replace/append and ms in another mode leave the item as it was.
+    func testASetRefusedAsTooLargeRemovesTheOlderValue() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir, ["--max-item", "1KiB"])
+        defer { node.terminate() }
+        let big = String(repeating: "x", count: 2_000)
+        for (command, removes) in [("set k 0 0 2000", true), ("ms k 2000", true), ("ms k 2000 MS", true),
+                                   ("replace k 0 0 2000", false), ("append k 0 0 2000", false), ("ms k 2000 MR", false)] {
+            mc.send("set k 0 0 3\r\nold\r\n")
+            XCTAssertEqual(mc.line(), "STORED")
+            mc.send("\(command)\r\n\(big)\r\nget k\r\n")
+            XCTAssertEqual(mc.line(), "SERVER_ERROR object too large for cache", command)
+            if removes {
+                XCTAssertEqual(mc.line(), "END", "\(command): the older value is gone")
+                XCTAssertNil(try node.connect().get(b("k"), tiers: 3), "\(command): from both tiers")
+            } else {
+                XCTAssertEqual(mc.line(), "VALUE k 0 3", command)
+                XCTAssertEqual(mc.line(), "old")
+                XCTAssertEqual(mc.line(), "END")
+            }
+        }
+    }
+
+    /// Outside review mc4: ms with I and an older C stored the value (stale) but answered HD
+    /// without the c and s it asked for.
+    func testAnInvalidatingMsReturnsTheFlagsItAskedFor() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir)
+        defer { node.terminate() }
+        mc.send("ms k 2\r\nv1\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        let old = try metaCAS(mc, "k")
+        mc.send("ms k 2\r\nv2\r\n")
+        XCTAssertEqual(mc.line(), "HD")
+        mc.send("ms k 3 C\(old) I c s\r\nv3x\r\n")
+        let answer = mc.line()
+        XCTAssertTrue(answer.hasPrefix("HD "), answer)
+        XCTAssertTrue(answer.contains(" s3"), answer)
+        XCTAssertEqual(answer.split(separator: " ").first { $0.hasPrefix("c") }.map { String($0.dropFirst()) }, String(try metaCAS(mc, "k")))
+    }
+
+    /// Outside review mc4: flags that need a number are refused without one (as memcached), a
+    /// flush_all delay past 2^31 and a verbosity that is not a number are bad format, and an
+    /// incr delta may carry '+' and leading zeros (memcached's strtoull).
+    func testNumbersAreCheckedAsMemcachedDoes() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir)
+        defer { node.terminate() }
+        for command in ["mg k N v", "mg k R v"] {
+            mc.send(command + "\r\n")
+            XCTAssertEqual(mc.line(), "CLIENT_ERROR bad token in command line format", command)
+        }
+        mc.send("mg k v\r\n")
+        XCTAssertEqual(mc.line(), "EN", "no lease was taken")
+        mc.send("flush_all 2147483649\r\nverbosity abc\r\nverbosity 1\r\n")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR bad command line format")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR bad command line format")
+        XCTAssertEqual(mc.line(), "OK")
+        mc.send("set n 0 0 1\r\n5\r\nincr n +1\r\nincr n 00000000000000000000000002\r\nincr n -1\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(mc.line(), "6")
+        XCTAssertEqual(mc.line(), "8")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR invalid numeric delta argument")
+    }
 }

@@ -370,8 +370,8 @@ final class MemcachedNodeTests: XCTestCase {
 }
 
 /// A node with a memcached listener on a free port, and a text socket to it.
-func startMemcachedNode(_ dir: TempDir) throws -> (NodeProcess, TextSocket) {
-    let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"])
+func startMemcachedNode(_ dir: TempDir, _ extra: [String] = []) throws -> (NodeProcess, TextSocket) {
+    let node = try NodeProcess(dataDir: dir.path + "/data", extra: ["--memcached-port", "0"] + extra)
     return (node, try TextSocket(port: try XCTUnwrap(node.memcachedPort)))
 }
 

@@ -123,30 +123,87 @@ final class MemoryLimitTests: XCTestCase {
         XCTAssertEqual(b.ghost.count, 0)
     }
 
+    /// Entries match on a hash's 31 high bits (the low bit marks the queue a key left), so
+    /// the hashes here are even.
     func testGhostQueueIsAFIFOOfLiveEntries() {
         let g = GhostQueue()
-        for h in 1...100 { g.add(UInt32(h), limit: 50) }
+        func h(_ n: Int) -> UInt32 { UInt32(n) * 2 }
+        for n in 1...100 { g.add(h(n), limit: 50) }
         XCTAssertEqual(g.count, 50)
-        XCTAssertFalse(g.contains(50))
-        XCTAssertTrue(g.contains(51))
-        XCTAssertTrue(g.remove(60))
-        XCTAssertFalse(g.remove(60))
-        g.add(101, limit: 50)
-        XCTAssertTrue(g.contains(51), "a removed entry no longer counts toward the limit")
-        g.add(102, limit: 50)
-        XCTAssertFalse(g.contains(51))
+        XCTAssertFalse(g.contains(h(50)))
+        XCTAssertTrue(g.contains(h(51)))
+        XCTAssertEqual(g.remove(h(60)), false, "there, and it left the small queue")
+        XCTAssertNil(g.remove(h(60)))
+        g.add(h(101), limit: 50)
+        XCTAssertTrue(g.contains(h(51)), "a removed entry no longer counts toward the limit")
+        g.add(h(102), limit: 50)
+        XCTAssertFalse(g.contains(h(51)))
         // Many adds, every other one hit: the ring is compacted, the order kept.
-        for h in UInt32(1000)..<5000 { g.add(h, limit: 50); if h % 2 == 1 { g.remove(h) } }
+        for n in 1000..<5000 { g.add(h(n), limit: 50); if n % 2 == 1 { g.remove(h(n)) } }
         XCTAssertEqual(g.count, 49, "adding 4999 dropped the oldest live entry, then 4999 was hit")
-        XCTAssertTrue(g.contains(4998))
-        XCTAssertTrue(g.contains(4902))
-        XCTAssertFalse(g.contains(4900))
-        XCTAssertFalse(g.contains(4999))
-        for h in stride(from: UInt32(4902), to: 4990, by: 2) { g.remove(h) }
-        for h in UInt32(6000)..<6200 { g.add(h, limit: 50); g.remove(h) }
+        XCTAssertTrue(g.contains(h(4998)))
+        XCTAssertTrue(g.contains(h(4902)))
+        XCTAssertFalse(g.contains(h(4900)))
+        XCTAssertFalse(g.contains(h(4999)))
+        for n in stride(from: 4902, to: 4990, by: 2) { g.remove(h(n)) }
+        for n in 6000..<6200 { g.add(h(n), limit: 50); g.remove(h(n)) }
         XCTAssertEqual(g.count, 5)
-        XCTAssertTrue(stride(from: UInt32(4990), to: 5000, by: 2).allSatisfy { g.contains($0) })
+        XCTAssertTrue(stride(from: 4990, to: 5000, by: 2).allSatisfy { g.contains(h($0)) })
         XCTAssertLessThanOrEqual(g.memoryBytes, 4 * (128 + 128))
+    }
+
+    /// Each entry remembers the queue its key left, and the counts of each kind follow adds,
+    /// hits, drops of the oldest and compactions.
+    func testGhostQueueCountsTheQueueEachKeyLeft() {
+        let g = GhostQueue()
+        for n in 1...300 { g.add(UInt32(n) << 1, fromMain: n % 3 == 0, limit: 100) }
+        XCTAssertEqual(g.count, 100)
+        XCTAssertEqual(g.fromMain, (201...300).filter { $0 % 3 == 0 }.count)
+        XCTAssertEqual(g.fromSmall, 100 - g.fromMain)
+        XCTAssertEqual(g.remove(UInt32(300) << 1), true, "300 left main")
+        XCTAssertEqual(g.remove(UInt32(299) << 1), false, "299 left small")
+        XCTAssertEqual(g.remove(UInt32(299) << 1 | 1), nil, "matched on the high bits: gone")
+        XCTAssertEqual(g.fromMain, (201...299).filter { $0 % 3 == 0 }.count)
+        for n in 1000..<3000 { g.add(UInt32(n) << 1, fromMain: true, limit: 100); if n % 2 == 0 { g.remove(UInt32(n) << 1) } }
+        XCTAssertEqual(g.count, 100)
+        XCTAssertEqual(g.fromMain, 100)
+        g.removeAll()
+        XCTAssertEqual(g.fromMain, 0)
+    }
+
+    /// ARC's rule on the small queue's share: a ghost hit of a key the small queue evicted
+    /// grows it, one of a key main evicted shrinks it, within 1–90 % of the limit; main's
+    /// evictions are remembered in the ghost (marked) as well as the small queue's.
+    func testAGhostHitMovesTheSmallQueuesShare() {
+        let s = shard(count: 100)
+        XCTAssertEqual(s.smallTarget, 10)
+        for i in 0..<120 { put(s, "k\(i)") } // none hit: the oldest leave the small queue
+        XCTAssertTrue(s.ghost.contains(hash("k0")))
+        XCTAssertEqual(s.ghost.fromMain, 0)
+        put(s, "k0")
+        XCTAssertEqual(queue(s, "k0"), 1, "a ghost hit enters main")
+        XCTAssertEqual(s.smallTarget, 12, "a key the small queue let go too soon: it grows by 2 items")
+        // Keys hit while in the small queue move to main; main, over its share, evicts.
+        for i in 200..<600 { put(s, "k\(i)"); XCTAssertTrue(has(s, "k\(i)")) }
+        XCTAssertGreaterThan(s.ghost.fromMain, 0, "main's evictions are remembered too")
+        let evictedFromMain = (200..<600).map { "k\($0)" }.first { queue(s, $0) == nil && s.ghost.contains(hash($0)) }
+        XCTAssertNotNil(evictedFromMain)
+        let before = s.smallTarget
+        if let k = evictedFromMain { put(s, k) }
+        XCTAssertLessThan(s.smallTarget, before, "a key main let go: it shrinks")
+        for _ in 0..<1_000 { s.adaptSmallShare(fromMain: true, chunk: 40) }
+        XCTAssertEqual(s.smallTarget, 1, "at least 1 % of the limit")
+        for _ in 0..<1_000 { s.adaptSmallShare(fromMain: false, chunk: 40) }
+        XCTAssertEqual(s.smallTarget, 90, "at most 90 %")
+        let b = shard(cost: 100 * 40)
+        XCTAssertEqual(b.smallTarget, 400, "under a byte limit, in bytes")
+        b.adaptSmallShare(fromMain: false, chunk: 40)
+        XCTAssertEqual(b.smallTarget, 480, "2 × the record's chunk")
+        s.removeAll()
+        XCTAssertEqual(s.smallTarget, 10, "a flush starts over")
+        #if DEBUG
+        XCTAssertNil(s.checkInvariants())
+        #endif
     }
 
     func testAccountedBytesNeverExceedTheLimit() {

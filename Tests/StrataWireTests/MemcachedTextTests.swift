@@ -96,11 +96,16 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(parse("set k 0 0 2\r\nabcd\r\n"), .error("CLIENT_ERROR bad data chunk", consumed: 17, swallow: 0, close: false))
     }
 
+    /// A set over the limit becomes `tooLarge` (the listener removes the key's older value, as
+    /// memcached does); the other storage commands are refused as before, the item untouched.
     func testATooLargeValueIsRefusedFromItsLengthAndSwallowed() {
-        XCTAssertEqual(parse("set k 0 0 1025\r\n"),
-                       .error("SERVER_ERROR object too large for cache", consumed: 16, swallow: 1027, close: false))
+        XCTAssertEqual(parse("set k 0 0 1025\r\n"), .command(.tooLarge(key: Array("k".utf8), swallow: 1027, meta: false), consumed: 16))
         XCTAssertEqual(parse("set k 0 0 99999999999999\r\n"),
-                       .error("SERVER_ERROR object too large for cache", consumed: 26, swallow: 100_000_000_000_001, close: false))
+                       .command(.tooLarge(key: Array("k".utf8), swallow: 100_000_000_000_001, meta: false), consumed: 26))
+        XCTAssertEqual(parse("add k 0 0 1025\r\n"),
+                       .error("SERVER_ERROR object too large for cache", consumed: 16, swallow: 1027, close: false))
+        XCTAssertEqual(MemcachedCommand.tooLarge(key: [1], swallow: 3, meta: false).name, "set")
+        XCTAssertEqual(MemcachedCommand.tooLarge(key: [1], swallow: 3, meta: true).nameIndex, MemcachedCommand.names.firstIndex(of: "ms"))
         XCTAssertEqual(parse("set k 0 0 -1\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 14, swallow: 0, close: true))
     }
 
@@ -186,6 +191,8 @@ final class MemcachedTextTests: XCTestCase {
         XCTAssertEqual(parse("verbosity noreply\r\n"), .command(.verbosity(noreply: true), consumed: 19))
         XCTAssertEqual(parse("verbosity a b c\r\n"), .error("ERROR", consumed: 17, swallow: 0, close: false))
         XCTAssertEqual(parse("verbosity 1 noreply\r\n"), .command(.verbosity(noreply: true), consumed: 21))
+        XCTAssertEqual(parse("verbosity abc\r\n"), .error("CLIENT_ERROR bad command line format", consumed: 15, swallow: 0, close: false))
+        XCTAssertEqual(parse("verbosity 1 x\r\n").consumedBytes, 15)
         XCTAssertEqual(parse("quit\r\n"), .command(.quit, consumed: 6))
         XCTAssertEqual(parse("\r\n"), .error("ERROR", consumed: 2, swallow: 0, close: false))
         XCTAssertEqual(parse("GET k\r\n"), .error("ERROR", consumed: 7, swallow: 0, close: false))
@@ -226,7 +233,9 @@ final class MemcachedMetaTests: XCTestCase {
         XCTAssertEqual(parse("ma n N0 J10 D3 MD v\r\n").debugDescriptionPrefix, "command")
         XCTAssertEqual(parse("ms foo 3\r\nhi"), .needMore)
         XCTAssertEqual(parse("ms foo 2\r\nhiya\r\n"), .error("CLIENT_ERROR bad data chunk", consumed: 14, swallow: 0, close: false))
-        XCTAssertEqual(parse("ms foo 2000\r\n"), .error("SERVER_ERROR object too large for cache", consumed: 13, swallow: 2002, close: false))
+        XCTAssertEqual(parse("ms foo 2000\r\n"), .command(.tooLarge(key: Array("foo".utf8), swallow: 2002, meta: true), consumed: 13))
+        XCTAssertEqual(parse("ms foo 2000 MS\r\n"), .command(.tooLarge(key: Array("foo".utf8), swallow: 2002, meta: true), consumed: 16))
+        XCTAssertEqual(parse("ms foo 2000 MA\r\n"), .error("SERVER_ERROR object too large for cache", consumed: 16, swallow: 2002, close: false))
         XCTAssertEqual(parse("mg foo 1\r\n"), .error("CLIENT_ERROR invalid flag", consumed: 10, swallow: 0, close: false))
         XCTAssertEqual(parse("mg\r\n"), .error("ERROR", consumed: 4, swallow: 0, close: false))
     }

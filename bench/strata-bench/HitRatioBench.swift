@@ -112,6 +112,7 @@ struct HitRatioBench {
                     SIEVESimulator(capacity: capacity, universe: trace.universe),
                     S3FIFOSimulator(capacity: capacity, universe: trace.universe),
                     AdaptiveS3FIFOSimulator(capacity: capacity, universe: trace.universe),
+                    SharedGhostAdaptiveS3FIFOSimulator(capacity: capacity, universe: trace.universe),
                     WTinyLFUSimulator(capacity: capacity, universe: trace.universe, expectedItems: capacity / meanCharge),
                 ]
                 for sim in sims {

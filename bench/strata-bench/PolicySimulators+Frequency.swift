@@ -18,7 +18,7 @@ class S3FIFOSimulator: PolicySimulator {
     static let small = 0, main = 1
     let capacity: Int
     /// The small queue's share of the bytes: evicted from while it holds at least this much.
-    var smallCapacity: Int
+    var smallCapacity: Double
     let ghostCapacity: Int
     /// The small and main queues (lists 0 and 1; a subclass may keep more lists after them).
     var lists: IdLists
@@ -32,7 +32,7 @@ class S3FIFOSimulator: PolicySimulator {
 
     init(capacity: Int, universe: Int, ghostCapacity: Int? = nil, lists: Int = 2) {
         self.capacity = capacity
-        smallCapacity = capacity / 10
+        smallCapacity = Double(capacity) / 10
         self.ghostCapacity = ghostCapacity ?? capacity * 9 / 10
         self.lists = IdLists(universe: universe, lists: lists)
         freq = Array(repeating: 0, count: universe)
@@ -60,7 +60,7 @@ class S3FIFOSimulator: PolicySimulator {
 
     /// Evicts one item: from the small queue while it holds its share, else from main.
     func evict() {
-        if lists.count[Self.small] > 0 && (lists.bytes[Self.small] >= smallCapacity || lists.count[Self.main] == 0) {
+        if lists.count[Self.small] > 0 && (Double(lists.bytes[Self.small]) >= smallCapacity || lists.count[Self.main] == 0) {
             evictSmall()
         } else {
             evictMain()
@@ -73,7 +73,7 @@ class S3FIFOSimulator: PolicySimulator {
             if freq[Int(t)] >= 1 {
                 freq[Int(t)] = 0
                 lists.moveToFront(Self.main, t)
-                while lists.bytes[Self.main] > capacity - smallCapacity && lists.count[Self.main] > 1 { evictMain() }
+                while Double(lists.bytes[Self.main]) > Double(capacity) - smallCapacity && lists.count[Self.main] > 1 { evictMain() }
             } else {
                 retire(t, from: Self.small)
                 return
@@ -293,7 +293,7 @@ final class AdaptiveS3FIFOSimulator: S3FIFOSimulator {
     static let ghostSmall = 2, ghostMain = 3
     let mul: Int
     /// The small queue's target share, in bytes (`smallCapacity`, which this moves).
-    var target: Int { smallCapacity }
+    var target: Int { Int(smallCapacity) }
 
     init(capacity: Int, universe: Int, ghostPercent: Int = 90, mul: Int = 2) {
         self.mul = mul
@@ -312,12 +312,12 @@ final class AdaptiveS3FIFOSimulator: S3FIFOSimulator {
         var into = Self.small
         if l == Self.ghostSmall {
             let gs = max(1, lists.bytes[Self.ghostSmall]), gm = lists.bytes[Self.ghostMain]
-            smallCapacity = min(capacity * 9 / 10, smallCapacity + mul * max(charge, charge * gm / gs))
+            smallCapacity = Double(min(capacity * 9 / 10, target + mul * max(charge, charge * gm / gs)))
             lists.remove(id)
             into = Self.main
         } else if l == Self.ghostMain {
             let gm = max(1, lists.bytes[Self.ghostMain]), gs = lists.bytes[Self.ghostSmall]
-            smallCapacity = max(capacity / 100, smallCapacity - mul * max(charge, charge * gs / gm))
+            smallCapacity = Double(max(capacity / 100, target - mul * max(charge, charge * gs / gm)))
             lists.remove(id)
             into = Self.main
         }
@@ -333,5 +333,57 @@ final class AdaptiveS3FIFOSimulator: S3FIFOSimulator {
         lists.remove(id)
         lists.pushFront(ghost, id, charge: c)
         while lists.bytes[ghost] > ghostCapacity && lists.count[ghost] > 0 { lists.remove(lists.back[ghost]) }
+    }
+}
+
+/// `AdaptiveS3FIFOSimulator` with one ghost FIFO for both queues' evictions, each entry marked
+/// with the queue it left, bounded in total at `ghostPercent` % of the capacity: what Strata's
+/// memory tier does (MemoryShard+Policy.swift) — its one ghost table marks each entry with a
+/// bit, at no extra bytes. As the tier: the ghost is looked at after evicting for the new key,
+/// the rule weighs the two kinds' entry counts, and the target is kept as a `Double`.
+final class SharedGhostAdaptiveS3FIFOSimulator: S3FIFOSimulator {
+    override var name: String { "S3-FIFO adapt.1" }
+    static let ghost = 2
+    private var leftMain: [Bool]
+    private var kindCount = [0, 0] // live ghost entries that left small, main
+
+    init(capacity: Int, universe: Int) {
+        leftMain = Array(repeating: false, count: universe)
+        super.init(capacity: capacity, universe: universe, lists: 3)
+    }
+
+    override func access(_ id: Int32, charge: Int) -> Bool {
+        if queue(of: id) != nil {
+            freq[Int(id)] = min(freq[Int(id)] + 1, 3)
+            return true
+        }
+        guard charge <= capacity else { return false }
+        freq[Int(id)] = 0
+        while used + charge > capacity { evict() }
+        var into = Self.small
+        if lists.list(of: id) == Self.ghost {
+            let main = leftMain[Int(id)]
+            let this = Double(max(1, kindCount[main ? 1 : 0])), other = Double(kindCount[main ? 0 : 1])
+            let step = 2 * Double(charge) * max(1, other / this)
+            smallCapacity = main ? max(Double(capacity) / 100, smallCapacity - step) : min(Double(capacity) * 9 / 10, smallCapacity + step)
+            dropFromGhost(id)
+            into = Self.main
+        }
+        lists.pushFront(into, id, charge: charge)
+        return false
+    }
+
+    private func dropFromGhost(_ id: Int32) {
+        kindCount[leftMain[Int(id)] ? 1 : 0] -= 1
+        lists.remove(id)
+    }
+
+    override func retire(_ id: Int32, from queue: Int) {
+        let c = Int(lists.charge[Int(id)])
+        lists.remove(id)
+        leftMain[Int(id)] = queue == Self.main
+        kindCount[queue == Self.main ? 1 : 0] += 1
+        lists.pushFront(Self.ghost, id, charge: c)
+        while lists.bytes[Self.ghost] > ghostCapacity && lists.count[Self.ghost] > 0 { dropFromGhost(lists.back[Self.ghost]) }
     }
 }

@@ -82,8 +82,10 @@ final class MemoryShard {
     var queueTail: (UInt32, UInt32) = (0, 0)
     /// Records and accounted bytes in the small queue (the main queue holds the rest).
     var smallCount = 0, smallBytes = 0
-    /// Keys recently evicted from the small queue.
+    /// Keys recently evicted, each marked with the queue it left.
     let ghost = GhostQueue()
+    /// The small queue's share (MemoryShard+Policy.swift): bytes under a byte limit, else items.
+    var smallTarget: Double
 
     private(set) var count = 0
     /// The chunk sizes of live records.
@@ -114,6 +116,7 @@ final class MemoryShard {
     init(countLimit: Int, costLimit: Int, ageLimitSeconds: Int64) {
         self.countLimit = countLimit
         self.costLimit = costLimit
+        smallTarget = Self.initialSmallTarget(countLimit: countLimit, costLimit: costLimit)
         self.ageLimitSeconds = ageLimitSeconds
         pages = .allocate(capacity: pageCapacity)
         pages.initialize(repeating: nil, count: pageCapacity)
@@ -426,7 +429,12 @@ final class MemoryShard {
         if old != 0 { policy = policyBits(old); remove(ref: old, slot: oldSlot) }
         evict(toFit: chunk, now: now)
         // After evicting, as the simulator does: the eviction may have pushed the key out of the ghost.
-        var bits = (policy ?? (ghost.remove(hash) ? Self.policyMain : 0)) & ~Self.policyCompressed
+        var bits = policy ?? 0
+        if policy == nil, let fromMain = ghost.remove(hash) {
+            adaptSmallShare(fromMain: fromMain, chunk: chunk)
+            bits = Self.policyMain
+        }
+        bits &= ~Self.policyCompressed
         if compressed != nil { bits |= Self.policyCompressed }
         guard let ref = allocate(size: size) else { return false }
         writeRecord(ptr(ref), tag: tag, key: key, hash: hash, item: item, layout: layout, policy: bits, now: now)
@@ -460,6 +468,7 @@ final class MemoryShard {
         while queueTail.0 != 0 { remove(ref: queueTail.0, slot: slotOf(queueTail.0)) }
         while queueTail.1 != 0 { remove(ref: queueTail.1, slot: slotOf(queueTail.1)) }
         ghost.removeAll()
+        smallTarget = Self.initialSmallTarget(countLimit: countLimit, costLimit: costLimit)
         deleteEpoch &+= 1
     }
 }
