@@ -136,7 +136,7 @@ func checkCommand(_ args: [String]) throws -> Int32 {
     printOut("namespaces    \(r.namespaces)")
     printOut("bad rows      \(r.badRows)")
     printOut("integrity     \(r.integrity.prefix(5).joined(separator: "; "))")
-    printOut("schema        \(r.schemaVersion)\(r.schemaProblem.map { " — " + $0 } ?? "")")
+    printOut("schema        \(r.schemaVersion)\(r.schemaProblem.map { " — " + $0 } ?? "")\(r.note.map { " — " + $0 } ?? "")")
     printOut("log           \(r.logSegments) segments, \(r.logRecords) records, \(r.logUnapplied) not yet in SQLite (replayed at the next open)"
              + (r.logTornBytes > 0 ? ", \(r.logTornBytes) bytes of a write cut short by a crash at the end (cut at the next open)" : ""))
     for d in r.logDamage.prefix(10) { printOut("log damage    \(d)") }

@@ -31,7 +31,8 @@ usage: strata serve [--host 127.0.0.1] [--port 7400] [--data ./strata-data] [--m
                     [--cluster H:P,H:P,…|dns:NAME:PORT|file:PATH] [--advertise NAME] [--replicas 2]
                     [--sync-interval 2] [--cluster-tls-ca FILE] [--cluster-refresh 30]
 
-Starts a node in the foreground. Settings come from the JSON file given by --config, then
+Starts a node in the foreground. Settings come from the JSON file given by --config (or
+STRATA_CONFIG), then
 STRATA_* environment variables (STRATA_PORT, STRATA_DATA, STRATA_MEMORY_LIMIT, …: the flag's
 name in upper case with _ for -), then flags; the later wins. Sizes are bytes or take B, KiB,
 MiB, GiB, TiB (K/KB, M/MB, G/GB, T/TB are read as KiB, MiB, GiB, TiB; any case);
@@ -101,7 +102,9 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     // Where each setting that is not a flag came from, for errors: "STRATA_PORT", "config 'port' in 'FILE'".
     var sources: [String: String] = [:]
     var insecure = false
-    if let path = opts.string("--config") {
+    // The file: --config, else STRATA_CONFIG (an operator read "each flag has a STRATA_* form"
+    // and saw the variable ignored).
+    if let path = opts.string("--config") ?? ProcessInfo.processInfo.environment["STRATA_CONFIG"] {
         let (fileSettings, fileInsecure, keys) = try loadConfigFile(path)
         settings.merge(fileSettings) { $1 }
         for name in fileSettings.keys { sources[name] = "config '\(keys[name] ?? name)' in '\(path)'" }
@@ -222,7 +225,11 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
         c.authTimeout = v
     }
     if let v = try int("max-unauthenticated") { c.maxUnauthenticated = v > 0 ? v : nil } // 0: half the limit
-    if let v = s["metrics-host"] { c.metricsHost = v }
+    if let v = s["metrics-host"] {
+        // Checked as the other settings that mean something only beside another.
+        guard s["metrics-port"] != nil else { throw UsageError(message: "--metrics-host needs --metrics-port") }
+        c.metricsHost = v
+    }
     if let v = try int("memcached-port") {
         guard v <= 65535 else { throw UsageError(message: "--memcached-port must be 0…65535, got \(v)") }
         c.memcachedPort = UInt16(v)
@@ -420,14 +427,14 @@ func loadConfigFile(_ path: String) throws -> ([String: String], Bool?, [String:
         keys[name] = k
         if name == "insecure" || name == "validate-images" || name == "memcached-memory-only" || name == "tls-only" || name == "metrics-tls"
             || name == "disk-reads-on-loop" {
-            guard case .bool(let b) = v else { throw UsageError(message: "config '\(k)' must be true or false") }
+            guard case .bool(let b) = v else { throw UsageError(message: "config '\(k)' in '\(path)' (--\(name)) must be true or false") }
             if name == "insecure" { insecure = b } else { out[name] = b ? "true" : "false" }
             continue
         }
         guard serveSettings.contains(name) else { throw UsageError(message: "unknown config key '\(k)' in '\(path)'") }
         switch v {
         case .string(let s), .number(let s): out[name] = s
-        case .bool, .other: throw UsageError(message: "config '\(k)' must be a string or a number")
+        case .bool, .other: throw UsageError(message: "config '\(k)' in '\(path)' (--\(name)) must be a string or a number")
         }
     }
     return (out, insecure, keys)

@@ -198,10 +198,11 @@ final class UnauthenticatedConnectionTests: XCTestCase {
     }
 }
 
-/// A plain HTTP/1.1 GET: the status code (0 when no answer came) and the seconds it took.
-func httpGet(_ host: String, _ port: UInt16, _ path: String, timeout: Double = 5) -> (status: Int, seconds: Double) {
+/// A plain HTTP/1.1 GET: the status code (0 when no answer came), the seconds it took and
+/// the whole reply (headers and body).
+func httpGet(_ host: String, _ port: UInt16, _ path: String, timeout: Double = 5) -> (status: Int, seconds: Double, reply: String) {
     let t0 = monotonicSeconds()
-    guard let a = SocketAddress(host: host, port: port), let fd = try? Socket.connect(a, timeout: timeout) else { return (0, monotonicSeconds() - t0) }
+    guard let a = SocketAddress(host: host, port: port), let fd = try? Socket.connect(a, timeout: timeout) else { return (0, monotonicSeconds() - t0, "") }
     defer { Sys.close(fd) }
     let req = Array("GET \(path) HTTP/1.1\r\nHost: \(host)\r\n\r\n".utf8)
     _ = req.withUnsafeBytes { try? Sys.send(fd, $0.baseAddress!, $0.count) }
@@ -212,7 +213,7 @@ func httpGet(_ host: String, _ port: UInt16, _ path: String, timeout: Double = 5
         reply += chunk[0..<n]
     }
     let line = String(decoding: reply.prefix { $0 != 13 }, as: UTF8.self).split(separator: " ")
-    return (line.count > 1 ? Int(line[1]) ?? 0 : 0, monotonicSeconds() - t0)
+    return (line.count > 1 ? Int(line[1]) ?? 0 : 0, monotonicSeconds() - t0, String(decoding: reply, as: UTF8.self))
 }
 
 /// Whether a metrics connection that never sent a request ended (end of stream) or was

@@ -24,6 +24,8 @@ public struct DiskCheckReport: Sendable {
     /// The file's schema version, and what is wrong with it (nil when this build reads it).
     public var schemaVersion: Int64 = 0
     public var schemaProblem: String?
+    /// Something about the database worth saying that is not damage (an empty, never-written file).
+    public var note: String?
     /// The durability log: segment files, whole records in them, records SQLite has not
     /// applied yet (replayed at the next open), and bytes of a write cut short by a crash at
     /// the end (repaired at the next open: not a problem).
@@ -56,6 +58,11 @@ extension DiskTier {
         // checked.
         let walPath = dbPath + "-wal", shmPath = dbPath + "-shm"
         let hadWAL = fileSize(walPath) != nil, hadSHM = fileSize(shmPath) != nil
+        // An empty file, no WAL, and a log that never let a record go (no segment, or the
+        // first starting at 0): what a first start that failed before creating the schema
+        // leaves (a full disk). Whatever was written is still in the log, so nothing is lost.
+        let starts = LogFiles.segmentStarts(in: directory + "/log")
+        let emptyButLogWhole = fileSize(dbPath) == 0 && (fileSize(walPath) ?? 0) == 0 && (starts.min() ?? 0) == 0
         let writable = access(directory, W_OK) == 0 && access(dbPath, W_OK) == 0
         var openPath = dbPath, immutable = false
         var scratch: String? = nil
@@ -86,7 +93,10 @@ extension DiskTier {
         do {
             let db = try SQLiteConnection(path: openPath, readOnly: true, immutable: immutable)
             report.schemaVersion = try db.scalarInt("PRAGMA user_version") ?? 0
-            if report.schemaVersion == 0 && (try? db.scalarInt("SELECT count(*) FROM sqlite_master")) == 0 {
+            if report.schemaVersion == 0 && emptyButLogWhole {
+                report.note = "the database file is empty and the log holds every record ever written (its first segment starts at 0, or there is none): the node creates the file at start and replays the log, so nothing is lost (a first start that failed before creating it, on a full disk, leaves such a file)"
+                report.integrity = try db.textRows("PRAGMA integrity_check")
+            } else if report.schemaVersion == 0 && (try? db.scalarInt("SELECT count(*) FROM sqlite_master")) == 0 {
                 // No schema at all: a file whose pages all lived in a WAL that was removed (or
                 // an empty one). The node opens it fresh and replays the log — not damage an
                 // operator must look into beyond that (an outside review was told "damaged
@@ -95,32 +105,34 @@ extension DiskTier {
             } else if report.schemaVersion < 1 || report.schemaVersion > schemaVersion {
                 report.schemaProblem = "schema version \(report.schemaVersion) is not one this build reads (1…\(schemaVersion)): the header is damaged or the file is from a newer strata"
             }
-            applied = UInt64(bitPattern: (try? db.scalarInt("SELECT value FROM counters WHERE name='log_applied'")) ?? 0)
-            report.integrity = try db.textRows("PRAGMA integrity_check")
-            report.namespaces = Int(try db.scalarInt("SELECT count(*) FROM namespaces") ?? 0)
-            var generations: [Int64: Int64] = [:]
-            let g = try db.prepared("SELECT id, generation FROM namespaces")
-            while try g.step() { generations[g.int(0)] = g.int(1) }
-            g.reset()
-            let s = try db.prepared("SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, key, ns FROM items")
-            while try s.step() {
-                report.rows += 1
-                let key = s.bytes(10)
-                let encoding = ValueEncoding(rawValue: UInt8(truncatingIfNeeded: s.int(2)))
-                let size = Int(s.int(3))
-                let marks = UInt8(truncatingIfNeeded: s.int(8))
-                let tombstone = marks & ItemMarks.tombstone != 0
-                let ok: Bool = s.withBytes(1) { stored in
-                    guard let enc = encoding else { return false }
-                    let sum = ItemChecksum.compute(key: key, flags: UInt32(truncatingIfNeeded: s.int(4)), expiry: s.int(6),
-                                                   version: UInt64(bitPattern: s.int(7)), marks: marks,
-                                                   encoding: enc, size: size, extended: s.bytes(5), stored: stored)
-                    return sum == s.int(9) && codec.decode(enc, stored, size: size) != nil
+            if !emptyButLogWhole {
+                applied = UInt64(bitPattern: (try? db.scalarInt("SELECT value FROM counters WHERE name='log_applied'")) ?? 0)
+                report.integrity = try db.textRows("PRAGMA integrity_check")
+                report.namespaces = Int(try db.scalarInt("SELECT count(*) FROM namespaces") ?? 0)
+                var generations: [Int64: Int64] = [:]
+                let g = try db.prepared("SELECT id, generation FROM namespaces")
+                while try g.step() { generations[g.int(0)] = g.int(1) }
+                g.reset()
+                let s = try db.prepared("SELECT gen, value, codec, size, flags, ext, expiry, version, tombstone, checksum, key, ns FROM items")
+                while try s.step() {
+                    report.rows += 1
+                    let key = s.bytes(10)
+                    let encoding = ValueEncoding(rawValue: UInt8(truncatingIfNeeded: s.int(2)))
+                    let size = Int(s.int(3))
+                    let marks = UInt8(truncatingIfNeeded: s.int(8))
+                    let tombstone = marks & ItemMarks.tombstone != 0
+                    let ok: Bool = s.withBytes(1) { stored in
+                        guard let enc = encoding else { return false }
+                        let sum = ItemChecksum.compute(key: key, flags: UInt32(truncatingIfNeeded: s.int(4)), expiry: s.int(6),
+                                                       version: UInt64(bitPattern: s.int(7)), marks: marks,
+                                                       encoding: enc, size: size, extended: s.bytes(5), stored: stored)
+                        return sum == s.int(9) && codec.decode(enc, stored, size: size) != nil
+                    }
+                    let expiry = s.int(6)
+                    if !ok { report.badRows += 1 } else if generations[s.int(11)] != s.int(0) { report.flushedRows += 1 }
+                    else if expiry != 0 && expiry <= now { report.expiredRows += 1 }
+                    else if tombstone { report.tombstones += 1 } else { report.liveItems += 1 }
                 }
-                let expiry = s.int(6)
-                if !ok { report.badRows += 1 } else if generations[s.int(11)] != s.int(0) { report.flushedRows += 1 }
-                else if expiry != 0 && expiry <= now { report.expiredRows += 1 }
-                else if tombstone { report.tombstones += 1 } else { report.liveItems += 1 }
             }
         } catch let e as SQLiteError {
             report.integrity.append("sqlite: \(e.message)")
