@@ -69,11 +69,11 @@ final class CLIEdgeTests: XCTestCase {
             let r = try runCLI(["serve", "--config", path, "--data", TempDir().path, "--port", "0"])
             return (r.code, r.err)
         }
-        for (json, says) in [("{\"port\": true}", "'port' must be a string or a number"),
-                             ("{\"data\": false}", "'data' must be a string or a number"),
-                             ("{\"memory_limit\": true}", "'memory_limit' must be a string or a number"),
-                             ("{\"insecure\": 1}", "'insecure' must be true or false"),
-                             ("{\"tls_only\": \"true\"}", "'tls_only' must be true or false"),
+        for (json, says) in [("{\"port\": true}", "config 'port' in '\(dir.path)/c.json' (--port) must be a string or a number"),
+                             ("{\"data\": false}", "config 'data' in '\(dir.path)/c.json' (--data) must be a string or a number"),
+                             ("{\"memory_limit\": true}", "config 'memory_limit' in '\(dir.path)/c.json' (--memory-limit) must be a string or a number"),
+                             ("{\"insecure\": 1}", "config 'insecure' in '\(dir.path)/c.json' (--insecure) must be true or false"),
+                             ("{\"tls_only\": \"true\"}", "config 'tls_only' in '\(dir.path)/c.json' (--tls-only) must be true or false"),
                              ("{\"port\": 7400", "is not a JSON object of settings"),
                              ("[1, 2]", "is not a JSON object of settings")] {
             let r = try serve(json)
@@ -83,6 +83,11 @@ final class CLIEdgeTests: XCTestCase {
         let missing = try runCLI(["serve", "--config", dir.path + "/none.json", "--data", TempDir().path])
         XCTAssertEqual(missing.code, 2)
         XCTAssertTrue(missing.err.contains("cannot read the config file") && missing.err.lowercased().contains("no such file"), missing.err)
+        // STRATA_CONFIG names the file as --config does (an operator saw it ignored).
+        try "{\"port\": true}".write(toFile: dir.path + "/bad.json", atomically: true, encoding: .utf8)
+        let fromEnv = try runCLI(["serve", "--data", TempDir().path, "--port", "0"], env: ["STRATA_CONFIG": dir.path + "/bad.json"])
+        XCTAssertEqual(fromEnv.code, 2, fromEnv.err)
+        XCTAssertTrue(fromEnv.err.contains("config 'port' in '\(dir.path)/bad.json'"), fromEnv.err)
         // Numbers and strings both work where a value is expected.
         try "{\"max_connections\": 77, \"memory_limit\": \"64MiB\", \"insecure\": false}".write(toFile: dir.path + "/ok.json", atomically: true, encoding: .utf8)
         let node = try NodeProcess(dataDir: TempDir().path, extra: ["--config", dir.path + "/ok.json"])
@@ -178,7 +183,8 @@ final class CLIEdgeTests: XCTestCase {
                              (["--disk-limit", "1"], "--disk-limit must be 0 (no limit) or at least 1MiB"),
                              (["--max-item", "5GiB"], "--max-item must be 1B…4194240KiB"),
                              (["--advertise", "n1:7400"], "--advertise needs --cluster"),
-                             (["--memcached-memory-only"], "--memcached-memory-only needs --memcached-port")] {
+                             (["--memcached-memory-only"], "--memcached-memory-only needs --memcached-port"),
+                             (["--metrics-host", "nohost"], "--metrics-host needs --metrics-port")] {
             let r = try runCLI(["serve", "--port", "0", "--data", TempDir().path] + args)
             XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
             XCTAssertTrue(r.err.contains(says), "\(args): \(r.err)")
