@@ -244,13 +244,16 @@ public final class ClusterClient: @unchecked Sendable {
                     s.tiers = 2
                     s.stale = item.stale; s.negative = item.negative
                     var acks = 1
-                    for other in nodes.enumerated() where other.offset != i {
-                        do {
-                            let f = try other.element.run { try $0.set(s) }
-                            if f.statusCode == .ok || f.statusCode == .superseded { acks += 1 } else {
-                                failures.append((other.element.address.name, "\(f.statusCode)"))
-                            }
-                        } catch { failures.append((other.element.address.name, "\(error)")) }
+                    // The other nodes at once (`fanOut`): one after another, a paused replica's
+                    // timeout came on top of the primary's.
+                    let others = nodes.enumerated().filter { $0.offset != i }.map(\.element)
+                    let copy = s
+                    for (other, r) in zip(others, fanOut(others) { _, n in try n.run { try $0.set(copy) } }) {
+                        switch r {
+                        case .success(let f) where f.statusCode == .ok || f.statusCode == .superseded: acks += 1
+                        case .success(let f): failures.append((other.address.name, "\(f.statusCode)"))
+                        case .failure(let e): failures.append((other.address.name, "\(e)"))
+                        }
                     }
                     if !failures.isEmpty { hint(ns, key, item.version) }
                     guard acks >= needed(nodes.count) else {

@@ -235,8 +235,14 @@ final class ClusterTests: XCTestCase {
         usleep(1_200_000) // the pooled connection says HELLO again before its next request
         kill(owner, SIGSTOP)
         var during: [UInt64?] = []
+        let t0 = monotonicSeconds()
         for _ in 0..<5 { during.append(try c.counter(b(key), delta: 1)) }
+        let each = (monotonicSeconds() - t0) / 5
         XCTAssertEqual(during.last, 9)
+        // Bounded: at most the primary's timeout and one more for the copies, which go to the
+        // other nodes at once (this client already knows the owner is down: ~0.6 s here).
+        XCTAssertLessThan(each, 2.6, "seconds per increment with a paused owner and --timeout 1")
+        reportFigure("incr with a paused owner", String(format: "%.2f s each (timeout 1 s)", each))
         kill(owner, SIGCONT)
         usleep(3_000_000) // the owner runs what timed out; anti-entropy rounds pass
         for _ in 0..<3 {
