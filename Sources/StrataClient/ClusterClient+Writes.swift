@@ -87,6 +87,12 @@ extension ClusterClient {
     /// (`tiers` is 0, all, for the owner and 2, disk, for the others): OK means a node held the key.
     func versionedEverywhere(_ what: String, _ key: [UInt8], _ namespace: [UInt8],
                              _ request: @escaping @Sendable (_ tiers: UInt8, _ version: UInt64) -> Request) throws -> Bool {
+        try versionedEverywhereReporting(what, key, namespace, request).found
+    }
+
+    /// `versionedEverywhere`, with the nodes that did not take it (`"H:P: why"`).
+    func versionedEverywhereReporting(_ what: String, _ key: [UInt8], _ namespace: [UInt8],
+                                      _ request: @escaping @Sendable (_ tiers: UInt8, _ version: UInt64) -> Request) throws -> ClusterDeleteReport {
         let version = hlc.next()
         let nodes = targets(key, namespace)
         let results = fanOut(nodes) { i, node in try node.run { try $0.call(request(i == 0 ? 0 : 2, version)) } }
@@ -110,8 +116,18 @@ extension ClusterClient {
             throw ClusterError(message: "\(what) of \(keyText(key)) reached \(acks) of \(nodes.count) nodes\(on); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
                                failures: failures)
         }
-        return found
+        return ClusterDeleteReport(found: found, failures: failures.map { "\($0.0): \($0.1)" })
     }
+}
+
+/// What a cluster DELETE (or INVALIDATE) did: whether a node that answered held the key, and
+/// the nodes that did not answer. Not found with failures means "unknown": a node that did not
+/// answer may have held it (the delete reaches it later, by hinted handoff).
+public struct ClusterDeleteReport: Sendable, Equatable {
+    public let found: Bool
+    public let failures: [String]
+    /// Not found on the nodes that answered, and some did not: whether the key existed is unknown.
+    public var existenceUnknown: Bool { !found && !failures.isEmpty }
 }
 
 /// Results filled in by several threads, waited for together.

@@ -164,9 +164,14 @@ public final class ClusterClient: @unchecked Sendable {
     /// cannot bring it back. Returns whether any node held it.
     @discardableResult
     public func delete(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool {
+        try deleteReporting(key, namespace: namespace).found
+    }
+
+    /// `delete`, saying which nodes did not take it and whether the key's existence is unknown.
+    public func deleteReporting(_ key: [UInt8], namespace: [UInt8] = []) throws -> ClusterDeleteReport {
         // Every node in both tiers: a DELETE removes only the tiers it names (PROTOCOL.md
         // §7.6), and a replica may hold a memory copy promoted by a read it served.
-        try versionedEverywhere("delete", key, namespace) { _, version in
+        try versionedEverywhereReporting("delete", key, namespace) { _, version in
             .delete(namespace: namespace, key: key, tiers: 0, version: version, writeBehind: false)
         }
     }

@@ -82,7 +82,15 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         return 1
     case "del":
         let key = try keyArg(o, "strata del KEY")
-        if try cluster.delete(key, namespace: ns) { return 0 }
+        let report = try cluster.deleteReporting(key, namespace: ns)
+        for f in report.failures { printErr("warning: not on \(f)") }
+        if report.found { return 0 }
+        if report.existenceUnknown {
+            // The delete met its policy, but a node that did not answer may hold the key: it
+            // gets the delete later (hinted handoff). Not "not found".
+            printErr("deleted where the nodes answered; whether \(o.positionals[0]) existed is unknown (a node that may hold it did not answer)")
+            return 0
+        }
         printErr("not found: \(o.positionals[0])")
         return 1
     case "exists":

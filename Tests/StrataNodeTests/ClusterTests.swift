@@ -94,6 +94,35 @@ final class ClusterTests: XCTestCase {
 
     private func versionOf(_ c: ClusterClient, _ key: [UInt8]) throws -> UInt64 { try XCTUnwrap(c.get(key)).version }
 
+    /// Outside review cl11: `del --ack one` with one of the key's nodes down said nothing about
+    /// it (set warns), and a key found on none of the nodes that answered was "not found"
+    /// (exit 1) though the node that did not answer may hold it. Now del warns as set does, and
+    /// such a key's existence is reported unknown (exit 0: the delete met its policy).
+    func testDelWarnsAboutNodesThatDidNotAnswerAndNeverCallsAMaybeNotFound() throws {
+        let cluster = try Cluster()
+        let nodes = cluster.nodesFlag
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        // Keys whose two nodes are 0 and 1: node 1 is stopped below.
+        let keys = (0..<400).map { "d\($0)" }.filter {
+            Set(ring.nodes(for: b($0), count: 2).map(\.name)) == Set([cluster.addresses[0].name, cluster.addresses[1].name])
+        }
+        XCTAssertGreaterThanOrEqual(keys.count, 3)
+        XCTAssertEqual(try runCLI(["set", keys[0], "v", "--nodes", nodes]).code, 0)
+        cluster.kill(1)
+        let down = cluster.addresses[1].name
+        let held = try runCLI(["del", keys[0], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
+        XCTAssertEqual(held.code, 0, held.err)
+        XCTAssertTrue(held.err.contains("warning: not on \(down)"), held.err)
+        let never = try runCLI(["del", keys[1], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
+        XCTAssertEqual(never.code, 0, "a node that may hold it did not answer: not 'not found'. \(never.err)")
+        XCTAssertTrue(never.err.contains("whether \(keys[1]) existed is unknown"), never.err)
+        XCTAssertFalse(never.err.contains("not found"), never.err)
+        try cluster.restart(1)
+        let gone = try runCLI(["del", keys[2], "--nodes", nodes])
+        XCTAssertEqual(gone.code, 1, "every node answered: not found. \(gone.err)")
+        XCTAssertTrue(gone.err.contains("not found: \(keys[2])"), gone.err)
+    }
+
     func testKillingANodeLosesNoAllAckedKeyAndNothingHangs() throws {
         let cluster = try Cluster()
         let client = try cluster.client { $0.timeout = 1 }
