@@ -270,6 +270,19 @@ final class CrashTests: XCTestCase {
         try raw.execute("DROP TRIGGER refuse_rows")
     }
 
+    /// `check` counts the namespaces the next start keeps: one whose every row went is
+    /// forgotten at open, so it is not counted (it was: an outside review saw 2 where the
+    /// restarted node knew 1).
+    func testCheckCountsOnlyNamespacesWithRows() throws {
+        let dir = TempDir()
+        let store = try TieredCache(configuration: StoreConfiguration(directory: dir.path))
+        _ = try store.set(Array("k".utf8), Array("v".utf8), namespace: Array("kept".utf8), options: SetOptions(tiers: .disk))
+        _ = try store.set(Array("k".utf8), Array("v".utf8), namespace: Array("emptied".utf8), options: SetOptions(tiers: .disk))
+        _ = try store.remove(Array("k".utf8), namespace: Array("emptied".utf8), tiers: .disk)
+        store.close()
+        XCTAssertEqual(try TieredCache.check(directory: dir.path).namespaces, 1)
+    }
+
     func testCleanCloseLeavesExactCounters() throws {
         let dir = TempDir()
         var config = StoreConfiguration(directory: dir.path)

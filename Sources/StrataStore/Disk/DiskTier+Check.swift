@@ -18,6 +18,7 @@ public struct DiskCheckReport: Sendable {
     /// Rows of a flushed generation of their namespace: never read, collected by the sweeps.
     public var flushedRows = 0
     public var badRows = 0
+    /// Namespaces some row refers to (the next start forgets the others, as `--max-namespaces` counts).
     public var namespaces = 0
     /// `PRAGMA integrity_check` output ("ok" when clean).
     public var integrity: [String] = []
@@ -108,7 +109,8 @@ extension DiskTier {
             if !emptyButLogWhole {
                 applied = UInt64(bitPattern: (try? db.scalarInt("SELECT value FROM counters WHERE name='log_applied'")) ?? 0)
                 report.integrity = try db.textRows("PRAGMA integrity_check")
-                report.namespaces = Int(try db.scalarInt("SELECT count(*) FROM namespaces") ?? 0)
+                // Those some row refers to: the next open forgets the others (`openWriter`).
+                report.namespaces = Int(try db.scalarInt("SELECT count(*) FROM namespaces WHERE EXISTS (SELECT 1 FROM items WHERE items.ns = namespaces.id)") ?? 0)
                 var generations: [Int64: Int64] = [:]
                 let g = try db.prepared("SELECT id, generation FROM namespaces")
                 while try g.step() { generations[g.int(0)] = g.int(1) }
