@@ -56,6 +56,9 @@ public struct CacheError: Error, Sendable, CustomStringConvertible {
         public static let unsupported = Code(raw: "unsupported")
         /// Authentication was required or refused (AUTH_REQUIRED, AUTH_FAILED).
         public static let unauthorized = Code(raw: "unauthorized")
+        /// The embedded store's data directory is in use — by another process, or by another
+        /// store open in this one (one directory, one store at a time).
+        public static let locked = Code(raw: "locked")
         /// Anything else the node or store reported (SERVER_ERROR, I/O, corruption, a bad response).
         public static let internalError = Code(raw: "internal")
     }
@@ -157,6 +160,8 @@ extension CacheError {
             return CacheError(.diskFull, status: .diskFull, e.message, underlying: e)
         case .closed:
             return CacheError(.closed, status: .shuttingDown, e.message, underlying: e)
+        case .locked:
+            return CacheError(.locked, e.message, underlying: e)
         default:
             return CacheError(.internalError, status: .serverError, e.description, underlying: e)
         }

@@ -3,6 +3,7 @@ import XCTest
 @testable import StrataClient
 import StrataStore
 import StrataWire
+import TestSupport
 
 /// `CacheError.mapping`: every lower layer's error becomes one code and, where there is one,
 /// the protocol's status.
@@ -64,6 +65,19 @@ final class ErrorMappingTests: XCTestCase {
             XCTAssertEqual(e.code, code, "\(store)")
             XCTAssertEqual(e.status, status, "\(store)")
             XCTAssertNotNil(e.underlying as? StoreError)
+        }
+    }
+
+    /// A directory another store holds is `.locked` (it was `.internal`), with no protocol status.
+    func testADirectoryInUseIsLocked() throws {
+        let dir = TempDir()
+        let first = try StrataCache(.directory(dir.path))
+        defer { first.close() }
+        XCTAssertThrowsError(try StrataCache(.directory(dir.path))) { e in
+            let c = e as? CacheError
+            XCTAssertEqual(c?.code, .locked, "\(e)")
+            XCTAssertNil(c?.status)
+            XCTAssertTrue(c?.message.contains("in use") == true, "\(e)")
         }
     }
 
