@@ -5,9 +5,11 @@ import StrataCore
 import StrataWire
 
 /// One node's connections and health (mcrouter's TKO): dead after 3 consecutive failures,
-/// then probed with backoff (1 s doubling to 30 s); a dead node fails fast. The backoff is
-/// measured with the injected clock (`ClusterConfiguration.clock`), so it is tested without
-/// sleeping.
+/// then probed with backoff (1 s doubling to 30 s); a dead node fails fast. A request that
+/// failed only when its whole timeout had passed (a paused or cut-off node) also makes the next
+/// ones fail fast for one timeout: a CLI's increment with a paused replica waited three
+/// timeouts (the settle probe, the owner, the copy). The backoff is measured with the injected
+/// clock (`ClusterConfiguration.clock`), so it is tested without sleeping.
 final class NodeHandle: @unchecked Sendable {
     let address: NodeAddress
     private let lock = Lock()
@@ -15,6 +17,8 @@ final class NodeHandle: @unchecked Sendable {
     private var failures = 0
     private var deadUntil: Double = 0
     private var backoff = 1.0
+    /// Until then a request fails fast: the last one waited its whole timeout for nothing.
+    private var quietUntil: Double = 0
     private(set) var startVersion: UInt64 = 0
     let timeout: Double
     let token: [UInt8]?
@@ -44,9 +48,13 @@ final class NodeHandle: @unchecked Sendable {
 
     /// Runs `body` on a pooled connection. Connection-level failures count against health.
     func run<T>(_ body: (NodeConnection) throws -> T) throws -> T {
+        let started = now
         let conn: NodeConnection = try lock.withLock { () throws -> NodeConnection? in
             if failures >= 3 && now < deadUntil {
                 throw ClientError(.connection, "\(address) is marked dead after repeated failures (next probe in \(Int(deadUntil - now) + 1) s)")
+            }
+            if now < quietUntil {
+                throw ClientError(.connection, "\(address) did not answer within \(timeout) s just now (not asked again for \(Int(quietUntil - now) + 1) s)")
             }
             return idle.popLast()
         } ?? {
@@ -55,7 +63,7 @@ final class NodeHandle: @unchecked Sendable {
                 lock.withLock { startVersion = c.startVersion; lastHello = now }
                 return c
             } catch {
-                failed()
+                failed(since: started)
                 throw error
             }
         }()
@@ -68,18 +76,21 @@ final class NodeHandle: @unchecked Sendable {
             lock.withLock {
                 failures = 0
                 backoff = 1
+                quietUntil = 0
                 if idle.count < maxIdle && !conn.mayBeClosedByNode { idle.append(conn) } else { conn.close() }
             }
             return r
         } catch let e as ClientError where e.kind != .server {
             conn.close()
-            failed()
+            failed(since: started)
             throw e
         }
     }
 
-    private func failed() {
+    /// A connection-level failure of a request begun at `started`.
+    private func failed(since started: Double) {
         lock.withLock {
+            if now - started >= timeout * 0.9 { quietUntil = now + timeout }
             failures += 1
             if failures >= 3 {
                 deadUntil = now + backoff

@@ -1,5 +1,6 @@
 import XCTest
 import StrataCore
+import TestSupport
 @testable import StrataClient
 
 /// A node's health in the cluster client (mcrouter's TKO) with an injected clock: dead after 3
@@ -42,5 +43,28 @@ final class NodeHealthTests: XCTestCase {
             backoff = min(30, backoff * 2)
         }
         XCTAssertEqual(backoff, 30, "the backoff stops doubling at 30 s")
+    }
+
+    /// A request that failed only after its whole timeout (a paused node) makes the next ones
+    /// fail fast for one timeout, without connecting; a quick failure does not; a success ends
+    /// it. (A fresh CLI's increment with a paused replica waited three timeouts before.)
+    func testAFailureAfterTheWholeTimeoutMakesTheNextRequestsFailFastForOneTimeout() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let clock = ManualClock(micros: 1_000_000_000)
+        let h = NodeHandle(address: NodeAddress(host: "127.0.0.1", port: node.port), timeout: 1, token: nil, clock: clock, helloInterval: 0)
+        func attempt(_ body: (NodeConnection) throws -> Int = { _ in 0 }) -> String {
+            do { _ = try h.run(body); return "ok" } catch let e as ClientError { return e.message } catch { return "\(error)" }
+        }
+        XCTAssertEqual(attempt(), "ok")
+        XCTAssertEqual(attempt { _ in throw ClientError(.connection, "cut at once") }, "cut at once")
+        XCTAssertEqual(attempt(), "ok", "a quick failure: the next request is tried")
+        XCTAssertEqual(attempt { _ in clock.advance(seconds: 1); throw ClientError(.connection, "no answer") }, "no answer")
+        XCTAssertTrue(attempt().contains("did not answer within 1.0 s just now"), "fails fast for one timeout")
+        clock.advance(seconds: 0.9)
+        XCTAssertTrue(attempt().contains("did not answer"))
+        clock.advance(seconds: 0.2)
+        XCTAssertEqual(attempt(), "ok", "tried again after one timeout")
+        XCTAssertFalse(h.isDead)
     }
 }
