@@ -286,7 +286,10 @@ extension TieredCache {
             if encoded.1.count > disk.budget.maxStoredItem {
                 // Decided here, before anything changed: evicting everything else could not
                 // make room for it (see DiskBudget).
-                throw StoreError(.valueTooLarge, "value is \(encoded.1.count) bytes stored; the disk limit of \(disk.budget.limit) bytes holds items of at most \(disk.budget.maxStoredItem)")
+                // Named after what sized it: the limit, or the file system when that is smaller.
+                let b = disk.budget
+                let by = b.sizedFor < b.limit || !b.isLimited ? "the file system of the data directory (\(b.sizedFor) bytes, smaller than the disk limit)" : "the disk limit of \(b.limit) bytes"
+                throw StoreError(.valueTooLarge, "value is \(encoded.1.count) bytes stored; \(by) holds items of at most \(b.maxStoredItem)")
             }
             // An INVALIDATE rewrites a value the node holds (its row is replaced in place): below
             // the floor it is taken, as removals are (PROTOCOL.md §6 DISK_FULL).

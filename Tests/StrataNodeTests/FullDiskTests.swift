@@ -40,6 +40,20 @@ final class FullDiskTests: XCTestCase {
         return f
     }
 
+    /// On a file system smaller than the disk limit, the largest item is sized from the file
+    /// system, and TOO_LARGE says so (an outside review was told "the disk limit of 4294967296
+    /// bytes holds items of at most 499712" on a small tmpfs).
+    func testTooLargeNamesTheFileSystemWhenItSizedTheLargestItem() throws {
+        let (data, cleanup) = try smallDisk()
+        defer { cleanup() }
+        let node = try NodeProcess(dataDir: data)
+        let f = try node.connect().set(SetRequest(key: b("big"), value: value(1 << 20)))
+        XCTAssertEqual(f.statusCode, .tooLarge)
+        let message = String(decoding: f.value, as: UTF8.self)
+        XCTAssertTrue(message.contains("the file system of the data directory"), message)
+        XCTAssertFalse(message.contains("4294967296"), message)
+    }
+
     private func setEventually(_ c: NodeConnection, _ key: String, _ value: [UInt8]) throws -> Bool {
         try eventually(15, interval: 0.1) { try c.set(SetRequest(key: b(key), value: value)).statusCode == .ok }
     }
