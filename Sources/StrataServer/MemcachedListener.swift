@@ -411,10 +411,11 @@ final class MemcachedListener: Sendable {
             if touch != nil {
                 if let v = try store.touchVersioned(k, namespace: namespace, expiry: touch!, tiers: tiers), v > 0 { touchHits.add() } else { touchMisses.add() }
             }
+            // gat/gats keys count under touch only (above), as memcached counts them.
             if let item = try store.get(k, namespace: namespace, tiers: tiers), !item.negative {
-                getHits.add()
+                if touch == nil { getHits.add() }
                 MemcachedResponse.value(key: k, flags: item.flags, data: item.value, cas: cas ? item.version : nil, into: &out)
-            } else {
+            } else if touch == nil {
                 getMisses.add()
             }
         }
@@ -433,8 +434,8 @@ final class MemcachedListener: Sendable {
 
     /// A set refused as too large removes the key's older value, as memcached does ("avoid
     /// stale data persisting in cache because we failed alloc"): the client was told the set
-    /// failed, and the value it meant to replace must not be served on. Only set (and ms in
-    /// set mode): add, replace, cas, append and prepend leave the item as it was.
+    /// failed, and the value it meant to replace must not be served on. Only set and ms (any
+    /// mode): the text add, replace, cas, append and prepend leave the item as it was.
     func unlinkAfterTooLarge(_ key: [UInt8]) throws {
         _ = try store.remove(key, namespace: namespace, tiers: tiers, version: deleteVersion(nil))
     }

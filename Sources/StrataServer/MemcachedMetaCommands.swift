@@ -121,7 +121,8 @@ extension MemcachedListener {
                 if m.has("v") { out.append(contentsOf: [13, 10]) }
                 return
             }
-            if !quiet { MemcachedResponse.line("EN", into: &out) }
+            // The miss keeps the flags that name the request (as memcached 1.6: `EN k… O…`).
+            if !quiet { MemcachedResponse.line("EN" + returnFlags(m, item: nil, allowed: "bkO"), into: &out) }
             return
         }
         getHits.add()
@@ -163,6 +164,7 @@ extension MemcachedListener {
         case let e where (e.uint64 ?? 0) > 0: o.version = e.uint64
         default: return ("CLIENT_ERROR bad token in command line format", nil)
         }
+        if let t = m.token("M"), t.count != 1 { return ("CLIENT_ERROR invalid mode for ms", nil) }
         let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "S")
         var verb: MemcachedStoreVerb
         switch mode {
@@ -184,7 +186,10 @@ extension MemcachedListener {
             return ("CLIENT_ERROR I with ms needs C<cas>", nil)
         } else {
             let command = MemcachedStore(verb: verb, key: m.key, flags: o.flags, exptime: 0, value: m.value, casUnique: cas.uint64)
-            answer = try storeWith(command, options: o)
+            do { answer = try storeWith(command, options: o) } catch let e as StoreError where e.code == .valueTooLarge && verb != .set {
+                try unlinkAfterTooLarge(m.key) // an ms in any mode (a set's own case is in storeWith)
+                throw e
+            }
         }
         switch answer {
         case "STORED": answer = "HD"
@@ -285,6 +290,8 @@ extension MemcachedListener {
               delta == .absent || delta.uint64 != nil, initial == .absent || initial.uint64 != nil else {
             return error("CLIENT_ERROR bad token in command line format", into: &out)
         }
+        // A mode is one character (memcached refuses `M`, `MIncr`).
+        if let t = m.token("M"), t.count != 1 { return error("CLIENT_ERROR invalid mode for ma", into: &out) }
         let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "I")
         let increment: Bool
         switch mode {
@@ -327,11 +334,13 @@ extension MemcachedListener {
             let wantsItem = m.flags.contains { "ct".utf8.contains($0.letter) }
             let item = wantsItem ? try store.get(m.key, namespace: namespace, tiers: tiers) : nil
             let flags = returnFlags(m, item: item, allowed: "bkcOt")
+            // q: a success is not answered, with v too (as memcached).
+            if quiet { return }
             if m.has("v") {
                 let digits = String(v)
                 MemcachedResponse.line("VA \(digits.utf8.count)" + flags, into: &out)
                 MemcachedResponse.line(digits, into: &out)
-            } else if !quiet {
+            } else {
                 MemcachedResponse.line("HD" + flags, into: &out)
             }
         }

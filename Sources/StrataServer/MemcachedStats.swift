@@ -102,9 +102,9 @@ extension MemcachedListener {
         out += "strata_memcached_errors_total{kind=\"server\"} \(serverErrors.load())\n"
         out += "# HELP strata_memcached_connections_current Open memcached connections.\n# TYPE strata_memcached_connections_current gauge\n"
         out += "strata_memcached_connections_current \(connectionsCurrent.load())\n"
-        out += "# HELP strata_memcached_get_hits_total memcached keys found by get/gets/gat/gats.\n# TYPE strata_memcached_get_hits_total counter\n"
+        out += "# HELP strata_memcached_get_hits_total memcached keys found by get/gets and mg (gat/gats count as touches).\n# TYPE strata_memcached_get_hits_total counter\n"
         out += "strata_memcached_get_hits_total \(getHits.load())\n"
-        out += "# HELP strata_memcached_get_misses_total memcached keys not found by get/gets/gat/gats.\n# TYPE strata_memcached_get_misses_total counter\n"
+        out += "# HELP strata_memcached_get_misses_total memcached keys not found by get/gets and mg (gat/gats count as touches).\n# TYPE strata_memcached_get_misses_total counter\n"
         out += "strata_memcached_get_misses_total \(getMisses.load())\n"
         return out
     }

@@ -101,9 +101,8 @@ extension MemcachedParser {
         guard let length = Self.int64(buf, tokens[2]), length >= 0 else {
             return .error("CLIENT_ERROR bad data chunk", consumed: lineBytes, swallow: 0, close: true)
         }
-        let mode = flags.first { $0.letter == 0x4D }?.token.first // M<mode>; S (set) when absent
-        let setMode = mode == nil || mode == 0x53 || mode == 0x73
-        switch dataBlock(buf, lineBytes: lineBytes, length: length, unlink: setMode ? (key, true) : nil) {
+        // Over the limit, an ms in any mode removes the older value (as memcached's does).
+        switch dataBlock(buf, lineBytes: lineBytes, length: length, unlink: (key, true)) {
         case .answer(let p): return p
         case .ready(let data):
             return .command(.meta(MemcachedMeta(verb: .set, key: key, flags: flags, value: Array(buf[data]))), consumed: data.upperBound + 2)

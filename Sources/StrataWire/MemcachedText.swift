@@ -44,7 +44,7 @@ public enum MemcachedCommand: Sendable, Equatable {
     case quit
     /// mg, ms, md, ma, mn, me (MemcachedMeta.swift).
     case meta(MemcachedMeta)
-    /// A `set` (or an `ms` in set mode: `meta`) whose length is over the value limit, refused
+    /// A `set` (or an `ms` in any mode: `meta`) whose length is over the value limit, refused
     /// from its line: its data block (`swallow` bytes) is dropped as it arrives, and the key's
     /// older value is removed — as memcached does, so a set that failed never leaves the
     /// value it meant to replace readable. Answered `SERVER_ERROR object too large for cache`.
@@ -308,7 +308,7 @@ public struct MemcachedParser: Sendable {
         length > Int64(Int.max - 2) ? Int.max : Int(length) + 2
     }
 
-    /// `unlink`: the key a set (or an ms in set mode) means to replace — over the limit, it is
+    /// `unlink`: the key a set (or an ms) means to write — over the limit, it is
     /// refused as `MemcachedCommand.tooLarge`, which removes the key's older value.
     func dataBlock(_ buf: UnsafeRawBufferPointer, lineBytes: Int, length: Int64, unlink: (key: [UInt8], meta: Bool)? = nil) -> DataBlock {
         guard length <= Int64(maxValue) else {
@@ -392,8 +392,8 @@ public struct MemcachedParser: Sendable {
     static func int64(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>) -> Int64? {
         guard !r.isEmpty else { return nil }
         if buf[r.lowerBound] == 0x2D {
-            guard let m = uint64(buf, (r.lowerBound + 1)..<r.upperBound), m <= UInt64(Int64.max) else { return nil }
-            return -Int64(m)
+            guard let m = uint64(buf, (r.lowerBound + 1)..<r.upperBound), m <= UInt64(Int64.max) + 1 else { return nil }
+            return m == UInt64(Int64.max) + 1 ? Int64.min : -Int64(m)
         }
         guard let v = uint64(buf, r), v <= UInt64(Int64.max) else { return nil }
         return Int64(v)

@@ -166,14 +166,14 @@ final class MemcachedEdgeTests: XCTestCase {
 
     /// Outside review mc4: a set or ms over --max-item left the older value readable; memcached
     /// removes it ("avoid stale data persisting"), and so does the listener now — on the disk
-    /// tier too. add/replace/append and ms in another mode leave the item as it was.
+    /// tier too. The text add/replace/append leave the item as it was; ms does not in any mode.
     func testASetRefusedAsTooLargeRemovesTheOlderValue() throws {
         let dir = TempDir()
         let (node, mc) = try startMemcachedNode(dir, ["--max-item", "1KiB"])
         defer { node.terminate() }
         let big = String(repeating: "x", count: 2_000)
         for (command, removes) in [("set k 0 0 2000", true), ("ms k 2000", true), ("ms k 2000 MS", true),
-                                   ("replace k 0 0 2000", false), ("append k 0 0 2000", false), ("ms k 2000 MR", false)] {
+                                   ("replace k 0 0 2000", false), ("append k 0 0 2000", false), ("ms k 2000 MR", true)] {
             mc.send("set k 0 0 3\r\nold\r\n")
             XCTAssertEqual(mc.line(), "STORED")
             mc.send("\(command)\r\n\(big)\r\nget k\r\n")
@@ -229,5 +229,62 @@ final class MemcachedEdgeTests: XCTestCase {
         XCTAssertEqual(mc.line(), "6")
         XCTAssertEqual(mc.line(), "8")
         XCTAssertEqual(mc.line(), "CLIENT_ERROR invalid numeric delta argument")
+    }
+
+    /// Outside review mc5, against memcached 1.6.18: an mg miss keeps k and O; a mode is one
+    /// character; ma with q answers nothing on success, v or not; an ms in any mode refused as
+    /// too large removes the older value; an exptime of −2^63 is taken (expired); gat/gats keys
+    /// count as touches only.
+    func testMetaAnswersAndCountsAsMemcachedDoes() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir, ["--max-item", "1KiB"])
+        defer { node.terminate() }
+        mc.send("mg nokey k O77 v\r\n")
+        XCTAssertEqual(mc.line(), "EN knokey O77")
+        mc.send("ms k 2 M\r\nxy\r\nms k 2 MAppend\r\nxy\r\nma n M\r\nma n MIncr\r\n")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR invalid mode for ms")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR invalid mode for ms")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR invalid mode for ma")
+        XCTAssertEqual(mc.line(), "CLIENT_ERROR invalid mode for ma")
+        mc.send("set n 0 0 1\r\n5\r\nma n q v\r\nma n q\r\nmn\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(mc.line(), "MN", "quiet successes send nothing, with v too")
+        mc.send("get n\r\n")
+        XCTAssertEqual(mc.line(), "VALUE n 0 1")
+        XCTAssertEqual(mc.line(), "7")
+        XCTAssertEqual(mc.line(), "END")
+        let big = String(repeating: "x", count: 2_000)
+        mc.send("set k 0 0 3\r\nold\r\nms k 2000 ME\r\n\(big)\r\nget k\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(mc.line(), "SERVER_ERROR object too large for cache")
+        XCTAssertEqual(mc.line(), "END", "an ms in add mode over the limit removes the older value too")
+        mc.send("set e 0 -9223372036854775808 1\r\nv\r\nget e\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(mc.line(), "END", "stored already expired")
+        mc.send("stats\r\n")
+        var before: [String: Int] = [:]
+        while true {
+            let l = mc.line()
+            if l == "END" || l.isEmpty { break }
+            let p = l.split(separator: " ")
+            if p.count == 3 { before[String(p[1])] = Int(p[2]) }
+        }
+        mc.send("gat 100 n nothing\r\n")
+        XCTAssertEqual(mc.line(), "VALUE n 0 1")
+        XCTAssertEqual(mc.line(), "7")
+        XCTAssertEqual(mc.line(), "END")
+        mc.send("stats\r\n")
+        var after: [String: Int] = [:]
+        while true {
+            let l = mc.line()
+            if l == "END" || l.isEmpty { break }
+            let p = l.split(separator: " ")
+            if p.count == 3 { after[String(p[1])] = Int(p[2]) }
+        }
+        XCTAssertEqual(after["cmd_get"], before["cmd_get"], "gat keys are not gets")
+        XCTAssertEqual(after["get_hits"], before["get_hits"])
+        XCTAssertEqual(after["touch_hits"], (before["touch_hits"] ?? 0) + 1)
+        XCTAssertEqual(after["touch_misses"], (before["touch_misses"] ?? 0) + 1)
+        XCTAssertEqual(after["cmd_touch"], (before["cmd_touch"] ?? 0) + 2)
     }
 }

@@ -235,7 +235,7 @@ final class MemcachedMetaTests: XCTestCase {
         XCTAssertEqual(parse("ms foo 2\r\nhiya\r\n"), .error("CLIENT_ERROR bad data chunk", consumed: 14, swallow: 0, close: false))
         XCTAssertEqual(parse("ms foo 2000\r\n"), .command(.tooLarge(key: Array("foo".utf8), swallow: 2002, meta: true), consumed: 13))
         XCTAssertEqual(parse("ms foo 2000 MS\r\n"), .command(.tooLarge(key: Array("foo".utf8), swallow: 2002, meta: true), consumed: 16))
-        XCTAssertEqual(parse("ms foo 2000 MA\r\n"), .error("SERVER_ERROR object too large for cache", consumed: 16, swallow: 2002, close: false))
+        XCTAssertEqual(parse("ms foo 2000 MA\r\n"), .command(.tooLarge(key: Array("foo".utf8), swallow: 2002, meta: true), consumed: 16))
         XCTAssertEqual(parse("mg foo 1\r\n"), .error("CLIENT_ERROR invalid flag", consumed: 10, swallow: 0, close: false))
         XCTAssertEqual(parse("mg\r\n"), .error("ERROR", consumed: 4, swallow: 0, close: false))
     }
