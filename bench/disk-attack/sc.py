@@ -113,7 +113,7 @@ class Node:
         self.logf.flush()
         self.p = subprocess.Popen(args, stdout=self.logf, stderr=self.logf, start_new_session=True)
         self.pid = self.p.pid
-        with open("/tmp/review/dur4/pids.txt", "a") as f:
+        with open("/tmp/strata-disk-attack-pids.txt", "a") as f:
             f.write("%d %s\n" % (self.pid, data))
         self.wait_ready()
 
@@ -162,7 +162,7 @@ def check(data):
 
 
 def logpath(data):
-    return "/tmp/review/dur4/" + data.rstrip("/")[len("/tmp/review/dur4/"):].replace("/", "_") + ".log"
+    return data.rstrip("/") + ".log"
 
 
 def start_node(data, base, mc=True, extra=(), tries=20):
