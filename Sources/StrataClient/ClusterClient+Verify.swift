@@ -40,6 +40,28 @@ extension ClusterClient {
         if suspect { _ = try? get(key, namespace: ns) }
     }
 
+    /// Before a counter or a touch is decided on one node: every node of the key is asked at
+    /// once (`fanOut`) and those behind are given the newest answer (value or tombstone), so the
+    /// node that decides does not compute from an old value. Returns the nodes that are behind
+    /// and could not be brought up to date: they must not decide. An outside review (cl12): an
+    /// `incr` acknowledged by the replica while the owner was paused for less than
+    /// `--pause-threshold` (so the owner did not know) was lost when the next `decr` was decided
+    /// on the resumed owner's old value; an acknowledged `del` came back the same way. Costs one
+    /// round trip to the key's nodes at once per counter or touch.
+    func settleAcrossReplicas(_ key: [UInt8], _ ns: [UInt8]) -> Set<String> {
+        let nodes = targets(key, ns)
+        guard nodes.count > 1 else { return [] }
+        let results = fanOut(nodes) { [self] _, node in try ask(node, key, ns).0 }
+        var answers: [(NodeHandle, Answer)] = []
+        for (node, r) in zip(nodes, results) { if case .success(let a) = r { answers.append((node, a)) } }
+        guard answers.count > 1, let newest = answers.max(by: { $0.1.version < $1.1.version })?.1 else { return [] }
+        var behind: Set<String> = []
+        for (node, a) in answers where a.version < newest.version {
+            if !repair([(node, a)], newest: newest, key: key, ns: ns, all: nodes) { behind.insert(node.address.name) }
+        }
+        return behind
+    }
+
     func mustVerify(_ node: NodeHandle, _ a: Answer, _ key: [UInt8], _ ns: [UInt8]) -> Bool {
         if isHinted(ns, key) { return true }
         let recentStart = recentlyStarted(node)

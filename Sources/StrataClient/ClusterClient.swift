@@ -200,8 +200,8 @@ public final class ClusterClient: @unchecked Sendable {
                         initial: UInt64? = nil) throws -> UInt64? {
         var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
         r.initial = initial
-        settleBeforeDeciding(key, namespace)
-        return try onPrimaryThenReplicate(key, namespace) { conn in
+        let behind = settleAcrossReplicas(key, namespace)
+        return try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn in
             for _ in 0..<Self.maxSupersededRetries {
                 r.version = hlc.next()
                 let f = try conn.call(.counter(r))
@@ -219,8 +219,8 @@ public final class ClusterClient: @unchecked Sendable {
     /// that runs late on a resumed node cannot give its old copy a version newer than the
     /// writes made meanwhile.
     public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> Bool {
-        settleBeforeDeciding(key, namespace)
-        return try onPrimaryThenReplicate(key, namespace) { conn in
+        let behind = settleAcrossReplicas(key, namespace)
+        return try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn in
             for _ in 0..<Self.maxSupersededRetries {
                 let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry, version: hlc.next()))
                 if f.statusCode == .superseded { hlc.observe(f.cas); continue }
@@ -232,10 +232,17 @@ public final class ClusterClient: @unchecked Sendable {
         } ?? false
     }
 
-    private func onPrimaryThenReplicate<T>(_ key: [UInt8], _ ns: [UInt8], _ body: (NodeConnection) throws -> T?) throws -> T? {
+    /// Runs `body` on the first live node of the key not in `skipping` (nodes known to hold an
+    /// older version than another: they must not decide), then copies the result to the others.
+    private func onPrimaryThenReplicate<T>(_ key: [UInt8], _ ns: [UInt8], skipping: Set<String> = [],
+                                           _ body: (NodeConnection) throws -> T?) throws -> T? {
         let nodes = targets(key, ns)
         var failures: [(String, String)] = []
         for (i, node) in nodes.enumerated() {
+            if skipping.contains(node.address.name) {
+                failures.append((node.address.name, "holds an older version than another node of the key and could not be brought up to date"))
+                continue
+            }
             do {
                 let (result, item): (T?, ItemPayload?) = try node.run { conn in
                     guard let r = try body(conn) else { return (nil, nil) }
@@ -248,21 +255,22 @@ public final class ClusterClient: @unchecked Sendable {
                     s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
                     s.tiers = 2
                     s.stale = item.stale; s.negative = item.negative
-                    var acks = 1
+                    var reached = [node.address.name]
                     // The other nodes at once (`fanOut`): one after another, a paused replica's
                     // timeout came on top of the primary's.
                     let others = nodes.enumerated().filter { $0.offset != i }.map(\.element)
                     let copy = s
                     for (other, r) in zip(others, fanOut(others) { _, n in try n.run { try $0.set(copy) } }) {
                         switch r {
-                        case .success(let f) where f.statusCode == .ok || f.statusCode == .superseded: acks += 1
+                        case .success(let f) where f.statusCode == .ok || f.statusCode == .superseded: reached.append(other.address.name)
                         case .success(let f): failures.append((other.address.name, "\(f.statusCode)"))
                         case .failure(let e): failures.append((other.address.name, "\(e)"))
                         }
                     }
                     if !failures.isEmpty { hint(ns, key, item.version) }
-                    guard acks >= needed(nodes.count) else {
-                        throw ClusterError(message: "update of \(keyText(key)) reached \(acks) of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))", failures: failures)
+                    guard reached.count >= needed(nodes.count) else {
+                        // Where it landed, as a write's error says: it may or may not take effect.
+                        throw ClusterError(message: "update of \(keyText(key)) reached \(reached.count) of \(nodes.count) nodes (\(reached.joined(separator: ", "))); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))", failures: failures)
                     }
                 }
                 return r
@@ -282,7 +290,7 @@ public final class ClusterClient: @unchecked Sendable {
     // MARK: Reads
 
     /// What one node said about a key.
-    enum Answer {
+    enum Answer: Sendable {
         case item(ItemPayload)
         case absent(tombstone: UInt64)
         var version: UInt64 {
@@ -295,7 +303,7 @@ public final class ClusterClient: @unchecked Sendable {
 
     /// What `node` says about the key, and whether it flagged the answer UNVERIFIED (it has not
     /// caught up with the key's other replicas since a restart, pause or partition).
-    private func ask(_ node: NodeHandle, _ key: [UInt8], _ ns: [UInt8]) throws -> (Answer, unverified: Bool) {
+    func ask(_ node: NodeHandle, _ key: [UInt8], _ ns: [UInt8]) throws -> (Answer, unverified: Bool) {
         try node.run { conn in
             let f = try conn.call(.get(GetRequest(key: key, namespace: ns)))
             let unverified = f.responseFlags & ResponseFlags.unverified.rawValue != 0

@@ -83,4 +83,37 @@ final class PauseTests: XCTestCase {
         Thread.sleep(forTimeInterval: 0.3) // past the reader's helloInterval
         XCTAssertEqual(try reader.get(b(key))?.value, b("new"), "the paused owner's old value was served")
     }
+
+    /// Outside review cl12: the owner paused for less than `--pause-threshold` (so it does not
+    /// know), an `incr --ack one` decided by the replica, then the next counter sent while the
+    /// owner resumes was decided on the owner's old value — the acknowledged increment was lost
+    /// for good (59 of 72 keys); a `del` acknowledged by the replica came back the same way.
+    /// Counters now bring every node of the key up to date before one decides.
+    func testACounterAfterABriefPauseOfTheOwnerIsDecidedOnTheNewestValue() throws {
+        let cluster = try Cluster()
+        let nodes = cluster.nodesFlag
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        let owned = (0..<600).map { "c\($0)" }.filter { ring.owner(for: b($0))!.name == cluster.addresses[1].name }
+        let (counter, deleted) = (owned[0], owned[1])
+        for k in [counter, deleted] { XCTAssertEqual(try runCLI(["set", k, "100", "--nodes", nodes]).code, 0) }
+        let pid = cluster.nodes[1]!.process.processIdentifier
+        kill(pid, SIGSTOP)
+        let inc = try runCLI(["incr", counter, "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
+        func text(_ out: [UInt8]) -> String { String(decoding: out, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }
+        XCTAssertEqual(text(inc.out), "101", inc.err)
+        XCTAssertEqual(try runCLI(["del", deleted, "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]).code, 0)
+        // The owner resumes while the next commands wait for it (well inside their timeout).
+        let resume = Thread { usleep(400_000); kill(pid, SIGCONT) }
+        resume.start()
+        let dec = try runCLI(["decr", counter, "3", "--nodes", nodes, "--ack", "one", "--timeout", "3"])
+        XCTAssertEqual(text(dec.out), "98", "decided on the newest value, not the resumed owner's 100: \(dec.err)")
+        let again = try runCLI(["incr", deleted, "--nodes", nodes, "--ack", "one", "--timeout", "3"])
+        XCTAssertEqual(again.code, 1, "the acknowledged delete stays: \(String(decoding: again.out, as: UTF8.self)) \(again.err)")
+        while !resume.isFinished { usleep(10_000) }
+        XCTAssertEqual(text(try runCLI(["get", counter, "--nodes", nodes]).out), "98")
+        for i in 0..<3 {
+            let v = try NodeConnection(host: "127.0.0.1", port: cluster.ports[i]).get(b(counter), tiers: 3)?.value
+            XCTAssertTrue(v == nil || v == b("98"), "node \(i) holds \(String(decoding: v ?? [], as: UTF8.self))")
+        }
+    }
 }
