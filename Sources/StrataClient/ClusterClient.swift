@@ -198,10 +198,16 @@ public final class ClusterClient: @unchecked Sendable {
     /// past it (at most `maxSupersededRetries` times).
     public func counter(_ key: [UInt8], delta: UInt64, decrement: Bool = false, namespace: [UInt8] = [],
                         initial: UInt64? = nil) throws -> UInt64? {
+        try counterReporting(key, delta: delta, decrement: decrement, namespace: namespace, initial: initial).value
+    }
+
+    /// `counter`, with the nodes that did not take the result (`"H:P: why"`), as `set` reports.
+    public func counterReporting(_ key: [UInt8], delta: UInt64, decrement: Bool = false, namespace: [UInt8] = [],
+                                 initial: UInt64? = nil) throws -> (value: UInt64?, failures: [String]) {
         var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
         r.initial = initial
         let behind = settleAcrossReplicas(key, namespace)
-        return try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn in
+        let (value, failures) = try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn -> UInt64? in
             for _ in 0..<Self.maxSupersededRetries {
                 r.version = hlc.next()
                 let f = try conn.call(.counter(r))
@@ -212,6 +218,7 @@ public final class ClusterClient: @unchecked Sendable {
             }
             throw ClientError(.server, "the counter \(keyText(key)) was superseded by newer writes \(Self.maxSupersededRetries) times in a row", status: .superseded)
         }
+        return (value, failures)
     }
 
     /// TOUCH on the first live node, then replicated as a versioned write. False when absent.
@@ -219,8 +226,13 @@ public final class ClusterClient: @unchecked Sendable {
     /// that runs late on a resumed node cannot give its old copy a version newer than the
     /// writes made meanwhile.
     public func touch(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> Bool {
+        try touchReporting(key, namespace: namespace, expiry: expiry).touched
+    }
+
+    /// `touch`, with the nodes that did not take it (`"H:P: why"`).
+    public func touchReporting(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> (touched: Bool, failures: [String]) {
         let behind = settleAcrossReplicas(key, namespace)
-        return try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn in
+        let (touched, failures) = try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn -> Bool? in
             for _ in 0..<Self.maxSupersededRetries {
                 let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry, version: hlc.next()))
                 if f.statusCode == .superseded { hlc.observe(f.cas); continue }
@@ -229,13 +241,15 @@ public final class ClusterClient: @unchecked Sendable {
                 return true
             }
             throw ClientError(.server, "the touch of \(keyText(key)) was superseded by newer writes \(Self.maxSupersededRetries) times in a row", status: .superseded)
-        } ?? false
+        }
+        return (touched ?? false, failures)
     }
 
     /// Runs `body` on the first live node of the key not in `skipping` (nodes known to hold an
     /// older version than another: they must not decide), then copies the result to the others.
+    /// Returns the result and the nodes that did not take it.
     private func onPrimaryThenReplicate<T>(_ key: [UInt8], _ ns: [UInt8], skipping: Set<String> = [],
-                                           _ body: (NodeConnection) throws -> T?) throws -> T? {
+                                           _ body: (NodeConnection) throws -> T?) throws -> (T?, [String]) {
         let nodes = targets(key, ns)
         var failures: [(String, String)] = []
         for (i, node) in nodes.enumerated() {
@@ -248,7 +262,8 @@ public final class ClusterClient: @unchecked Sendable {
                     guard let r = try body(conn) else { return (nil, nil) }
                     return (r, try conn.get(key, namespace: ns))
                 }
-                guard let r = result else { return nil }
+                guard let r = result else { return (nil, []) }
+                var missed: [String] = []
                 if let item, nodes.count > 1 {
                     var s = SetRequest(key: key, value: item.value, namespace: ns)
                     s.flags = item.flags; s.extended = item.extended; s.version = item.version
@@ -272,8 +287,10 @@ public final class ClusterClient: @unchecked Sendable {
                         // Where it landed, as a write's error says: it may or may not take effect.
                         throw ClusterError(message: "update of \(keyText(key)) reached \(reached.count) of \(nodes.count) nodes (\(reached.joined(separator: ", "))); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))", failures: failures)
                     }
+                    var seen = Set(reached)
+                    for (name, why) in failures where seen.insert(name).inserted { missed.append("\(name): \(why)") }
                 }
-                return r
+                return (r, missed)
             } catch let e as ClusterError {
                 throw e
             } catch let e as ClientError where e.kind == .server && e.status != .shuttingDown && e.status != .busy {

@@ -101,7 +101,9 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
     case "touch":
         let key = try keyArg(o, "strata touch KEY --ttl S")
         guard let e = try ttlArg(o) else { throw UsageError(message: "--ttl is required") }
-        if try cluster.touch(key, namespace: ns, expiry: e) { return 0 }
+        let touched = try cluster.touchReporting(key, namespace: ns, expiry: e)
+        for f in touched.failures { printErr("warning: not on \(f)") }
+        if touched.touched { return 0 }
         printErr("not found: \(o.positionals[0])")
         return 1
     case "incr", "decr":
@@ -115,7 +117,9 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
             guard let n = UInt64(s) else { throw UsageError(message: "--initial must be a non-negative integer") }
             return n
         }
-        guard let v = try cluster.counter(key, delta: by, decrement: name == "decr", namespace: ns, initial: initial) else {
+        let result = try cluster.counterReporting(key, delta: by, decrement: name == "decr", namespace: ns, initial: initial)
+        for f in result.failures { printErr("warning: not on \(f)") }
+        guard let v = result.value else {
             printErr("not found: \(o.positionals[0])")
             return 1
         }

@@ -106,10 +106,18 @@ final class ClusterTests: XCTestCase {
         let keys = (0..<400).map { "d\($0)" }.filter {
             Set(ring.nodes(for: b($0), count: 2).map(\.name)) == Set([cluster.addresses[0].name, cluster.addresses[1].name])
         }
-        XCTAssertGreaterThanOrEqual(keys.count, 3)
+        XCTAssertGreaterThanOrEqual(keys.count, 4)
         XCTAssertEqual(try runCLI(["set", keys[0], "v", "--nodes", nodes]).code, 0)
+        XCTAssertEqual(try runCLI(["set", keys[3], "5", "--nodes", nodes]).code, 0)
         cluster.kill(1)
         let down = cluster.addresses[1].name
+        // incr and touch warn the same way (cl12).
+        let inc = try runCLI(["incr", keys[3], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
+        XCTAssertEqual(inc.code, 0, inc.err)
+        XCTAssertTrue(inc.err.contains("warning: not on \(down)"), inc.err)
+        let touched = try runCLI(["touch", keys[3], "--ttl", "100", "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
+        XCTAssertEqual(touched.code, 0, touched.err)
+        XCTAssertTrue(touched.err.contains("warning: not on \(down)"), touched.err)
         let held = try runCLI(["del", keys[0], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
         XCTAssertEqual(held.code, 0, held.err)
         XCTAssertTrue(held.err.contains("warning: not on \(down)"), held.err)
