@@ -261,30 +261,28 @@ final class MemcachedEdgeTests: XCTestCase {
         mc.send("set e 0 -9223372036854775808 1\r\nv\r\nget e\r\n")
         XCTAssertEqual(mc.line(), "STORED")
         XCTAssertEqual(mc.line(), "END", "stored already expired")
-        mc.send("stats\r\n")
-        var before: [String: Int] = [:]
-        while true {
-            let l = mc.line()
-            if l == "END" || l.isEmpty { break }
-            let p = l.split(separator: " ")
-            if p.count == 3 { before[String(p[1])] = Int(p[2]) }
-        }
+        let before = numericStats(mc)
         mc.send("gat 100 n nothing\r\n")
         XCTAssertEqual(mc.line(), "VALUE n 0 1")
         XCTAssertEqual(mc.line(), "7")
         XCTAssertEqual(mc.line(), "END")
-        mc.send("stats\r\n")
-        var after: [String: Int] = [:]
-        while true {
-            let l = mc.line()
-            if l == "END" || l.isEmpty { break }
-            let p = l.split(separator: " ")
-            if p.count == 3 { after[String(p[1])] = Int(p[2]) }
-        }
+        let after = numericStats(mc)
         XCTAssertEqual(after["cmd_get"], before["cmd_get"], "gat keys are not gets")
         XCTAssertEqual(after["get_hits"], before["get_hits"])
         XCTAssertEqual(after["touch_hits"], (before["touch_hits"] ?? 0) + 1)
         XCTAssertEqual(after["touch_misses"], (before["touch_misses"] ?? 0) + 1)
         XCTAssertEqual(after["cmd_touch"], (before["cmd_touch"] ?? 0) + 2)
+    }
+
+    /// `stats` over the text protocol: the numeric lines, by name.
+    private func numericStats(_ mc: TextSocket) -> [String: Int] {
+        mc.send("stats\r\n")
+        var stats: [String: Int] = [:]
+        while true {
+            let l = mc.line()
+            if l == "END" || l.isEmpty { return stats }
+            let p = l.split(separator: " ")
+            if p.count == 3, let n = Int(p[2]) { stats[String(p[1])] = n }
+        }
     }
 }
