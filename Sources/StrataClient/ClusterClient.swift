@@ -258,7 +258,12 @@ public final class ClusterClient: @unchecked Sendable {
                 continue
             }
             do {
-                let (result, item): (T?, ItemPayload?) = try node.run { conn in
+                // The owner decides whenever it answers: a client that skipped it after a
+                // timeout decided on a replica while another, whose read the owner answered on
+                // resuming, decided on the owner — two increments from one value (an outside
+                // review, cl13). So the owner is waited for again, quiet or not; a replica
+                // decides only when the owner does not answer twice.
+                let (result, item): (T?, ItemPayload?) = try node.run(ignoringQuiet: i == 0) { conn in
                     guard let r = try body(conn) else { return (nil, nil) }
                     return (r, try conn.get(key, namespace: ns))
                 }

@@ -47,13 +47,15 @@ final class NodeHandle: @unchecked Sendable {
     var knownStartVersion: UInt64 { lock.withLock { startVersion } }
 
     /// Runs `body` on a pooled connection. Connection-level failures count against health.
-    func run<T>(_ body: (NodeConnection) throws -> T) throws -> T {
+    /// `ignoringQuiet`: wait for a node in its quiet window all the same (a counter's owner:
+    /// deciding elsewhere lets two clients decide on two nodes at once).
+    func run<T>(ignoringQuiet: Bool = false, _ body: (NodeConnection) throws -> T) throws -> T {
         let started = now
         let conn: NodeConnection = try lock.withLock { () throws -> NodeConnection? in
             if failures >= 3 && now < deadUntil {
                 throw ClientError(.connection, "\(address) is marked dead after repeated failures (next probe in \(Int(deadUntil - now) + 1) s)")
             }
-            if now < quietUntil {
+            if now < quietUntil && !ignoringQuiet {
                 throw ClientError(.connection, "\(address) did not answer within \(timeout) s just now (not asked again for \(Int(quietUntil - now) + 1) s)")
             }
             return idle.popLast()

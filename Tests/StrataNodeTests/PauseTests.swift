@@ -116,4 +116,32 @@ final class PauseTests: XCTestCase {
             XCTAssertTrue(v == nil || v == b("98"), "node \(i) holds \(String(decoding: v ?? [], as: UTF8.self))")
         }
     }
+
+    /// Outside review cl13: two clients' increments of one key while its owner was paused 0.8 s
+    /// (`--timeout 0.5`): one decided on the replica after its read of the owner timed out, the
+    /// other — whose read the owner answered on resuming — on the owner, both from 100: both
+    /// printed 101, and one acknowledged increment was lost (7 of 8 keys). The owner now decides
+    /// whenever it answers (waited for again after a timeout), so both run there, one after the
+    /// other.
+    func testTwoClientsIncrementingWhileTheOwnerIsBrieflyPausedLoseNothing() throws {
+        let cluster = try Cluster()
+        let nodes = cluster.nodesFlag
+        let ring = HashRing(members: cluster.addresses.map { .init(name: $0.name) })
+        let keys = Array((0..<800).map { "t\($0)" }.filter { ring.owner(for: b($0))!.name == cluster.addresses[1].name }.prefix(3))
+        let pid = cluster.nodes[1]!.process.processIdentifier
+        @Sendable func text(_ out: [UInt8]) -> String { String(decoding: out, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }
+        for k in keys {
+            XCTAssertEqual(try runCLI(["set", k, "100", "--nodes", nodes]).code, 0)
+            kill(pid, SIGSTOP)
+            let results = SharedList<String>()
+            let first = Thread { results.append(text((try? runCLI(["incr", k, "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]))?.out ?? [])) }
+            let second = Thread { usleep(300_000); results.append(text((try? runCLI(["incr", k, "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]))?.out ?? [])) }
+            first.start(); second.start()
+            usleep(800_000)
+            kill(pid, SIGCONT)
+            XCTAssertTrue(eventually(10) { first.isFinished && second.isFinished })
+            XCTAssertEqual(Set(results.all), ["101", "102"], "\(k): each increment acknowledged once, in some order")
+            XCTAssertEqual(text(try runCLI(["get", k, "--nodes", nodes]).out), "102", "\(k): no acknowledged increment lost")
+        }
+    }
 }
