@@ -34,9 +34,10 @@ public struct MemcachedMeta: Sendable, Equatable {
     public func token(_ letter: Character) -> [UInt8]? { flags.first { $0.letter == letter.asciiValue! }?.token }
 
     /// The token of `letter` as a number: nil when absent, .invalid when not digits (with an
-    /// optional '-') fitting 64 bits.
+    /// optional '-', or a '+' as memcached's `strtol` takes) fitting 64 bits.
     public func number(_ letter: Character) -> MetaNumber {
-        guard let t = token(letter) else { return .absent }
+        guard var t = token(letter) else { return .absent }
+        if t.count > 1 && t[0] == 0x2B && t[1] >= 0x30 && t[1] <= 0x39 { t.removeFirst() } // "+5"
         return t.withUnsafeBytes { b in
             if let v = MemcachedParser.int64(b, 0..<t.count) { return .value(v) }
             if let u = MemcachedParser.uint64(b, 0..<t.count) { return .unsigned(u) }

@@ -224,6 +224,19 @@ final class MemcachedMetaTests: XCTestCase {
     func parse(_ s: String) -> MemcachedParse { Array(s.utf8).withUnsafeBytes { parser.parse($0) } }
     func k(_ s: String) -> [UInt8] { Array(s.utf8) }
 
+    /// Meta numbers take a leading '+' before a digit, as memcached's do (an outside review).
+    func testMetaNumbersTakeALeadingPlus() {
+        func number(_ token: String) -> MetaNumber {
+            MemcachedMeta(verb: .arithmetic, key: [1], flags: [.init(letter: 0x44, token: Array(token.utf8))]).number("D")
+        }
+        XCTAssertEqual(number("+5"), .value(5))
+        XCTAssertEqual(number("5"), .value(5))
+        XCTAssertEqual(number("-5"), .value(-5))
+        XCTAssertEqual(number("+"), .invalid)
+        XCTAssertEqual(number("+-5"), .invalid)
+        XCTAssertEqual(number("++5"), .invalid)
+    }
+
     func testMetaLinesKeepTheirFlagsInOrder() {
         XCTAssertEqual(parse("mg foo t f v O123\r\n"),
                        .command(.meta(MemcachedMeta(verb: .get, key: k("foo"), flags: [.init("t"), .init("f"), .init("v"), .init("O", "123")])), consumed: 19))
