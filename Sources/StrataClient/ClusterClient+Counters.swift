@@ -24,8 +24,8 @@ extension ClusterClient {
                                  initial: UInt64? = nil) throws -> (value: UInt64?, failures: [String]) {
         var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
         r.initial = initial
-        let behind = settleAcrossReplicas(key, namespace)
-        let (value, failures) = try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn -> UInt64? in
+        let mustNotDecide = settleAcrossReplicas(key, namespace)
+        let (value, failures) = try onPrimaryThenReplicate(key, namespace, skipping: mustNotDecide) { conn -> UInt64? in
             for _ in 0..<Self.maxSupersededRetries {
                 r.version = hlc.next()
                 let f = try conn.call(.counter(r))
@@ -49,8 +49,8 @@ extension ClusterClient {
 
     /// `touch`, with the nodes that did not take it (`"H:P: why"`).
     public func touchReporting(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> (touched: Bool, failures: [String]) {
-        let behind = settleAcrossReplicas(key, namespace)
-        let (touched, failures) = try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn -> Bool? in
+        let mustNotDecide = settleAcrossReplicas(key, namespace)
+        let (touched, failures) = try onPrimaryThenReplicate(key, namespace, skipping: mustNotDecide) { conn -> Bool? in
             for _ in 0..<Self.maxSupersededRetries {
                 let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry, version: hlc.next()))
                 if f.statusCode == .superseded { hlc.observe(f.cas); continue }
@@ -63,16 +63,16 @@ extension ClusterClient {
         return (touched ?? false, failures)
     }
 
-    /// Runs `body` on the first live node of the key not in `skipping` (nodes known to hold an
-    /// older version than another: they must not decide), then copies the result to the others.
+    /// Runs `body` on the first live node of the key not in `skipping` (nodes that must not
+    /// decide, with why: `settleAcrossReplicas`), then copies the result to the others.
     /// Returns the result and the nodes that did not take it.
-    private func onPrimaryThenReplicate<T>(_ key: [UInt8], _ ns: [UInt8], skipping: Set<String> = [],
+    private func onPrimaryThenReplicate<T>(_ key: [UInt8], _ ns: [UInt8], skipping: [String: String] = [:],
                                            _ body: (NodeConnection) throws -> T?) throws -> (T?, [String]) {
         let nodes = targets(key, ns)
         var failures: [(String, String)] = []
         for (i, node) in nodes.enumerated() {
-            if skipping.contains(node.address.name) {
-                failures.append((node.address.name, "holds an older version than another node of the key and could not be brought up to date"))
+            if let why = skipping[node.address.name] {
+                failures.append((node.address.name, why))
                 continue
             }
             do {

@@ -287,13 +287,14 @@ public final class Node: @unchecked Sendable {
 
     /// Writes the log records this loop's requests appended, all in one `write()`, at the end
     /// of the loop's iteration — before any of their answers can leave (Redis's AOF does the
-    /// same in `beforeSleep`). Loop thread only.
+    /// same in `beforeSleep`), and before the connections' end-of-iteration flushes, so the
+    /// answers it completes leave in the same send as the rest of their batch. Loop thread only.
     func scheduleLogFlush(on loop: EventLoop) {
         let due = logFlushDue[loop.index]
         guard !due.value else { return }
         due.value = true
         let store = self.store
-        loop.atEndOfIteration {
+        loop.beforeEndOfIteration {
             due.value = false
             store.flushLog()
         }

@@ -144,4 +144,45 @@ final class PauseTests: XCTestCase {
             XCTAssertEqual(text(try runCLI(["get", k, "--nodes", nodes]).out), "102", "\(k): no acknowledged increment lost")
         }
     }
+
+    /// Outside review cl13, the case it left: the owner paused for longer than two client
+    /// timeouts (and than `--pause-threshold`). Client A's increment times out on the owner
+    /// twice and is decided on the replica; client B, whose read the replica answered before
+    /// that and the owner answered as it resumed, saw 100 on both — and decided on the owner,
+    /// from 100 again: both printed 101, one acknowledged increment lost. A node that noticed
+    /// its pause flags its answers UNVERIFIED until its next round with its peers, and a counter
+    /// is not decided on a node whose settle answer was flagged while a verified node answered:
+    /// B decides on the replica, after A. Two clients with no state shared, `--cluster` nodes.
+    func testTwoClientsIncrementingAcrossALongPauseOfTheOwnerLoseNothing() throws {
+        let cluster = try SyncCluster(count: 3, replicas: 2)
+        let keys = Array((0..<800).map { "L\($0)" }.filter { cluster.replicaSet($0, [0, 1, 2])[0] == 1 }.prefix(3))
+        let setup = try cluster.client([0, 1, 2]) { $0.ack = .all }
+        for k in keys {
+            guard case .stored = try setup.set(b(k), b("100")) else { return XCTFail("\(k) not stored") }
+        }
+        let pid = cluster.nodes[1]!.process.processIdentifier
+        let addresses = cluster.ports.map { NodeAddress(host: "127.0.0.1", port: $0) }
+        for k in keys {
+            let results = SharedList<String>()
+            @Sendable func incr() {
+                do {
+                    var config = ClusterConfiguration(nodes: addresses)
+                    config.timeout = 1
+                    config.ack = .one
+                    let c = try ClusterClient(configuration: config)
+                    results.append(String(try c.counter(b(k), delta: 1) ?? 0))
+                } catch { results.append("error: \(error)") }
+            }
+            kill(pid, SIGSTOP)
+            let a = Thread { incr() } // times out on the owner at 1 s and 2 s, then the replica decides
+            let bt = Thread { usleep(1_500_000); incr() } // reads the replica before that, the owner after it resumes
+            a.start(); bt.start()
+            usleep(2_250_000)
+            kill(pid, SIGCONT)
+            XCTAssertTrue(eventually(15) { a.isFinished && bt.isFinished })
+            XCTAssertEqual(Set(results.all), ["101", "102"], "\(k): each increment acknowledged once, in some order")
+            XCTAssertTrue(eventually(10) { (try? cluster.client([0, 1, 2]).get(b(k))?.value) == b("102") }, "\(k): no acknowledged increment lost")
+            XCTAssertTrue(eventually(15) { cluster.verified(1) }, "the owner verified again before the next key")
+        }
+    }
 }
