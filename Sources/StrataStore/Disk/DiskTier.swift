@@ -243,44 +243,6 @@ final class DiskTier: @unchecked Sendable {
 
     // MARK: Opening
 
-    func prepareDirectory() throws {
-        var st = stat()
-        if stat(directory, &st) != 0 {
-            if mkdir(directory, 0o755) != 0 && errno != EEXIST {
-                throw StoreError(.directory, "cannot create data directory \(directory): \(String(cString: strerror(errno)))")
-            }
-        } else if (st.st_mode & S_IFMT) != S_IFDIR {
-            throw StoreError(.directory, "data directory \(directory) exists and is not a directory")
-        }
-        if access(directory, W_OK) != 0 {
-            throw StoreError(.directory, "data directory \(directory) is not writable: \(String(cString: strerror(errno)))")
-        }
-        let lockPath = directory + "/LOCK"
-        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else {
-            throw StoreError(.directory, "cannot create lock file \(lockPath): \(String(cString: strerror(errno)))")
-        }
-        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if strata_flock_exclusive_nonblocking(fd) != 0 || (dirFD >= 0 && strata_flock_exclusive_nonblocking(dirFD) != 0) {
-            Glibc.close(fd)
-            if dirFD >= 0 { Glibc.close(dirFD) }
-            throw StoreError(.locked, "data directory \(directory) is in use — by another process, or by another store open in this one (lock file \(lockPath))")
-        }
-        lockFD = fd
-        directoryLockFD = dirFD
-    }
-
-    func openWriter() throws {
-        do {
-            writer = try openDatabase()
-        } catch let e as SQLiteError where e.isCorruption {
-            quarantineFiles(reason: "open failed: \(e.message)")
-            writer = try openDatabase()
-        } catch let e as SQLiteError {
-            throw mapError(e, doing: "opening \(dbPath)")
-        }
-    }
-
     /// Opens (creating or migrating) the database and loads namespaces and counters.
     func openDatabase() throws -> SQLiteConnection {
         let db = try SQLiteConnection(path: dbPath)
@@ -340,45 +302,6 @@ final class DiskTier: @unchecked Sendable {
         counters.rows.store(rowCount, ordering: .relaxed)
         bytesEstimate = try bytesInUse(db)
         return db
-    }
-
-    func migrate(_ db: SQLiteConnection, from version: Int64) throws {
-        // Version 0 is an empty file: create everything. 1 → 2 changes no tables (the marks
-        // column gains bits) and 2 → 3 adds a counters row, so one idempotent script serves all.
-        // `value` is the last column (files made before 2026-12-02 have it fifth; every
-        // statement names its columns, so both orders work): a row's other columns then sit
-        // before its value, in the row's first page, and what reads only them — a version
-        // check, the sweeps, eviction, anti-entropy's pass — does not walk a large value's
-        // overflow pages to reach them.
-        try db.execute("""
-            BEGIN;
-            CREATE TABLE IF NOT EXISTS namespaces(id INTEGER PRIMARY KEY, name BLOB NOT NULL UNIQUE, generation INTEGER NOT NULL DEFAULT 0);
-            CREATE TABLE IF NOT EXISTS items(
-                id INTEGER PRIMARY KEY,
-                ns INTEGER NOT NULL, key BLOB NOT NULL, gen INTEGER NOT NULL,
-                codec INTEGER NOT NULL, size INTEGER NOT NULL,
-                flags INTEGER NOT NULL, ext BLOB NOT NULL, expiry INTEGER NOT NULL,
-                version INTEGER NOT NULL, tombstone INTEGER NOT NULL, checksum INTEGER NOT NULL,
-                access INTEGER NOT NULL, value BLOB NOT NULL);
-            CREATE UNIQUE INDEX IF NOT EXISTS items_key ON items(ns, key);
-            DROP INDEX IF EXISTS items_access;
-            CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-            INSERT OR IGNORE INTO counters(name, value) VALUES('rows', 0);
-            INSERT OR IGNORE INTO counters(name, value) VALUES('log_applied', 0);
-            PRAGMA user_version=3;
-            COMMIT;
-            """)
-    }
-
-    /// Moves the database files aside with a timestamped name and reports it.
-    func quarantineFiles(reason: String) {
-        let stamp = clock.nowMicros() / 1000
-        let target = "\(dbPath).corrupt-\(stamp)"
-        for suffix in ["", "-wal", "-shm"] {
-            rename(dbPath + suffix, target + suffix)
-        }
-        counters.quarantines.add(1, ordering: .relaxed)
-        log("level=error event=disk_quarantined path=\(dbPath) moved_to=\(target) reason=\"\(reason)\"")
     }
 
     // MARK: Lifecycle
