@@ -24,8 +24,9 @@ extension ClusterClient {
                                  initial: UInt64? = nil) throws -> (value: UInt64?, failures: [String]) {
         var r = CounterRequest(key: key, delta: delta, namespace: namespace, decrement: decrement)
         r.initial = initial
-        let mustNotDecide = settleAcrossReplicas(key, namespace)
-        let (value, failures) = try onPrimaryThenReplicate(key, namespace, skipping: mustNotDecide) { conn -> UInt64? in
+        let behind = settleAcrossReplicas(key, namespace)
+        let (value, failures) = try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn, verifiedOnly -> UInt64? in
+            r.verifiedOnly = verifiedOnly
             for _ in 0..<Self.maxSupersededRetries {
                 r.version = hlc.next()
                 let f = try conn.call(.counter(r))
@@ -49,10 +50,11 @@ extension ClusterClient {
 
     /// `touch`, with the nodes that did not take it (`"H:P: why"`).
     public func touchReporting(_ key: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry) throws -> (touched: Bool, failures: [String]) {
-        let mustNotDecide = settleAcrossReplicas(key, namespace)
-        let (touched, failures) = try onPrimaryThenReplicate(key, namespace, skipping: mustNotDecide) { conn -> Bool? in
+        let behind = settleAcrossReplicas(key, namespace)
+        let (touched, failures) = try onPrimaryThenReplicate(key, namespace, skipping: behind) { conn, verifiedOnly -> Bool? in
             for _ in 0..<Self.maxSupersededRetries {
-                let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry, version: hlc.next()))
+                let f = try conn.call(.touch(namespace: namespace, key: key, tiers: 0, expiry: expiry, version: hlc.next(),
+                                             verifiedOnly: verifiedOnly))
                 if f.statusCode == .superseded { hlc.observe(f.cas); continue }
                 if f.statusCode == .notFound { return nil }
                 try NodeConnection.check(f, allow: [.ok])
@@ -65,65 +67,91 @@ extension ClusterClient {
 
     /// Runs `body` on the first live node of the key not in `skipping` (nodes that must not
     /// decide, with why: `settleAcrossReplicas`), then copies the result to the others.
-    /// Returns the result and the nodes that did not take it.
+    /// Returns the result and the nodes that did not take it. `body` gets whether to send
+    /// VERIFIED_ONLY (PROTOCOL.md §7.9): while another node could decide, a node that has not
+    /// verified the key with its replicas (it noticed a pause, it restarted) answers UNVERIFIED
+    /// and the next one decides — an outside review (cl14) lost every increment a replica
+    /// acknowledged during a 5 s owner pause when the owner, resuming, ran the increments sent
+    /// to it during the pause from its old value. Only when every node that answered said
+    /// UNVERIFIED do they decide without the flag, in order (as with a single node).
     private func onPrimaryThenReplicate<T>(_ key: [UInt8], _ ns: [UInt8], skipping: [String: String] = [:],
-                                           _ body: (NodeConnection) throws -> T?) throws -> (T?, [String]) {
+                                           _ body: (NodeConnection, _ verifiedOnly: Bool) throws -> T?) throws -> (T?, [String]) {
         let nodes = targets(key, ns)
         var failures: [(String, String)] = []
-        for (i, node) in nodes.enumerated() {
-            if let why = skipping[node.address.name] {
-                failures.append((node.address.name, why))
-                continue
-            }
-            do {
-                // The owner decides whenever it answers: a client that skipped it after a
-                // timeout decided on a replica while another, whose read the owner answered on
-                // resuming, decided on the owner — two increments from one value (an outside
-                // review, cl13). So the owner is waited for again, quiet or not; a replica
-                // decides only when the owner does not answer twice.
-                let (result, item): (T?, ItemPayload?) = try node.run(ignoringQuiet: i == 0) { conn in
-                    guard let r = try body(conn) else { return (nil, nil) }
-                    return (r, try conn.get(key, namespace: ns))
+        var unverified: [Int] = []
+        for fenced in [nodes.count > 1, false] {
+            let candidates = fenced || nodes.count == 1 ? Array(nodes.indices) : unverified
+            if !fenced && nodes.count > 1 && candidates.isEmpty { break }
+            for i in candidates {
+                let node = nodes[i]
+                if let why = skipping[node.address.name] {
+                    if fenced || nodes.count == 1 { failures.append((node.address.name, why)) }
+                    continue
                 }
-                guard let r = result else { return (nil, []) }
-                var missed: [String] = []
-                if let item, nodes.count > 1 {
-                    var s = SetRequest(key: key, value: item.value, namespace: ns)
-                    s.flags = item.flags; s.extended = item.extended; s.version = item.version
-                    s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
-                    s.tiers = 2
-                    s.stale = item.stale; s.negative = item.negative
-                    var reached = [node.address.name]
-                    // The other nodes at once (`fanOut`): one after another, a paused replica's
-                    // timeout came on top of the primary's.
-                    let others = nodes.enumerated().filter { $0.offset != i }.map(\.element)
-                    let copy = s
-                    for (other, r) in zip(others, fanOut(others) { _, n in try n.run { try $0.set(copy) } }) {
-                        switch r {
-                        case .success(let f) where f.statusCode == .ok || f.statusCode == .superseded: reached.append(other.address.name)
-                        case .success(let f): failures.append((other.address.name, "\(f.statusCode)"))
-                        case .failure(let e): failures.append((other.address.name, "\(e)"))
-                        }
-                    }
-                    if !failures.isEmpty { hint(ns, key, item.version) }
-                    guard reached.count >= needed(nodes.count) else {
-                        // Where it landed, as a write's error says: it may or may not take effect.
-                        throw ClusterError(message: "update of \(keyText(key)) reached \(reached.count) of \(nodes.count) nodes (\(reached.joined(separator: ", "))); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))", failures: failures)
-                    }
-                    var seen = Set(reached)
-                    for (name, why) in failures where seen.insert(name).inserted { missed.append("\(name): \(why)") }
+                do {
+                    if let decided = try decide(on: i, of: nodes, key, ns, fenced: fenced, failures: &failures, body) { return decided }
+                    return (nil, [])
+                } catch let e as ClusterError {
+                    throw e
+                } catch let e as ClientError where e.kind == .server && e.status == .unverified {
+                    unverified.append(i)
+                    failures.append((node.address.name, "has not verified the key with its other replicas since a restart or a pause (UNVERIFIED)"))
+                } catch let e as ClientError where e.kind == .server && e.status != .shuttingDown && e.status != .busy {
+                    // The node answered (NOT_A_NUMBER, INVALID_ARGUMENT, …): that is the answer, not
+                    // a node to skip — another replica would say the same.
+                    throw e
+                } catch {
+                    failures.append((node.address.name, "\(error)"))
                 }
-                return (r, missed)
-            } catch let e as ClusterError {
-                throw e
-            } catch let e as ClientError where e.kind == .server && e.status != .shuttingDown && e.status != .busy {
-                // The node answered (NOT_A_NUMBER, INVALID_ARGUMENT, …): that is the answer, not
-                // a node to skip — another replica would say the same.
-                throw e
-            } catch {
-                failures.append((node.address.name, "\(error)"))
             }
+            if nodes.count == 1 { break }
         }
         throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
+    }
+
+    /// `body` on node `i`, then its result copied to the key's other nodes. Nil result with
+    /// nil item: absent (nothing decided).
+    private func decide<T>(on i: Int, of nodes: [NodeHandle], _ key: [UInt8], _ ns: [UInt8], fenced: Bool,
+                           failures: inout [(String, String)],
+                           _ body: (NodeConnection, Bool) throws -> T?) throws -> (T?, [String])? {
+        let node = nodes[i]
+        // The owner decides whenever it answers: a client that skipped it after a timeout
+        // decided on a replica while another, whose read the owner answered on resuming,
+        // decided on the owner — two increments from one value (an outside review, cl13). So
+        // the owner is waited for again, quiet or not; a replica decides only when the owner
+        // does not answer twice (or answers UNVERIFIED).
+        let (result, item): (T?, ItemPayload?) = try node.run(ignoringQuiet: i == 0) { conn in
+            guard let r = try body(conn, fenced) else { return (nil, nil) }
+            return (r, try conn.get(key, namespace: ns))
+        }
+        guard let r = result else { return nil }
+        var missed: [String] = []
+        if let item, nodes.count > 1 {
+            var s = SetRequest(key: key, value: item.value, namespace: ns)
+            s.flags = item.flags; s.extended = item.extended; s.version = item.version
+            s.expiry = item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt)
+            s.tiers = 2
+            s.stale = item.stale; s.negative = item.negative
+            var reached = [node.address.name]
+            // The other nodes at once (`fanOut`): one after another, a paused replica's
+            // timeout came on top of the primary's.
+            let others = nodes.enumerated().filter { $0.offset != i }.map(\.element)
+            let copy = s
+            for (other, r) in zip(others, fanOut(others) { _, n in try n.run { try $0.set(copy) } }) {
+                switch r {
+                case .success(let f) where f.statusCode == .ok || f.statusCode == .superseded: reached.append(other.address.name)
+                case .success(let f): failures.append((other.address.name, "\(f.statusCode)"))
+                case .failure(let e): failures.append((other.address.name, "\(e)"))
+                }
+            }
+            if !failures.isEmpty { hint(ns, key, item.version) }
+            guard reached.count >= needed(nodes.count) else {
+                // Where it landed, as a write's error says: it may or may not take effect.
+                throw ClusterError(message: "update of \(keyText(key)) reached \(reached.count) of \(nodes.count) nodes (\(reached.joined(separator: ", "))); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))", failures: failures)
+            }
+            var seen = Set(reached)
+            for (name, why) in failures where seen.insert(name).inserted { missed.append("\(name): \(why)") }
+        }
+        return (r, missed)
     }
 }

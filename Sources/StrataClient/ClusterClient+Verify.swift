@@ -42,37 +42,28 @@ extension ClusterClient {
 
     /// Before a counter or a touch is decided on one node: every node of the key is asked at
     /// once (`fanOut`) and those behind are given the newest answer (value or tombstone), so the
-    /// node that decides does not compute from an old value. Returns the nodes that must not
-    /// decide, each with why: those behind that could not be brought up to date, and those that
-    /// flagged their answer UNVERIFIED while a verified node not behind answered too. An
-    /// outside review (cl12): an `incr` acknowledged by the replica while the owner was paused
-    /// for less than `--pause-threshold` (so the owner did not know) was lost when the next
-    /// `decr` was decided on the resumed owner's old value; an acknowledged `del` came back the
-    /// same way. The UNVERIFIED rule: with the owner paused for longer than two timeouts, one
-    /// client decided on the replica while another, whose read the owner answered as it resumed
-    /// (before the replica's result reached it), decided on the owner from the same old value —
-    /// two increments, one value. A node that noticed its pause flags every answer until its next
-    /// round with its peers, so the second client decides on the replica too, after the first.
-    /// Costs one round trip to the key's nodes at once per counter or touch.
+    /// node that decides does not compute from an old value. Returns the nodes that are behind
+    /// and could not be brought up to date, each with why: they must not decide. An outside
+    /// review (cl12): an `incr` acknowledged by the replica while the owner was paused for less
+    /// than `--pause-threshold` (so the owner did not know) was lost when the next `decr` was
+    /// decided on the resumed owner's old value; an acknowledged `del` came back the same way.
+    /// (A node that knows it may be behind — it noticed its pause — refuses to decide itself:
+    /// VERIFIED_ONLY, `ClusterClient+Counters.swift`.) Costs one round trip to the key's nodes
+    /// at once per counter or touch.
     func settleAcrossReplicas(_ key: [UInt8], _ ns: [UInt8]) -> [String: String] {
         let nodes = targets(key, ns)
         guard nodes.count > 1 else { return [:] }
-        let results = fanOut(nodes) { [self] _, node in try ask(node, key, ns) }
-        var answers: [(node: NodeHandle, answer: Answer, unverified: Bool)] = []
-        for (node, r) in zip(nodes, results) { if case .success(let a) = r { answers.append((node, a.0, a.unverified)) } }
-        guard answers.count > 1, let newest = answers.max(by: { $0.answer.version < $1.answer.version })?.answer else { return [:] }
-        var mustNotDecide: [String: String] = [:]
-        for a in answers where a.answer.version < newest.version {
-            if !repair([(a.node, a.answer)], newest: newest, key: key, ns: ns, all: nodes) {
-                mustNotDecide[a.node.address.name] = "holds an older version than another node of the key and could not be brought up to date"
+        let results = fanOut(nodes) { [self] _, node in try ask(node, key, ns).0 }
+        var answers: [(NodeHandle, Answer)] = []
+        for (node, r) in zip(nodes, results) { if case .success(let a) = r { answers.append((node, a)) } }
+        guard answers.count > 1, let newest = answers.max(by: { $0.1.version < $1.1.version })?.1 else { return [:] }
+        var behind: [String: String] = [:]
+        for (node, a) in answers where a.version < newest.version {
+            if !repair([(node, a)], newest: newest, key: key, ns: ns, all: nodes) {
+                behind[node.address.name] = "holds an older version than another node of the key and could not be brought up to date"
             }
         }
-        if answers.contains(where: { !$0.unverified && mustNotDecide[$0.node.address.name] == nil }) {
-            for a in answers where a.unverified && mustNotDecide[a.node.address.name] == nil {
-                mustNotDecide[a.node.address.name] = "has not verified its keys with its peers since a restart or a pause (UNVERIFIED)"
-            }
-        }
-        return mustNotDecide
+        return behind
     }
 
     func mustVerify(_ node: NodeHandle, _ a: Answer, _ key: [UInt8], _ ns: [UInt8]) -> Bool {

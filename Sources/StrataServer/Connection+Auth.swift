@@ -66,7 +66,7 @@ extension Connection {
         switch r {
         case .set(let s): return s.version
         case .counter(let c): return c.version == 0 ? nil : c.version
-        case let .touch(_, _, _, _, version): return version == 0 ? nil : version
+        case let .touch(_, _, _, _, version, _): return version == 0 ? nil : version
         case let .delete(_, _, _, version, _), let .flush(_, _, _, version), let .invalidate(_, _, _, version): return version
         default: return nil
         }

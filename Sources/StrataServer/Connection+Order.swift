@@ -26,7 +26,7 @@ extension Connection {
         switch r {
         case .get(let g): return .keys([keyID(g.namespace, g.key)])
         case .set(let s): return .keys([keyID(s.namespace, s.key)])
-        case .delete(let ns, let key, _, _, _), .touch(let ns, let key, _, _, _), .exists(let ns, let key, _), .meta(let ns, let key, _):
+        case .delete(let ns, let key, _, _, _), .touch(let ns, let key, _, _, _, _), .exists(let ns, let key, _), .meta(let ns, let key, _):
             return .keys([keyID(ns, key)])
         case .counter(let c): return .keys([keyID(c.namespace, c.key)])
         case .mget(let ns, let keys, _): return .keys(keys.map { keyID(ns, $0) })

@@ -80,7 +80,7 @@ public final class User: Sendable {
         case .imageVariant(let v): return .read(v.namespace) // a read whose result the node may cache
         case .set(let s): return .write(s.namespace)
         case .counter(let c): return .write(c.namespace)
-        case .delete(let ns, _, _, _, _), .touch(let ns, _, _, _, _), .invalidate(let ns, _, _, _), .release(let ns, _, _):
+        case .delete(let ns, _, _, _, _), .touch(let ns, _, _, _, _, _), .invalidate(let ns, _, _, _), .release(let ns, _, _):
             return .write(ns)
         case .flush(let ns, let all, _, _): return all ? .admin : .write(ns)
         // Node-to-node repair reads and writes every namespace (anti-entropy, §7.19).

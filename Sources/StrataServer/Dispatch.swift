@@ -85,7 +85,7 @@ final class Dispatcher: @unchecked Sendable {
         case .ping, .hello, .quit, .stats, .release: return true
         case .set(let s): return Tiers(wire: s.tiers) == .memory && s.mode != .lease
         case .invalidate(_, _, let tiers, _): return Tiers(wire: tiers) == .memory
-        case .delete(_, _, let tiers, _, _), .touch(_, _, let tiers, _, _): return Tiers(wire: tiers) == .memory
+        case .delete(_, _, let tiers, _, _), .touch(_, _, let tiers, _, _, _): return Tiers(wire: tiers) == .memory
         case .counter(let c): return Tiers(wire: c.tiers) == .memory
         default: return false
         }
@@ -193,6 +193,7 @@ final class Dispatcher: @unchecked Sendable {
     /// `caller`: the connection's user — STATS `namespaces` lists only what it may read
     /// (`User.mayRead`), and the flush marks its FLUSHes make count toward its bound.
     func execute(_ r: Request, _ f: Frame, caller: User = .open) -> Frame? {
+        if let refused = refusedUnverified(r, f) { return refused }
         let visible: (@Sendable ([UInt8]) -> Bool)? = caller.role == .admin ? nil : { @Sendable in caller.mayRead($0) }
         guard let response = executeOnStore(r, f, visible: visible, owner: caller.role == .admin ? nil : caller.name) else { return nil }
         // A read that bailed from the loop runs again on a worker: flagged (and counted) there.
@@ -285,7 +286,7 @@ final class Dispatcher: @unchecked Sendable {
             case let .release(ns, key, token):
                 // QUIET does not silence RELEASE's answers (§2.1).
                 return Responses.status(to: f, leases.release(ItemKey(namespace: ns, key: key), token: token) ? .ok : .notFound)
-            case let .touch(ns, key, tiers, expiry, version):
+            case let .touch(ns, key, tiers, expiry, version, _):
                 let v: UInt64
                 switch try store.touch(key, namespace: ns, expiry: expiry.storeExpiry, tiers: Tiers(wire: tiers), version: version == 0 ? nil : version) {
                 case .touched(let t): v = t

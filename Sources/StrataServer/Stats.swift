@@ -122,6 +122,8 @@ final class NodeStats: Sendable {
     let peersLost = Counter()
     let membershipChanges = Counter()
     let unverifiedAnswers = Counter()
+    /// INCR/DECR/TOUCH with VERIFIED_ONLY refused with UNVERIFIED (PROTOCOL.md §7.9).
+    let unverifiedRefusals = Counter()
     /// Hinted handoff (`Handoff`): hints made (one per write and other replica), writes
     /// checked with peers, copied to peers that lacked them, dropped past the bound, and
     /// batches that failed (retried).

@@ -132,6 +132,9 @@ public struct CounterRequest: Equatable, Sendable {
     /// The caller's version for the result (0: the node assigns one); not newer than the
     /// stored version → SUPERSEDED (PROTOCOL.md §7.11).
     public var version: UInt64 = 0
+    /// Flag VERIFIED_ONLY: decided only on a node that has verified the key with its other
+    /// replicas; else UNVERIFIED and nothing done (PROTOCOL.md §7.19).
+    public var verifiedOnly = false
     public init(key: [UInt8], delta: UInt64, namespace: [UInt8] = [], decrement: Bool = false) {
         self.key = key; self.delta = delta; self.namespace = namespace; self.decrement = decrement
     }
@@ -159,7 +162,7 @@ public enum Request: Equatable, Sendable {
     case set(SetRequest)
     case delete(namespace: [UInt8], key: [UInt8], tiers: UInt8, version: UInt64?, writeBehind: Bool)
     /// `version`: the caller's version for the result (0: the node assigns one), §7.8.
-    case touch(namespace: [UInt8], key: [UInt8], tiers: UInt8, expiry: WireExpiry, version: UInt64 = 0)
+    case touch(namespace: [UInt8], key: [UInt8], tiers: UInt8, expiry: WireExpiry, version: UInt64 = 0, verifiedOnly: Bool = false)
     case exists(namespace: [UInt8], key: [UInt8], tiers: UInt8)
     case counter(CounterRequest)
     case meta(namespace: [UInt8], key: [UInt8], tiers: UInt8)
@@ -285,7 +288,8 @@ public enum Request: Equatable, Sendable {
                 let e = try WireExpiry.read(&r)
                 let version = r.at < f.extras.count ? try r.u64() : 0
                 try r.end()
-                return .touch(namespace: f.namespace, key: f.key, tiers: f.tiers, expiry: e, version: version)
+                return .touch(namespace: f.namespace, key: f.key, tiers: f.tiers, expiry: e, version: version,
+                              verifiedOnly: flags.contains(.verifiedOnly))
             case .exists:
                 try needKey(); try noExtras()
                 return .exists(namespace: f.namespace, key: f.key, tiers: f.tiers)
@@ -301,6 +305,7 @@ public enum Request: Equatable, Sendable {
                 if r.at < f.extras.count { c.version = try r.u64() }
                 try r.end()
                 c.tiers = f.tiers
+                c.verifiedOnly = flags.contains(.verifiedOnly)
                 return .counter(c)
             case .meta:
                 try needKey(); try noExtras()
@@ -399,10 +404,11 @@ public enum Request: Equatable, Sendable {
             f = .request(.delete, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             if let v = version { f.extras.appendBE(v) }
             if writeBehind { f.flags |= RequestFlags.writeBehind.rawValue }
-        case let .touch(ns, key, tiers, expiry, version):
+        case let .touch(ns, key, tiers, expiry, version, verifiedOnly):
             f = .request(.touch, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             expiry.encode(into: &f.extras)
             if version != 0 { f.extras.appendBE(version) }
+            if verifiedOnly { f.flags |= RequestFlags.verifiedOnly.rawValue }
         case let .exists(ns, key, tiers):
             f = .request(.exists, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
         case .counter(let c):
@@ -412,6 +418,7 @@ public enum Request: Equatable, Sendable {
             f.extras.appendBE(c.initial ?? 0)
             c.expiry.encode(into: &f.extras)
             if c.version != 0 { f.extras.appendBE(c.version) }
+            if c.verifiedOnly { f.flags |= RequestFlags.verifiedOnly.rawValue }
         case let .meta(ns, key, tiers):
             f = .request(.meta, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
         case let .scan(ns, cursor, limit):

@@ -234,7 +234,11 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
 
 /// `strata ring`: where keys live, or how evenly a node set shares them.
 func ringCommand(_ args: [String]) throws -> Int32 {
-    let o = try ParsedOptions(args, valued: ["--nodes", "--replicas", "--keys", "--ns"], switches: ["--balance", "--help"], maxPositionals: 10_000)
+    // --ack, --read and --timeout are the other cluster options every client command takes
+    // (README): accepted so one option set works with every command, and ignored — placement
+    // does not depend on them (an outside review's wrapper failed on `ring` alone).
+    let o = try ParsedOptions(args, valued: ["--nodes", "--replicas", "--keys", "--ns", "--ack", "--read", "--timeout"],
+                              switches: ["--balance", "--help"], maxPositionals: 10_000)
     if o.switches.contains("--help") {
         printOut("""
         usage: strata ring --nodes HOST:PORT,… [--replicas N] [--ns NS] KEY…
@@ -242,7 +246,8 @@ func ringCommand(_ args: [String]) throws -> Int32 {
 
         Prints each KEY's owner and replicas (proto-spec/RING.md), or, with --balance, one line
         per node: HOST:PORT COUNT PERCENT% for the keys key-0 … key-(N-1) it owns. Needs no node
-        to be running.
+        to be running. --ack, --read and --timeout are accepted and ignored (placement does not
+        depend on them).
         """)
         return 0
     }

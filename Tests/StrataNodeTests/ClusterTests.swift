@@ -368,6 +368,13 @@ final class ClusterTests: XCTestCase {
         XCTAssertEqual(r.out, b("cli-value"))
         r = try runCLI(["ring", "--nodes", nodes, "cli-key"])
         XCTAssertTrue(String(decoding: r.out, as: UTF8.self).hasPrefix("cli-key owner 127.0.0.1:"))
+        // The cluster options every client command takes are accepted (and ignored) by ring too;
+        // a bad value is still refused.
+        let plain = r.out
+        r = try runCLI(["ring", "--nodes", nodes, "--ack", "all", "--read", "quorum", "--timeout", "1", "cli-key"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertEqual(r.out, plain)
+        XCTAssertEqual(try runCLI(["ring", "--nodes", nodes, "--ack", "some", "cli-key"]).code, 2)
         r = try runCLI(["ring", "--nodes", nodes, "--balance", "--keys", "3000"])
         let lines = String(decoding: r.out, as: UTF8.self).split(separator: "\n")
         XCTAssertEqual(lines.count, 3)

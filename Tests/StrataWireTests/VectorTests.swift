@@ -58,6 +58,7 @@ final class VectorTests: XCTestCase {
         let decr = CounterRequest(key: Array("hits".utf8), delta: 3, decrement: true)
         let incrBad = CounterRequest(key: Array("foo".utf8), delta: 1)
         var incrLate = CounterRequest(key: Array("hits".utf8), delta: 1); incrLate.version = 900
+        var incrFenced = CounterRequest(key: Array("hits".utf8), delta: 1); incrFenced.version = V + 9; incrFenced.verifiedOnly = true
         let foo = Array("foo".utf8)
         var validateSet = SetRequest(key: Array("bad.png".utf8), value: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
         validateSet.validateImage = true
@@ -166,6 +167,8 @@ final class VectorTests: XCTestCase {
             ("incr_initial", .counter(incr), { Responses.counter(to: $0, value: 10, version: self.V + 3) }),
             ("decr", .counter(decr), { Responses.counter(to: $0, value: 7, version: self.V + 4) }),
             ("incr_versioned", .counter(incrLate), { Responses.status(to: $0, .superseded, cas: self.V + 4) }),
+            ("incr_unverified", .counter(incrFenced),
+             { Responses.error(to: $0, .unverified, "this node has not caught up with the key's other replicas since it started, was paused or lost contact with them; nothing was done: decide on another replica") }),
             ("touch_versioned", .touch(namespace: [], key: foo, tiers: 0, expiry: .seconds(600), version: 900),
              { Responses.status(to: $0, .superseded, cas: self.V + 2) }),
             ("incr_not_a_number", .counter(incrBad),

@@ -21,6 +21,8 @@ TOKEN = 0x00000000075BCD15  # stands for a lease token a node granted (real ones
 INVALID_ARGUMENT, TOO_LARGE, UNKNOWN_OPCODE, MALFORMED, AUTH_REQUIRED, AUTH_FAILED = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
 UNSUPPORTED_VERSION, FORBIDDEN = 0x16, 0x17
 BUSY, DISK_FULL, SERVER_ERROR, SHUTTING_DOWN, TOO_MANY_CONNECTIONS, INVALID_IMAGE = 0x20, 0x21, 0x22, 0x23, 0x24, 0x25
+UNVERIFIED = 0x26
+VERIFIED_ONLY = 0x08  # INCR/DECR/TOUCH (the bit FLUSH calls ALL)
 V = 0x0001800000000001  # stands for a version a node assigns
 # A 1×1 RGBA PNG that decodes (for VALIDATE_IMAGE).
 DOT_PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
@@ -246,6 +248,10 @@ case("release_not_found", "RELEASE with a token that no longer holds the lease (
 case("get_unverified", "GET foo from a node that has not caught up with the key's other replicas since it started (§7.19): OK with response flag UNVERIFIED",
      frame(REQ, OPS["GET"], 130, key=b"foo"),
      frame(RESP, OPS["GET"], 130, tiers=2, cas=V, rflags=R_UNVERIFIED, extras=get_extras(0, 0), value=b"bar!!"), "version")
+case("incr_unverified", "INCR hits by 1 with caller version V + 9 and flag VERIFIED_ONLY, on a node that has not caught up with the key's other replicas (§7.19): UNVERIFIED, nothing done — the caller decides on another replica",
+     frame(REQ, OPS["INCR"], 131, flags=VERIFIED_ONLY, extras=struct.pack(">QBQ", 1, 0, 0) + expiry(0) + struct.pack(">Q", V + 9), key=b"hits"),
+     frame(RESP, OPS["INCR"], 131, flags=VERIFIED_ONLY, status=UNVERIFIED,
+           value=b"this node has not caught up with the key's other replicas since it started, was paused or lost contact with them; nothing was done: decide on another replica"))
 
 MASK64 = (1 << 64) - 1
 P1, P2, P3, P4, P5 = 11400714785074694791, 14029467366897019727, 1609587929392839161, 9650029242287828579, 2870177450012600261

@@ -86,7 +86,7 @@ extension Dispatcher {
         case let .delete(n, _, _, version?, _): (ns, v) = (n, version)
         case let .invalidate(n, _, _, version?): (ns, v) = (n, version)
         case .counter(let c) where c.version != 0: (ns, v) = (c.namespace, c.version)
-        case let .touch(n, _, _, _, version) where version != 0: (ns, v) = (n, version)
+        case let .touch(n, _, _, _, version, _) where version != 0: (ns, v) = (n, version)
         default: return nil
         }
         guard let at = m.superseding(ns, v) else { return nil }

@@ -151,6 +151,27 @@ extension Dispatcher {
         h.accepted(namespace: namespace, key: key, version: version, tombstone: tombstone)
     }
 
+    /// UNVERIFIED (status) for an INCR/DECR/TOUCH with flag VERIFIED_ONLY on a node that has
+    /// not caught up with the key's other replicas (PROTOCOL.md §7.19): the node must not decide
+    /// from a copy that may be older than what a replica decided meanwhile. An outside review
+    /// (cl14): increments sent to the owner while it was paused ran when it resumed, from its
+    /// pre-pause value, with versions newer than what the replicas had decided during the
+    /// pause — every increment acknowledged by a replica then was lost. Nil: go on.
+    func refusedUnverified(_ r: Request, _ f: Frame) -> Frame? {
+        guard let c = cluster else { return nil }
+        let key: (ns: [UInt8], key: [UInt8])
+        switch r {
+        case .counter(let x) where x.verifiedOnly: key = (x.namespace, x.key)
+        case let .touch(ns, k, _, _, _, true): key = (ns, k)
+        default: return nil
+        }
+        pauseCheck?()
+        guard !c.verified, !c.isVerified(namespace: key.ns, key: key.key) else { return nil }
+        stats?.unverifiedRefusals.add()
+        return Responses.error(to: f, .unverified,
+                               "this node has not caught up with the key's other replicas since it started, was paused or lost contact with them; nothing was done: decide on another replica")
+    }
+
     /// `response` with the UNVERIFIED flag when this node has not caught up with the other
     /// replicas of a key the GET, MGET, EXISTS or META read (PROTOCOL.md §7.19).
     func markUnverified(_ r: Request, _ response: Frame) -> Frame {

@@ -1,0 +1,49 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import StrataWire
+
+/// Flag VERIFIED_ONLY on INCR/DECR/TOUCH (PROTOCOL.md §7.9): a `--cluster` node that has not
+/// verified the key with its other replicas refuses to decide (UNVERIFIED, nothing done); the
+/// same request without the flag is decided; a node without `--cluster` ignores the flag.
+final class VerifiedOnlyTests: XCTestCase {
+    func testAnUnverifiedNodeRefusesToDecideAFencedCounterOrTouch() throws {
+        // Two members, the second never started: the first cannot verify any key it shares with it.
+        let cluster = try SyncCluster(count: 2, members: [], replicas: 2)
+        try cluster.start(0, members: [0, 1])
+        let c = try cluster.connect(0)
+        XCTAssertEqual(try c.set(SetRequest(key: b("n"), value: b("5"))).statusCode, .ok)
+        var fenced = CounterRequest(key: b("n"), delta: 1); fenced.verifiedOnly = true
+        let refused = try c.call(.counter(fenced))
+        XCTAssertEqual(refused.statusCode, .unverified, String(decoding: refused.value, as: UTF8.self))
+        XCTAssertTrue(String(decoding: refused.value, as: UTF8.self).contains("has not caught up"))
+        let touch = try c.call(.touch(namespace: [], key: b("n"), tiers: 0, expiry: .seconds(600), verifiedOnly: true))
+        XCTAssertEqual(touch.statusCode, .unverified)
+        XCTAssertEqual(try c.get(b("n"))?.value, b("5"), "nothing was done")
+        XCTAssertEqual(try nodeStats(c)["unverified_refusals"] as? Int, 2)
+        let decided = try c.call(.counter(CounterRequest(key: b("n"), delta: 1)))
+        XCTAssertEqual(decided.statusCode, .ok)
+        XCTAssertEqual(try Responses.parseCounter(decided), 6, "without the flag the node decides")
+
+        // The cluster client, with the other node down: every node it reached said UNVERIFIED,
+        // so it decides there without the flag (as a single node would) and warns.
+        var config = ClusterConfiguration(nodes: cluster.ports.map { NodeAddress(host: "127.0.0.1", port: $0) })
+        config.ack = .one
+        config.timeout = 1
+        let client = try ClusterClient(configuration: config)
+        XCTAssertEqual(try client.counter(b("n"), delta: 1), 7)
+    }
+
+    func testANodeWithoutAClusterIgnoresTheFlag() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        XCTAssertEqual(try c.set(SetRequest(key: b("n"), value: b("5"))).statusCode, .ok)
+        var fenced = CounterRequest(key: b("n"), delta: 2); fenced.verifiedOnly = true
+        let f = try c.call(.counter(fenced))
+        XCTAssertEqual(f.statusCode, .ok)
+        XCTAssertEqual(try Responses.parseCounter(f), 7)
+        XCTAssertEqual(try c.call(.touch(namespace: [], key: b("n"), tiers: 0, expiry: .seconds(60), verifiedOnly: true)).statusCode, .ok)
+    }
+}
