@@ -37,7 +37,10 @@ let package = Package(
         // ours imports it.
         .target(name: "StrataCache", dependencies: ["StrataClient", "StrataStore", "StrataCore", "StrataWire", "StrataImage"]),
         // An example service: JSON records read through from a slow loader (run by StrataCacheTests).
-        .executableTarget(name: "strata-example", dependencies: ["StrataCache"]),
+        // Built with MemberImportVisibility: importing StrataCache alone must be enough to use
+        // its API's members (CacheStatus's, CacheTiers's).
+        .executableTarget(name: "strata-example", dependencies: ["StrataCache"],
+                          swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .target(name: "StrataImage", dependencies: ["CPNG", "CWebP"]),
         // Entry points shared by the libFuzzer targets in fuzz/ and the corpus replay test.
         .target(name: "StrataFuzzEntries", dependencies: ["StrataWire", "StrataImage", "StrataStore"]),

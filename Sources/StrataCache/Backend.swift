@@ -37,6 +37,8 @@ struct VariantSpecification: Sendable {
 /// concurrency and of error mapping). Keys, namespaces and extended data are already checked
 /// against the protocol's limits.
 protocol CacheBackend: Sendable {
+    /// What the backend's loads are single-flighted by: the store, or the cluster client.
+    var identity: ObjectIdentifier { get }
     func get(_ key: [UInt8], namespace: [UInt8]) throws -> RawItem?
     /// Stores the value; returns its version. A conditional write that does not store throws
     /// `CacheError` (`.exists`, `.notFound`, `.casMismatch`).
@@ -70,9 +72,14 @@ extension Duration {
         let c = components
         return Double(c.seconds) + Double(c.attoseconds) / 1e18
     }
-    /// Whole microseconds (rounded toward zero).
+    /// Whole microseconds (rounded toward zero), saturating at Int64's bounds: a TTL of
+    /// `.seconds(Int64.max / 2)` wrapped to a negative number and a node refused it as "not
+    /// positive" while the embedded store took it (an outside review, api1).
     var micros: Int64 {
         let c = components
-        return c.seconds &* 1_000_000 &+ c.attoseconds / 1_000_000_000_000
+        let (whole, over) = c.seconds.multipliedReportingOverflow(by: 1_000_000)
+        if over { return c.seconds < 0 ? .min : .max }
+        let (sum, over2) = whole.addingReportingOverflow(c.attoseconds / 1_000_000_000_000)
+        return over2 ? (whole < 0 ? .min : .max) : sum
     }
 }

@@ -4,6 +4,12 @@ import StrataImage
 import StrataStore
 import StrataWire
 
+// Status and Tiers are re-exported (only these two of their modules): a user who imports
+// StrataCache alone can name their members (`.tooLarge`, `.memory`) also with Swift's
+// MemberImportVisibility on — StrataWire is not a product they could import (an outside
+// review, api1). strata-example builds with that feature to keep it so.
+@_exported import struct StrataWire.Status
+
 /// A protocol status (PROTOCOL.md §6), as `CacheError.status` carries it.
 public typealias CacheStatus = StrataWire.Status
 
@@ -39,7 +45,8 @@ public struct CacheError: Error, Sendable, CustomStringConvertible {
         public static let diskFull = Code(raw: "disk_full")
         /// A node too busy to take the request (BUSY, TOO_MANY_CONNECTIONS); try again later.
         public static let busy = Code(raw: "busy")
-        /// The value is not an image the node can read (INVALID_IMAGE).
+        /// The value is not an image the node can read, or one it cannot resize (INVALID_IMAGE):
+        /// variants are made of PNG and WebP originals only, a GIF's or JPEG's facts are read.
         public static let invalidImage = Code(raw: "invalid_image")
         /// The value could not be encoded with the cache's coder.
         public static let encoding = Code(raw: "encoding")

@@ -8,6 +8,7 @@ import StrataWire
 /// (flush, stats) go to every node of the configuration with `onNode`.
 struct ClusterBackend: CacheBackend {
     let client: ClusterClient
+    var identity: ObjectIdentifier { ObjectIdentifier(client) }
 
     private var clock: any Clock { client.configuration.clock }
 
@@ -21,7 +22,10 @@ struct ClusterBackend: CacheBackend {
             let us = d.micros
             guard us > 0 else { throw CacheError(.invalidArgument, status: .invalidArgument, "a TTL must be positive, got \(d)") }
             if us % 1_000_000 == 0 && us / 1_000_000 <= Int64(Int32.max) { return .seconds(us / 1_000_000) }
-            return .at(unixMicros: clock.nowMicros() + us)
+            // Past Int64's microseconds (~292,000 years): the latest time there is, as the
+            // embedded store keeps it.
+            let (at, over) = clock.nowMicros().addingReportingOverflow(us)
+            return .at(unixMicros: over ? .max : at)
         case .at(let date):
             let us = Int64((date.timeIntervalSince1970 * 1e6).rounded())
             guard us > 0 else { throw CacheError(.invalidArgument, status: .invalidArgument, "an expiry date must be after 1970") }

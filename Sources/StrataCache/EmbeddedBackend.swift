@@ -15,6 +15,7 @@ final class EmbeddedBackend: CacheBackend, @unchecked Sendable {
     /// Whether `close()` closes the store (false for a store the caller opened and passed in).
     private let ownsStore: Bool
     private let loads = SingleFlight<ItemKey, RawLoaded>()
+    var identity: ObjectIdentifier { ObjectIdentifier(store) }
 
     init(store: TieredCache, ownsStore: Bool) {
         self.store = store

@@ -14,7 +14,9 @@ extension StrataCache {
     /// loader's own error as `underlying` in the caller that ran it); with
     /// `options.negativeTTL` it is remembered and served as `.loadFailed` without running the
     /// loader until it expires. Cancelling the caller ends its wait; a load it started runs on
-    /// for the callers that share it and still stores its value.
+    /// for the callers that share it and still stores its value. A loader that reads its own
+    /// key through this cache (directly, or through the loaders it calls) gets `.invalidArgument`
+    /// at once: it would otherwise wait for its own load.
     public func value<Value: Codable & Sendable>(for key: some CacheKey, ttl: Duration? = nil,
                                                  options: ReadThroughOptions = ReadThroughOptions(),
                                                  loader: @escaping @Sendable () async throws -> Value) async throws -> Value {
@@ -28,9 +30,18 @@ extension StrataCache {
                                                        loader: @escaping @Sendable () async throws -> Value) async throws -> ReadThroughResult<Value> {
         let k = try checked(key)
         let (b, ns) = (backend, namespaceBytes)
+        // A loader that reads its own key through the cache would wait for its own load (the
+        // single flight, the node's lease) forever (an outside review, api1): refused at once.
+        let loading = LoadingKey(backend: b.identity, namespace: ns, key: k)
+        let outer = Self.keysBeingLoaded
+        if outer.contains(loading) {
+            throw CacheError(.invalidArgument, "the loader of \(Self.quoted(k)) read \(Self.quoted(k)) through the cache, directly or through other loaders: it would wait for its own load forever")
+        }
         let expiry: CacheExpiry = ttl.map { .after($0) } ?? .storeDefault
         let run = LoaderRun()
-        let blocking = run.blocking { [self] in try self.encode(try await loader()) }
+        let blocking = run.blocking { [self] in
+            try await Self.$keysBeingLoaded.withValue(outer.union([loading])) { try self.encode(try await loader()) }
+        }
         let raw: RawLoaded
         do {
             raw = try await Offload.run { try b.readThrough(k, namespace: ns, expiry: expiry, options: options, loader: blocking) }
@@ -41,6 +52,18 @@ extension StrataCache {
         }
         return ReadThroughResult(value: try decode(Value.self, raw.value), version: raw.version, origin: raw.origin)
     }
+
+    /// The keys whose loaders this task is running (inside them, a read-through of one of them
+    /// is a cycle).
+    @TaskLocal static var keysBeingLoaded: Set<LoadingKey> = []
+
+    struct LoadingKey: Hashable, Sendable {
+        let backend: ObjectIdentifier
+        let namespace: [UInt8]
+        let key: [UInt8]
+    }
+
+    static func quoted(_ k: [UInt8]) -> String { "'" + String(decoding: k.prefix(64), as: UTF8.self) + (k.count > 64 ? "…" : "") + "'" }
 
     // MARK: Images
 
@@ -66,7 +89,8 @@ public struct CachedImage: Sendable {
     /// A copy resized into `width` × `height` (never enlarged), as WebP (quality 0–100, nil =
     /// lossless) or PNG. Cluster: computed once on the original's node and stored there (later
     /// requests are `cached`; a new version of the original drops its variants). Embedded:
-    /// decoded, resized and encoded on every call. `.notFound` when the original is gone.
+    /// decoded, resized and encoded on every call. `.notFound` when the original is gone;
+    /// `.invalidImage` for a GIF or JPEG original (variants are made of PNG and WebP only).
     public func variant(width: Int, height: Int, fit: VariantFit = .contain, format: VariantFormat = .webp,
                         quality: Int? = 80) async throws -> ImageVariant {
         guard (1...Int(UInt16.max)).contains(width), (1...Int(UInt16.max)).contains(height) else {

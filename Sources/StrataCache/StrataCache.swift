@@ -40,7 +40,9 @@ public struct StrataCache: Sendable {
         case cluster(ClusterConfiguration)
         /// An existing cluster client (shared with other code; never closed by the facade).
         case clusterClient(ClusterClient)
-        /// An embedded store in this directory, with the store's defaults.
+        /// An embedded store in this directory (created with its missing parents), with the
+        /// store's defaults: its events (a log replayed after a crash, …) go to standard error;
+        /// `.embedded` with `StoreConfiguration.log` routes or silences them.
         case directory(String)
         /// An embedded store with every setting, and the clock it takes time from (a
         /// `ManualClock` in tests).
@@ -63,7 +65,8 @@ public struct StrataCache: Sendable {
                 var addresses: [NodeAddress] = []
                 for s in list {
                     guard let a = NodeAddress.parse(s) else {
-                        throw CacheError(.invalidArgument, "'\(s)' is not HOST:PORT")
+                        throw CacheError(.invalidArgument, s.contains(",") ? "'\(s)' names several nodes: give one HOST:PORT per element"
+                                                                          : "'\(s)' is not HOST:PORT")
                     }
                     addresses.append(a)
                 }
@@ -203,7 +206,8 @@ public struct StrataCache: Sendable {
     }
 
     /// Adds `delta` to a decimal counter and returns the new value; when absent, stores
-    /// `initial` if given, else returns nil. `.notANumber` for a value that is not one.
+    /// `initial` if given, else returns nil. `.notANumber` for a value that is not one. Wraps
+    /// past `UInt64.max` (to `delta` − 1 beyond it), as memcached's incr does.
     public func increment(_ key: some CacheKey, by delta: UInt64 = 1, initial: UInt64? = nil) async throws -> UInt64? {
         let k = try checked(key)
         let (b, ns) = (backend, namespaceBytes)

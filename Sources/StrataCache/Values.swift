@@ -1,5 +1,6 @@
 import Foundation
 import StrataCore
+@_exported import struct StrataCore.Tiers // see CacheError.swift
 
 /// Which storage tiers an operation touches (memory, disk, or both), as in YYImageCacheType.
 public typealias CacheTiers = StrataCore.Tiers

@@ -14,7 +14,10 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
         guard let colon = s.lastIndex(of: ":"), let port = UInt16(s[s.index(after: colon)...]) else { return nil }
         var host = String(s[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { return nil }
+        // A comma or a space is no host's: `a:1,b:2` passed as one address (a list is
+        // `parseList`'s) would otherwise fail only at the first connection, as a name that
+        // does not resolve (an outside review, api1).
+        guard !host.isEmpty, !host.contains(where: { $0 == "," || $0.isWhitespace }) else { return nil }
         return NodeAddress(host: host, port: port, name: s)
     }
     public var description: String { name }

@@ -81,3 +81,23 @@ public func fileIsResident(_ path: String) -> Bool {
     }
     return true
 }
+
+/// Creates `path` and any missing parent directories (mode 0755), as `mkdir -p` does. Returns
+/// nil on success (also when it exists as a directory), else the directory that could not be
+/// made and why (`"/var/lib: Permission denied"`, or `"… exists and is not a directory"`).
+public func makeDirectories(_ path: String) -> String? {
+    var st = stat()
+    if stat(path, &st) == 0 {
+        return (st.st_mode & S_IFMT) == S_IFDIR ? nil : "\(path) exists and is not a directory"
+    }
+    var prefix = path.hasPrefix("/") ? "/" : ""
+    for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+        prefix += (prefix.isEmpty || prefix.hasSuffix("/") ? "" : "/") + part
+        if stat(prefix, &st) == 0 {
+            if (st.st_mode & S_IFMT) != S_IFDIR { return "\(prefix) exists and is not a directory" }
+            continue
+        }
+        if mkdir(prefix, 0o755) != 0 && errno != EEXIST { return "\(prefix): \(String(cString: strerror(errno)))" }
+    }
+    return nil
+}

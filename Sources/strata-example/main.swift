@@ -91,6 +91,9 @@ do {
     print("round 2 (warm): \(warm.hits) hits, \(warm.misses) loads, hit ratio \(ratio(warm))")
     print("slow loader ran \(loads) times for \(2 * workers * lookupsPerWorker) lookups")
     print("namespace stats: \(stats.items) items, \(stats.hits) hits, \(stats.misses) misses, \(stats.sets) sets")
+    if let first = try await records.item("customer:0", as: Customer.self) {
+        print("customer:0 is held in \(first.tier.map { $0.contains(.memory) ? "memory" : "the disk tier" } ?? "the cache")")
+    }
     print(String(format: "took %.2f s", Date().timeIntervalSince(start)))
     try await records.removeAll()
     cache.close()
@@ -98,6 +101,8 @@ do {
     guard loads >= customers, cold.misses + warm.misses == loads, warm.hits == workers * lookupsPerWorker - warm.misses else {
         fail("the figures do not add up")
     }
+} catch let e as CacheError where e.status == .busy {
+    fail("the node is at a capacity limit, try again: \(e)")
 } catch {
     fail("\(error)")
 }

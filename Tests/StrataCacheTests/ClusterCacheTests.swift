@@ -24,6 +24,7 @@ final class ClusterCacheTests: XCTestCase {
     func testConditionalWritesCountersAndErrorsMapToCacheError() async throws { try await SharedChecks.conditionalWritesAndErrors(cache) }
     func testNamespacesAreIsolatedAndRemoveAllEmptiesOnlyOne() async throws { try await SharedChecks.namespacesAreIsolated(cache) }
     func testReadThroughLoadsOnceFor100Tasks() async throws { try await SharedChecks.readThroughLoadsOnce(cache) }
+    func testALoaderReadingItsOwnKeyIsRefused() async throws { try await SharedChecks.loaderReadingItsOwnKeyIsRefused(cache) }
     func testCancellationEndsTheWait() async throws { try await SharedChecks.cancellationEndsTheWait(cache) }
     func testInvalidatedValueIsServedStaleUntilRefreshed() async throws { try await SharedChecks.invalidateThenRefresh(cache) }
     func testConcurrentUseFrom100Tasks() async throws { try await SharedChecks.concurrentUseFrom100Tasks(cache) }

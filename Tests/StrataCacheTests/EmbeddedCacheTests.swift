@@ -35,6 +35,7 @@ final class EmbeddedCacheTests: XCTestCase {
     func testNamespacesAreIsolatedAndRemoveAllEmptiesOnlyOne() async throws { try await SharedChecks.namespacesAreIsolated(cache) }
     func testNamespaceStats() async throws { try await SharedChecks.namespaceStats(cache) }
     func testReadThroughLoadsOnceFor100Tasks() async throws { try await SharedChecks.readThroughLoadsOnce(cache) }
+    func testALoaderReadingItsOwnKeyIsRefused() async throws { try await SharedChecks.loaderReadingItsOwnKeyIsRefused(cache) }
     func testLoaderErrorReachesTheCallerWithItsOwnError() async throws { try await SharedChecks.loaderErrorsReachTheCaller(cache) }
     func testCancellationEndsTheWait() async throws { try await SharedChecks.cancellationEndsTheWait(cache) }
     func testInvalidatedValueIsServedStaleUntilRefreshed() async throws { try await SharedChecks.invalidateThenRefresh(cache) }

@@ -81,6 +81,17 @@ final class ErrorMappingTests: XCTestCase {
         }
     }
 
+    /// `.nodes` takes one HOST:PORT per element: a comma-separated list in one element is
+    /// refused at init (it failed only at the first call, as a name that did not resolve).
+    func testANodeListInOneElementIsRefusedAtInit() {
+        XCTAssertThrowsError(try StrataCache(.nodes(["127.0.0.1:7400,127.0.0.1:7401"]))) { e in
+            XCTAssertEqual((e as? CacheError)?.code, .invalidArgument)
+            XCTAssertTrue("\(e)".contains("give one HOST:PORT per element"), "\(e)")
+        }
+        XCTAssertThrowsError(try StrataCache(.nodes(["my host:7400"])))
+        XCTAssertNoThrow(try StrataCache(.nodes(["127.0.0.1:7400", "[::1]:7401"])))
+    }
+
     func testLoadFailuresCancellationAndPassThrough() {
         let cached = CacheError.mapping(LoadFailure(message: "db down", cached: true))
         XCTAssertEqual(cached.code, .loadFailed)

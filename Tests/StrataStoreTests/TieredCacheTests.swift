@@ -434,4 +434,23 @@ final class WriteBehindBoundTests: XCTestCase {
         guard case .success(.stored) = wb.wait(seconds: 1) ?? .failure(StoreError(.io, "timeout")) else { return XCTFail() }
         XCTAssertThrowsError(try f.store.submitSet([], bytes("x")) { _ in })
     }
+
+    /// A data directory whose parents are missing is created with them (`mkdir -p`; outside
+    /// review api1: the README's /var/lib/myapp/cache failed on a machine without /var/lib/myapp),
+    /// and a parent that is a file is named in the error.
+    func testADataDirectoryIsCreatedWithItsMissingParents() throws {
+        let dir = TempDir()
+        let deep = dir.path + "/a/b//c/"
+        let store = try TieredCache(configuration: StoreConfiguration(directory: deep))
+        _ = try store.set(Array("k".utf8), Array("v".utf8))
+        store.close()
+        var isDir: ObjCBool = false
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir.path + "/a/b/c/strata.db"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir.path + "/a/b", isDirectory: &isDir) && isDir.boolValue)
+        FileManager.default.createFile(atPath: dir.path + "/file", contents: Data("x".utf8))
+        XCTAssertThrowsError(try TieredCache(configuration: StoreConfiguration(directory: dir.path + "/file/sub"))) { e in
+            XCTAssertTrue("\(e)".contains("\(dir.path)/file exists and is not a directory"), "\(e)")
+        }
+        XCTAssertNil(makeDirectories(dir.path + "/a/b/c"), "an existing directory is fine")
+    }
 }

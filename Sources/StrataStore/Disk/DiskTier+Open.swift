@@ -12,8 +12,10 @@ extension DiskTier {
     func prepareDirectory() throws {
         var st = stat()
         if stat(directory, &st) != 0 {
-            if mkdir(directory, 0o755) != 0 && errno != EEXIST {
-                throw StoreError(.directory, "cannot create data directory \(directory): \(String(cString: strerror(errno)))")
+            // Its missing parents too (`mkdir -p`): the README's embedding example names
+            // /var/lib/myapp/cache, and an outside review's fresh machine had no /var/lib/myapp.
+            if let why = makeDirectories(directory) {
+                throw StoreError(.directory, "cannot create data directory \(directory): \(why)")
             }
         } else if (st.st_mode & S_IFMT) != S_IFDIR {
             throw StoreError(.directory, "data directory \(directory) exists and is not a directory")

@@ -172,7 +172,9 @@ public struct StoreConfiguration: Sendable {
     public var sqliteMaxPageCount: Int? = nil
     /// For tests: replaces the real free-space reading (statvfs) of `directory`.
     public var freeSpaceProbe: (@Sendable () -> Int)? = nil
-    /// Where the store reports events (quarantine, corruption); one structured line each.
+    /// Where the store reports events (a log replayed or a row count redone after an unclean
+    /// stop, a quarantined file, corruption); one structured line each (`level=… event=…`).
+    /// Nil: standard error. `{ _ in }` silences them.
     public var log: (@Sendable (String) -> Void)? = nil
 
     public init(directory: String) { self.directory = directory }
