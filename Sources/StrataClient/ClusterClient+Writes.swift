@@ -45,9 +45,11 @@ extension ClusterClient {
         let (owner, replica) = (o, r)
         // (a lease fill is mode .lease)
         let conditional = s.mode != .set || s.casVersion != 0
+        if conditional && s.mode != .lease { return try replicateConditional(s, nodes) }
         var results: [Result<Frame, Error>]
         if conditional {
-            // The owner decides; the others follow only a stored write.
+            // A lease fill: the owner, which holds the lease, decides; the others follow only a
+            // stored write.
             let first = Result { try nodes[0].run { try $0.set(owner) } }
             if case .success(let f) = first {
                 switch f.statusCode {
@@ -81,6 +83,88 @@ extension ClusterClient {
         }
         return ClusterWriteReport(outcome: .stored(version: s.version), acknowledged: acked,
                                   failures: failures.map { "\($0.0): \($0.1)" })
+    }
+
+    /// An add, replace or cas: decided by one node — the owner, or when it does not answer
+    /// (twice: it is waited for again, as for a counter), the next node of the key, after
+    /// every node was brought up to the newest value (`settleAcrossReplicas`) — and copied to
+    /// the others only once stored. Sent with VERIFIED_ONLY while another node could decide,
+    /// as counters are (a node that has not verified the key since a restart or pause answers
+    /// UNVERIFIED). An outside-review-style test: with the owner down the other nodes were
+    /// written unconditionally, so an `add` of a present key overwrote it and reported stored.
+    private func replicateConditional(_ s: SetRequest, _ nodes: [NodeHandle]) throws -> ClusterWriteReport {
+        var failures: [(String, String)] = []
+        var unverified: [Int] = []
+        var behind: [String: String]? = nil
+        for fenced in [nodes.count > 1, false] {
+            let candidates = fenced || nodes.count == 1 ? Array(nodes.indices) : unverified
+            if !fenced && nodes.count > 1 && candidates.isEmpty { break }
+            for i in candidates {
+                let node = nodes[i]
+                // The owner did not decide: the others are first brought up to the newest
+                // value, so the condition is checked against what the owner held.
+                if i > 0 && behind == nil { behind = settleAcrossReplicas(s.key, s.namespace) }
+                if fenced, let why = behind?[node.address.name] { failures.append((node.address.name, why)); continue }
+                var d = s
+                d.tiers = i == 0 ? 0 : 2
+                d.verifiedOnly = fenced
+                let f: Frame
+                do { f = try node.run(ignoringQuiet: i == 0) { try $0.set(d) } } catch {
+                    failures.append((node.address.name, "\(error)"))
+                    continue
+                }
+                switch f.statusCode {
+                case .exists: return ClusterWriteReport(outcome: .exists, acknowledged: [], failures: [])
+                case .notFound: return ClusterWriteReport(outcome: .notFound, acknowledged: [], failures: [])
+                case .casMismatch: return ClusterWriteReport(outcome: .casMismatch(current: f.cas), acknowledged: [], failures: [])
+                case .unverified:
+                    unverified.append(i)
+                    failures.append((node.address.name, "has not verified the key with its other replicas since a restart or a pause (UNVERIFIED)"))
+                    continue
+                case .ok, .superseded:
+                    return try copyDecided(s, decidedBy: i, nodes, failures: failures)
+                case .busy, .shuttingDown:
+                    failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
+                    continue
+                default:
+                    // The node's answer (TOO_LARGE, INVALID_ARGUMENT, …): another would say the same.
+                    failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
+                    throw ClusterError(message: "write of \(keyText(s.key)) reached 0 of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+                                       failures: failures)
+                }
+            }
+            if nodes.count == 1 { break }
+        }
+        throw ClusterError(message: "write of \(keyText(s.key)) reached 0 of \(nodes.count) nodes; no node could decide it", failures: failures)
+    }
+
+    /// After node `i` stored a conditional write: the same version, unconditionally, to the others.
+    private func copyDecided(_ s: SetRequest, decidedBy i: Int, _ nodes: [NodeHandle], failures earlier: [(String, String)]) throws -> ClusterWriteReport {
+        var plain = s
+        plain.mode = .set; plain.casVersion = 0
+        let copy = plain
+        let others = nodes.indices.filter { $0 != i }
+        let results = fanOut(others.map { nodes[$0] }) { k, node in
+            var c = copy
+            c.tiers = others[k] == 0 ? 0 : 2
+            return try node.run { try $0.set(c) }
+        }
+        var acked = [nodes[i].address]
+        var failures: [(String, String)] = []
+        for (k, r) in results.enumerated() {
+            let node = nodes[others[k]]
+            switch r {
+            case .success(let f) where f.statusCode == .ok || f.statusCode == .superseded: acked.append(node.address)
+            case .success(let f): failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
+            case .failure(let e): failures.append((node.address.name, "\(e)"))
+            }
+        }
+        if !failures.isEmpty { hint(s.namespace, s.key, s.version) }
+        guard acked.count >= needed(nodes.count) else {
+            throw ClusterError(message: "write of \(keyText(s.key)) reached \(acked.count) of \(nodes.count) nodes (\(acked.map(\.name).joined(separator: ", "))); the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+                               failures: failures + earlier.filter { e in !acked.contains { $0.name == e.0 } && !failures.contains { $0.0 == e.0 } })
+        }
+        return ClusterWriteReport(outcome: .stored(version: s.version), acknowledged: acked, failures: failures.map { "\($0.0): \($0.1)" })
     }
 
     /// Sends one versioned request (DELETE or INVALIDATE) to each of the key's nodes at once

@@ -34,7 +34,9 @@ extension Connection {
         // A large value the log has no room for yet (`TieredCache.logHasRoom(for:)`) goes to a
         // worker instead, which waits for the applier (woken as soon as it applies: holding it
         // on the loop until the next tick cost each 500 KB SET under a 16 MiB disk limit 200 ms).
-        if case .set(let s) = request, !imageCheck, s.mode != .lease, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)),
+        // (A SET with VERIFIED_ONLY is checked by `Dispatcher.execute` on a worker: a cluster
+        // client's conditional write, rare.)
+        if case .set(let s) = request, !imageCheck, s.mode != .lease, !s.verifiedOnly, TieredCache.submitsWithoutBlocking(Dispatcher.setOptions(s)),
            !node.store.isLargeLogRecord(s.value.count) || node.store.logHasRoom(for: s.value.count) {
             do {
                 try node.store.submitSet(s.key, s.value, namespace: s.namespace, options: Dispatcher.setOptions(s),

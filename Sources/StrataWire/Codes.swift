@@ -83,7 +83,7 @@ public struct Status: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let shuttingDown = Status(rawValue: 0x0023)
     public static let tooManyConnections = Status(rawValue: 0x0024)
     public static let invalidImage = Status(rawValue: 0x0025)
-    /// INCR/DECR/TOUCH with flag VERIFIED_ONLY on a `--cluster` node that has not caught up
+    /// INCR/DECR/TOUCH/SET with flag VERIFIED_ONLY on a `--cluster` node that has not caught up
     /// with the key's other replicas (PROTOCOL.md §7.19): nothing was done; decide elsewhere.
     public static let unverified = Status(rawValue: 0x0026)
 
@@ -132,8 +132,9 @@ public struct RequestFlags: OptionSet, Sendable, Hashable {
     public static let negative = RequestFlags(rawValue: 0x40)
     /// SET: store the item already marked stale (replication and repair).
     public static let stale = RequestFlags(rawValue: 0x80)
-    /// INCR/DECR/TOUCH (bit 3, ALL's bit for FLUSH): decide only on a node that has verified the
-    /// key with its other replicas; else the node answers UNVERIFIED and does nothing (§7.19).
+    /// INCR/DECR/TOUCH and SET (bit 3, ALL's bit for FLUSH): decide only on a node that has
+    /// verified the key with its other replicas; else the node answers UNVERIFIED and does
+    /// nothing (§7.9, §7.19).
     public static let verifiedOnly = RequestFlags(rawValue: 0x08)
     public static let known: RequestFlags = [.quiet, .writeBehind, .wantMeta, .all, .validateImage, .lease, .negative, .stale]
 
@@ -142,7 +143,7 @@ public struct RequestFlags: OptionSet, Sendable, Hashable {
     public static func allowed(for op: Opcode) -> RequestFlags {
         switch op {
         case .get: return [.quiet, .wantMeta, .lease]
-        case .set: return [.quiet, .writeBehind, .validateImage, .negative, .stale]
+        case .set: return [.quiet, .writeBehind, .validateImage, .negative, .stale, .verifiedOnly]
         case .delete: return [.quiet, .writeBehind]
         case .flush: return [.quiet, .all]
         case .incr, .decr, .touch: return [.quiet, .verifiedOnly]

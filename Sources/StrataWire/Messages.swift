@@ -101,6 +101,9 @@ public struct SetRequest: Equatable, Sendable {
     public var negative = false
     /// Store the item already marked stale (replicating or repairing a stale item).
     public var stale = false
+    /// Flag VERIFIED_ONLY: decided only on a node that has verified the key with its other
+    /// replicas; else UNVERIFIED and nothing stored (PROTOCOL.md §7.5, §7.19).
+    public var verifiedOnly = false
     public init(key: [UInt8], value: [UInt8], namespace: [UInt8] = []) { self.key = key; self.value = value; self.namespace = namespace }
 }
 
@@ -276,6 +279,7 @@ public enum Request: Equatable, Sendable {
                 s.validateImage = flags.contains(.validateImage)
                 s.negative = flags.contains(.negative)
                 s.stale = flags.contains(.stale)
+                s.verifiedOnly = flags.contains(.verifiedOnly)
                 return .set(s)
             case .delete:
                 try needKey()
@@ -400,6 +404,7 @@ public enum Request: Equatable, Sendable {
             if s.validateImage { f.flags |= RequestFlags.validateImage.rawValue }
             if s.negative { f.flags |= RequestFlags.negative.rawValue }
             if s.stale { f.flags |= RequestFlags.stale.rawValue }
+            if s.verifiedOnly { f.flags |= RequestFlags.verifiedOnly.rawValue }
         case let .delete(ns, key, tiers, version, writeBehind):
             f = .request(.delete, id: id); f.namespace = ns; f.key = key; f.tiers = tiers
             if let v = version { f.extras.appendBE(v) }

@@ -20,8 +20,10 @@ final class VerifiedOnlyTests: XCTestCase {
         XCTAssertTrue(String(decoding: refused.value, as: UTF8.self).contains("has not caught up"))
         let touch = try c.call(.touch(namespace: [], key: b("n"), tiers: 0, expiry: .seconds(600), verifiedOnly: true))
         XCTAssertEqual(touch.statusCode, .unverified)
+        var add = SetRequest(key: b("n"), value: b("9")); add.mode = .replace; add.verifiedOnly = true
+        XCTAssertEqual(try c.set(add).statusCode, .unverified, "a fenced SET (a cluster client's conditional write)")
         XCTAssertEqual(try c.get(b("n"))?.value, b("5"), "nothing was done")
-        XCTAssertEqual(try nodeStats(c)["unverified_refusals"] as? Int, 2)
+        XCTAssertEqual(try nodeStats(c)["unverified_refusals"] as? Int, 3)
         let decided = try c.call(.counter(CounterRequest(key: b("n"), delta: 1)))
         XCTAssertEqual(decided.statusCode, .ok)
         XCTAssertEqual(try Responses.parseCounter(decided), 6, "without the flag the node decides")

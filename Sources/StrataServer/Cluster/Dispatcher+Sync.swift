@@ -151,7 +151,7 @@ extension Dispatcher {
         h.accepted(namespace: namespace, key: key, version: version, tombstone: tombstone)
     }
 
-    /// UNVERIFIED (status) for an INCR/DECR/TOUCH with flag VERIFIED_ONLY on a node that has
+    /// UNVERIFIED (status) for an INCR/DECR/TOUCH or SET with flag VERIFIED_ONLY on a node that has
     /// not caught up with the key's other replicas (PROTOCOL.md §7.19): the node must not decide
     /// from a copy that may be older than what a replica decided meanwhile. An outside review
     /// (cl14): increments sent to the owner while it was paused ran when it resumed, from its
@@ -162,6 +162,7 @@ extension Dispatcher {
         let key: (ns: [UInt8], key: [UInt8])
         switch r {
         case .counter(let x) where x.verifiedOnly: key = (x.namespace, x.key)
+        case .set(let x) where x.verifiedOnly: key = (x.namespace, x.key)
         case let .touch(ns, k, _, _, _, true): key = (ns, k)
         default: return nil
         }

@@ -179,7 +179,7 @@ extension Node {
             NodeNumber("sync_digests_passed", .counter, "Digests made by a pass over every row (catching up, another member list, maintained digests not ready).", stats.syncDigestsPassed.load()),
             NodeNumber("peers_lost", .counter, "Times a peer went out of contact.", stats.peersLost.load()),
             NodeNumber("unverified_answers", .counter, "Answers flagged UNVERIFIED.", stats.unverifiedAnswers.load()),
-            NodeNumber("unverified_refusals", .counter, "INCR/DECR/TOUCH with VERIFIED_ONLY refused with UNVERIFIED: the node had not verified the key.", stats.unverifiedRefusals.load()),
+            NodeNumber("unverified_refusals", .counter, "INCR/DECR/TOUCH/SET with VERIFIED_ONLY refused with UNVERIFIED: the node had not verified the key.", stats.unverifiedRefusals.load()),
             NodeNumber("handoff_hints", .counter, "Hints made: one per write applied to the disk tier and other replica of its key.", stats.handoffHints.load()),
             NodeNumber("handoff_checked", .counter, "Writes checked with peers (SYNC_CHECK).", stats.handoffChecked.load()),
             NodeNumber("handoff_copied", .counter, "Writes a peer lacked, copied to it by handoff.", stats.handoffCopied.load()),
