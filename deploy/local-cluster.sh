@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts N Strata nodes (default 3) on 127.0.0.1 with their own data directories, and prints
-# the --nodes string. `deploy/local-cluster.sh stop` stops exactly the nodes it started (by the
-# PIDs it recorded). State lives in $STRATA_CLUSTER_DIR (default ./local-cluster).
+# the --nodes string. `deploy/local-cluster.sh stop` stops the nodes running on its data
+# directories (those it started, and any restarted there since) and says how many. State lives in $STRATA_CLUSTER_DIR (default ./local-cluster).
 #
 #   deploy/local-cluster.sh 3          # start 3 nodes
 #   strata set k v --nodes "$(cat local-cluster/nodes)"
@@ -12,25 +12,50 @@ DIR="${STRATA_CLUSTER_DIR:-./local-cluster}"
 BIN="${STRATA_BIN:-.build/release/strata}"
 BASE_PORT="${STRATA_BASE_PORT:-7401}"
 
+# The strata serve processes whose data directory is one of this cluster's — those it started
+# (their PIDs are recorded) and any started again on the same directory since (a rolling
+# restart by hand, as docs/OPERATING.md describes, gives a node a new PID).
+cluster_pids() {
+  local dirs=() d pid cwd data prev arg
+  for d in "$DIR"/node*/data; do [ -d "$d" ] && dirs+=("$(cd "$d" && pwd -P)"); done
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    [ -r "/proc/$pid/cmdline" ] || continue
+    tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qx serve || continue
+    cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
+    data="./strata-data"; prev=""
+    while IFS= read -r arg; do
+      [ "$prev" = "--data" ] && data="$arg"
+      case "$arg" in --data=*) data="${arg#--data=}";; esac
+      prev="$arg"
+    done < <(tr '\0' '\n' < "/proc/$pid/cmdline")
+    case "$data" in /*) ;; *) data="$cwd/$data";; esac
+    data=$(cd "$data" 2>/dev/null && pwd -P) || continue
+    for d in "${dirs[@]}"; do [ "$d" = "$data" ] && echo "$pid"; done
+  done
+}
+
 stop() {
   [ -f "$DIR/pids" ] || { echo "no cluster recorded in $DIR"; return 0; }
-  while read -r pid; do
-    # Only a process that is still our strata node (not a reused PID).
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q "strata" "/proc/$pid/cmdline" 2>/dev/null; then
-      kill -TERM "$pid"
-    fi
-  done < "$DIR/pids"
+  local pids
+  pids=$(cluster_pids | sort -u)
+  if [ -z "$pids" ]; then
+    rm -f "$DIR/pids" "$DIR/nodes"
+    echo "no node of the cluster in $DIR was running"
+    return 0
+  fi
+  for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
   for _ in $(seq 1 100); do
     alive=0
-    while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$DIR/pids"
+    for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
     [ "$alive" = 0 ] && break
     sleep 0.1
   done
+  if [ "$alive" = 1 ]; then echo "some nodes did not stop within 10 s: $(for p in $pids; do kill -0 "$p" 2>/dev/null && echo -n "$p "; done)" >&2; return 3; fi
   rm -f "$DIR/pids" "$DIR/nodes"
-  echo "stopped"
+  echo "stopped $(echo $pids | wc -w) node(s)"
 }
 
-if [ "${1:-}" = "stop" ]; then stop; exit 0; fi
+if [ "${1:-}" = "stop" ]; then stop; exit $?; fi
 N="${1:-3}"
 case "$N" in ''|*[!0-9]*) echo "usage: $0 [N] | stop" >&2; exit 2;; esac
 [ -x "$BIN" ] || { echo "$BIN is missing: run make release first" >&2; exit 2; }

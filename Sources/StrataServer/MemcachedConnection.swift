@@ -275,7 +275,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 if node.draining {
                     emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
                 } else if listener.runsOnLoop(c) {
-                    if !emit({ listener.execute(c, into: &$0, delayedFlush: delayedFlushCheck(c)) }) { closeAfterFlush = true }
+                    if !emit({ listener.execute(c, into: &$0, delayedFlush: delayedFlushCheck(c), mayTakeLeases: userMayWrite) }) { closeAfterFlush = true }
                 } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {
                     // the last command, a durable set: decided here, answered after the loop's log write
                     return
@@ -353,6 +353,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         busy = true
         let listener = self.listener
         let budget = node.outputBudget
+        let mayTakeLeases = userMayWrite
         let accepted = node.workers.submit { [self] in
             var out: [UInt8] = []
             var quit = false
@@ -366,7 +367,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 case .error(let line, _, _, let fatal):
                     listener.error(line, into: &out)
                     quit = fatal
-                case .command(let c, _): quit = !listener.execute(c, into: &out, delayedFlush: delayedFlushCheck(c))
+                case .command(let c, _): quit = !listener.execute(c, into: &out, delayedFlush: delayedFlushCheck(c), mayTakeLeases: mayTakeLeases)
                 case .needMore: break
                 }
                 i += 1

@@ -218,13 +218,14 @@ final class MemcachedListener: Sendable {
     /// `delayedFlush`: for `flush_all N`, asked when the N seconds are up whether the flush
     /// still runs (its user still exists with the right to write here; the connection audits
     /// it then). Nil: it runs.
-    func execute(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)? = nil) -> Bool {
+    func execute(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)? = nil,
+                 mayTakeLeases: Bool = true) -> Bool {
         count(c)
         // Whatever the outcome, a write revokes the key's read-through lease (a fill loaded
         // before it must not land) and drops its image variants, as binary writes do.
         defer { keysWritten(by: c).forEach(written) }
         do {
-            return try run(c, into: &out, delayedFlush: delayedFlush)
+            return try run(c, into: &out, delayedFlush: delayedFlush, mayTakeLeases: mayTakeLeases)
         } catch let e as StoreError {
             error(Self.serverError(e), into: &out)
         } catch {
@@ -319,7 +320,7 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    private func run(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)?) throws -> Bool {
+    private func run(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)?, mayTakeLeases: Bool) throws -> Bool {
         func reply(_ s: String, _ noreply: Bool) { if !noreply { MemcachedResponse.line(s, into: &out) } }
         switch c {
         case .get(let keys, let cas):
@@ -388,7 +389,7 @@ final class MemcachedListener: Sendable {
         case .quit:
             return false
         case .meta(let m):
-            try meta(m, into: &out)
+            try meta(m, into: &out, mayTakeLeases: mayTakeLeases)
         }
         return true
     }

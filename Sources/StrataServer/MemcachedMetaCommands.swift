@@ -6,10 +6,12 @@ import StrataWire
 // ones: mg (get, touch), ms (set modes, CAS, invalidate), md (delete, invalidate), ma
 // (incr/decr with autovivify), mn, me. Return flags come back in the order they were asked.
 extension MemcachedListener {
-    func meta(_ m: MemcachedMeta, into out: inout [UInt8]) throws {
+    /// `mayTakeLeases`: false for a user who may not write the listener's namespace (a
+    /// readonly user): a stale item is served with X but no W/Z — a lease is a promise to fill.
+    func meta(_ m: MemcachedMeta, into out: inout [UInt8], mayTakeLeases: Bool = true) throws {
         if let refusal = Self.unsupported(m) { return error(refusal, into: &out) }
         do {
-            try runMeta(m, into: &out)
+            try runMeta(m, into: &out, mayTakeLeases: mayTakeLeases)
         } catch let e as StoreError where e.code == .invalidArgument {
             // A bad E version (too far ahead of the node's clock), a bad key: the client's.
             error("CLIENT_ERROR \(e.message)", into: &out)
@@ -37,13 +39,13 @@ extension MemcachedListener {
         return nil
     }
 
-    private func runMeta(_ m: MemcachedMeta, into out: inout [UInt8]) throws {
+    private func runMeta(_ m: MemcachedMeta, into out: inout [UInt8], mayTakeLeases: Bool) throws {
         let quiet = m.has("q")
         switch m.verb {
         case .noop:
             MemcachedResponse.line("MN", into: &out)
         case .get:
-            try metaGet(m, quiet: quiet, into: &out)
+            try metaGet(m, quiet: quiet, into: &out, mayTakeLeases: mayTakeLeases)
         case .set:
             let (code, item) = try metaSet(m)
             if code.hasPrefix("SERVER_ERROR") || code.hasPrefix("CLIENT_ERROR") { return error(code, into: &out) }
@@ -100,7 +102,7 @@ extension MemcachedListener {
         return s
     }
 
-    private func metaGet(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws {
+    private func metaGet(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8], mayTakeLeases: Bool) throws {
         // N and R need their number (memcached refuses the flag alone); T is checked below.
         if m.number("N") == .invalid || m.number("R") == .invalid {
             return error("CLIENT_ERROR bad token in command line format", into: &out)
@@ -131,7 +133,9 @@ extension MemcachedListener {
         // R<seconds>: so is an item that expires within that many seconds.
         var recache = item.stale
         if case .value(let r) = m.number("R"), item.expiresAt != nil, ttl(item) < r { recache = true }
-        if recache { flags += win(m.key) }
+        // Not for a user who may not fill it (outside review sec3: a readonly user's plain `mg`
+        // of stale items took every lease, and no writer could refresh them).
+        if recache && mayTakeLeases { flags += win(m.key) }
         if item.stale { flags += " X" }
         if m.has("v") {
             MemcachedResponse.line("VA \(item.value.count)" + flags, into: &out)

@@ -288,7 +288,9 @@ extension TieredCache {
                 // make room for it (see DiskBudget).
                 // Named after what sized it: the limit, or the file system when that is smaller.
                 let b = disk.budget
-                let by = b.sizedFor < b.limit || !b.isLimited ? "the file system of the data directory (\(b.sizedFor) bytes, smaller than the disk limit)" : "the disk limit of \(b.limit) bytes"
+                let by = !b.isLimited ? "the file system of the data directory (\(b.sizedFor) bytes; no disk limit is set)"
+                    : b.sizedFor < b.limit ? "the file system of the data directory (\(b.sizedFor) bytes, smaller than the disk limit)"
+                    : "the disk limit of \(b.limit) bytes"
                 throw StoreError(.valueTooLarge, "value is \(encoded.1.count) bytes stored; \(by) holds items of at most \(b.maxStoredItem)")
             }
             // An INVALIDATE rewrites a value the node holds (its row is replaced in place): below

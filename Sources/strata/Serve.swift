@@ -356,7 +356,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = s["cluster-tls-ca"], !v.isEmpty { c.clusterTLSCA = v }
     if let v = try int("replicas", min: 1) { c.replicas = v }
     if let v = try seconds("sync-interval") {
-        guard v >= 0.1 && v <= 3600 else { throw UsageError(message: "--sync-interval must be 0.1…3600 seconds, got \(v)") }
+        guard v >= 0.1 && v <= 3600 else { throw UsageError(message: "--sync-interval must be 0.1…3600 seconds, got \(s["sync-interval"] ?? String(v))") }
         c.syncInterval = v
     }
 }
@@ -405,6 +405,10 @@ func describeJSONError(_ error: Error) -> String {
 /// A setting written both ways (`max_connections` and `max-connections`) is refused.
 func loadConfigFile(_ path: String) throws -> ([String: String], Bool?, [String: String]) {
     let data: Data
+    var st = stat()
+    if stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
+        throw UsageError(message: "cannot read the config file '\(path)': it is a directory")
+    }
     do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
         let reason = access(path, R_OK) != 0 ? String(cString: strerror(errno)) : error.localizedDescription
         throw UsageError(message: "cannot read the config file '\(path)': \(reason)")

@@ -126,6 +126,12 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertEqual(missing.code, 2)
         XCTAssertTrue(missing.err.contains("cannot read the config file '\(dir.path)/none.json': No such file or directory") &&
                       !missing.err.contains("NSPOSIXErrorDomain"), missing.err)
+        let directory = try runCLI(["serve", "--config", dir.path, "--data", TempDir().path])
+        XCTAssertEqual(directory.code, 2)
+        XCTAssertTrue(directory.err.contains("cannot read the config file '\(dir.path)': it is a directory") &&
+                      !directory.err.contains("NSCocoaErrorDomain"), directory.err)
+        let interval = try runCLI(["serve", "--sync-interval", "0", "--data", TempDir().path])
+        XCTAssertTrue(interval.err.contains("--sync-interval must be 0.1…3600 seconds, got 0") && !interval.err.contains("0.0"), interval.err)
         for (args, says) in [(["--data", "--validate-images"], "--data needs a value, got the option '--validate-images'"),
                              (["--memory-limit", "--port=0"], "--memory-limit needs a value, got the option '--port=0'"),
                              (["--metrics-port", "29377", "--memcached-port", "29377"], "--memcached-port and --metrics-port are both 29377"),

@@ -356,6 +356,18 @@ final class CredentialsTests: XCTestCase {
         for _ in 0..<5 { XCTAssertEqual(ro.line(), "CLIENT_ERROR forbidden: user 'ro' may only read") }
         XCTAssertEqual(ro.read(until: "END\r\n"), "VALUE k 0 1\r\nv\r\nEND\r\n", "nothing changed, and the connection still reads")
 
+        // A stale item: a readonly user's plain `mg` is served it (X) but takes no lease (no W):
+        // an outside review's readonly client held every lease of every stale key, so no
+        // writer could refresh them. The writer then wins the lease.
+        rw.send("md k I\r\n")
+        XCTAssertEqual(rw.line(), "HD")
+        ro.send("mg k v\r\n")
+        XCTAssertEqual(ro.line(), "VA 1 X")
+        XCTAssertEqual(ro.line(), "v")
+        rw.send("mg k v\r\n")
+        XCTAssertEqual(rw.line(), "VA 1 W X", "the writer, not the readonly user, is the one to refresh it")
+        XCTAssertEqual(rw.line(), "v")
+
         let elsewhere = try TextSocket(port: port)
         elsewhere.send("set auth 0 0 8\r\nx t-else\r\n")
         XCTAssertEqual(elsewhere.line(), "CLIENT_ERROR forbidden: user 'elsewhere' may not use namespace 'app1'")

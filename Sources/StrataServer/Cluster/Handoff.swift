@@ -112,7 +112,7 @@ final class Handoff: @unchecked Sendable {
             if foreignWriteLog.admit(now: monotonicSeconds()) != nil {
                 log.warn("foreign_write", [("namespace_hex", NamespaceStats.hex(namespace)), ("key_hex", NamespaceStats.hex(Array(key.prefix(64)))),
                                            ("replicas", mine.joined(separator: ",")),
-                                           ("hint", "the client's member list differs from this node's --cluster: give clients the nodes' list, each node named the same way")])
+                                           ("hint", "the client placed the key by another member list than this node's --cluster, or wrote this node directly (--server): give clients the nodes' list, each node named the same way")])
             }
             return
         }
