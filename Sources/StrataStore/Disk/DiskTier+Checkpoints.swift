@@ -29,6 +29,8 @@ extension DiskTier {
     /// database has its tables: a reader that opened the new file in between read "no such
     /// table" (a full test run caught it once).
     func quarantineAndReopen(reason: String) {
+        // What the moved file had applied from the log (the fresh one is refilled up to it).
+        let applied = appliedCommitted
         writer = nil
         readerLock.withLock {
             idleReaders.removeAll()
@@ -47,6 +49,13 @@ extension DiskTier {
         // A fresh file: the watcher's rows are gone (the writer relists after this job).
         rowWatchConnection = nil
         if rowWatcher != nil { rowWatchDirty = true }
+        // Not again while refilling: a fresh file that is corrupt too (a failing device) is
+        // moved aside once more and left empty.
+        if !refilling {
+            refilling = true
+            refillFromLog(upTo: applied)
+            refilling = false
+        }
     }
 
     // MARK: Checkpoints

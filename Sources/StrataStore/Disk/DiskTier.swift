@@ -140,6 +140,8 @@ final class DiskTier: @unchecked Sendable {
     private(set) var openedWithRows = false
     /// The log position SQLite held every record before, when the file was opened.
     private(set) var logApplied: UInt64 = 0
+    /// The writer is applying the log's records to a fresh file after a quarantine.
+    var refilling = false
     /// The applied log position of the last commit (writer thread).
     var appliedCommitted: UInt64 = 0
     /// Called on the writer thread after a checkpoint copied the whole WAL into the database
