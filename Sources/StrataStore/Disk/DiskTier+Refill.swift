@@ -24,23 +24,14 @@ extension DiskTier {
                 LogSegment.scan(raw, expectedStart: start) { position, record in
                     let recordEnd = position + UInt64(record.encodedSize)
                     guard recordEnd <= end else { return false }
-                    switch record {
-                    case .put(let p):
-                        guard let encoding = ValueEncoding(rawValue: p.encoding),
-                              let value = p.stored.withUnsafeBytes({ codec.decode(encoding, $0, size: Int(p.rawSize)) }) else {
-                            undecodable += 1
-                            return true
-                        }
-                        let state = ItemState(value: value, flags: p.flags, extended: p.extended, expiry: p.expiry, version: p.version, marks: p.marks)
-                        writes.append(LoggedWrite(position: position, end: recordEnd,
-                                                  kind: .put(ItemKey(namespace: p.namespace, key: p.key), state, encoding, p.stored)))
-                    case let .delete(ns, key):
-                        writes.append(LoggedWrite(position: position, end: recordEnd, kind: .delete(ItemKey(namespace: ns, key: key))))
-                    case .flushNamespace(let ns):
-                        writes.append(LoggedWrite(position: position, end: recordEnd, kind: .flushNamespace(ns), keepsMemory: true))
-                    case .flushAll:
-                        writes.append(LoggedWrite(position: position, end: recordEnd, kind: .flushAll, keepsMemory: true))
+                    guard var w = LoggedWrite.reading(record, position: position, end: recordEnd, decode: { encoding, stored, size in
+                        stored.withUnsafeBytes { codec.decode(encoding, $0, size: size) }
+                    }) else {
+                        undecodable += 1
+                        return true
                     }
+                    w.keepsMemory = true // a flush: of the disk tier alone (memory holds newer items)
+                    writes.append(w)
                     return true
                 }
             }

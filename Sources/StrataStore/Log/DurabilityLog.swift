@@ -27,6 +27,22 @@ struct LoggedWrite: Sendable {
         default: return nil
         }
     }
+
+    /// The write `record` (at `position`, ending at `end`) holds, a put's value decoded with
+    /// `decode`; nil when that value cannot be decoded. The replay at open and the refill of a
+    /// quarantined file (`DiskTier.refillFromLog`) both read records this way.
+    static func reading(_ record: LogRecord, position: UInt64, end: UInt64,
+                        decode: (ValueEncoding, [UInt8], Int) -> [UInt8]?) -> LoggedWrite? {
+        switch record {
+        case .put(let p):
+            guard let encoding = ValueEncoding(rawValue: p.encoding), let value = decode(encoding, p.stored, Int(p.rawSize)) else { return nil }
+            let state = ItemState(value: value, flags: p.flags, extended: p.extended, expiry: p.expiry, version: p.version, marks: p.marks)
+            return LoggedWrite(position: position, end: end, kind: .put(ItemKey(namespace: p.namespace, key: p.key), state, encoding, p.stored))
+        case let .delete(ns, key): return LoggedWrite(position: position, end: end, kind: .delete(ItemKey(namespace: ns, key: key)))
+        case .flushNamespace(let ns): return LoggedWrite(position: position, end: end, kind: .flushNamespace(ns))
+        case .flushAll: return LoggedWrite(position: position, end: end, kind: .flushAll)
+        }
+    }
 }
 
 /// The durability point of the disk tier (DESIGN.md "Durability"): a write is decided, its
@@ -126,30 +142,23 @@ final class DurabilityLog: @unchecked Sendable {
         self.index = index
         let now = clock.nowMicros()
         files = try LogFiles(directory: directory, segmentBytes: segmentBytes, policy: policy, from: applied, clock: clock) { position, record in
-            let end = position + UInt64(record.encodedSize)
-            let kind: LoggedWrite.Kind
-            var entry: PendingIndex.Entry? = nil
-            switch record {
-            case .put(let p):
-                guard let encoding = ValueEncoding(rawValue: p.encoding),
-                      let value = decode(encoding, p.stored, Int(p.rawSize)) else { undecodable += 1; return }
-                let state = ItemState(value: value, flags: p.flags, extended: p.extended, expiry: p.expiry, version: p.version, marks: p.marks)
-                let id = ItemKey(namespace: p.namespace, key: p.key)
-                kind = .put(id, state, encoding, p.stored)
-                let e = PendingIndex.Entry(position: position, state: state, encoding: encoding, storedSize: p.stored.count, at: now)
-                entry = e
-                index.put(id, e)
-                maxVersion = max(maxVersion, p.version)
-            case let .delete(ns, key):
-                let id = ItemKey(namespace: ns, key: key)
-                kind = .delete(id)
-                let e = PendingIndex.Entry(position: position, state: nil, encoding: .raw, storedSize: 0, at: now)
-                entry = e
-                index.put(id, e)
-            case .flushNamespace(let ns): kind = .flushNamespace(ns)
-            case .flushAll: kind = .flushAll
+            guard var w = LoggedWrite.reading(record, position: position, end: position + UInt64(record.encodedSize), decode: decode) else {
+                undecodable += 1
+                return
             }
-            replayed.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry))
+            switch w.kind {
+            case let .put(id, state, encoding, stored):
+                let e = PendingIndex.Entry(position: position, state: state, encoding: encoding, storedSize: stored.count, at: now)
+                w.entry = e
+                index.put(id, e)
+                maxVersion = max(maxVersion, state.version)
+            case .delete(let id):
+                let e = PendingIndex.Entry(position: position, state: nil, encoding: .raw, storedSize: 0, at: now)
+                w.entry = e
+                index.put(id, e)
+            case .flushNamespace, .flushAll: break
+            }
+            replayed.append(w)
         }
         // Replayed entries are in the file: nothing to roll back.
         for w in replayed { if let id = w.item { index.settle(id, position: w.position) } }
