@@ -66,6 +66,35 @@ func nsArg(_ o: ParsedOptions) throws -> [UInt8] {
     return b
 }
 
+/// `set --mode add|replace|cas [--cas VERSION]`: the SET mode and the version a cas needs.
+func setModeArg(_ o: ParsedOptions) throws -> (mode: SetModeCode, cas: UInt64) {
+    let cas = try o.string("--cas").map { text -> UInt64 in
+        guard let v = UInt64(text), v > 0 else { throw UsageError(message: "--cas must be a version (1…2^64−1, as set prints or get --meta shows), got '\(text)'") }
+        return v
+    }
+    switch o.string("--mode") ?? (cas != nil ? "cas" : "set") {
+    case "set": return (.set, 0)
+    case "add" where cas == nil: return (.add, 0)
+    case "replace" where cas == nil: return (.replace, 0)
+    case "cas":
+        guard let v = cas else { throw UsageError(message: "--mode cas needs --cas VERSION (the version the item must have)") }
+        return (.cas, v)
+    case "add", "replace": throw UsageError(message: "--cas goes with --mode cas only")
+    case let m: throw UsageError(message: "--mode must be set, add, replace or cas, got '\(m)'")
+    }
+}
+
+/// Exit 1 and why, for a conditional set that stored nothing; nil when `status` is not one.
+func notStored(_ status: Status, current: UInt64, key: String) -> Int32? {
+    switch status {
+    case .exists: printErr("not stored: \(key) exists (--mode add)")
+    case .notFound: printErr("not stored: \(key) not found")
+    case .casMismatch: printErr("not stored: \(key) has version \(current), not the one --cas named")
+    default: return nil
+    }
+    return 1
+}
+
 func ttlArg(_ o: ParsedOptions) throws -> WireExpiry? {
     guard let v = o.string("--ttl") else { return nil }
     guard let n = Int64(v), n >= 0, n <= Int64(Int32.max) else { throw UsageError(message: "--ttl must be a whole number of seconds, 0…2147483647 (0: never expires), got '\(v)'") }
@@ -148,11 +177,13 @@ let clientCommands: [String: ClientCommand] = [
     },
     "set": ClientCommand(usage: """
                          strata set KEY [VALUE] [--ttl S] [--ns NS] [--tiers memory|disk|all] [--flags N] [--validate-image]
-                                        [--write-behind] [--ext-file FILE]
+                                        [--write-behind] [--ext-file FILE] [--mode add|replace|cas] [--cas VERSION]
                            --write-behind: answered before the write is in the node's log (a crash may lose it)
                            --ext-file: store FILE's bytes (≤ 4096) as the item's extended data (read back with get --ext)
+                           --mode add: only if absent; replace: only if present; cas: only if its version is
+                           --cas VERSION (a version set printed or get --meta shows). Not stored: exit 1, and why
                          """,
-                         valued: keyOpts.union(["--ttl", "--flags", "--ext-file"]), switches: ["--validate-image", "--write-behind"],
+                         valued: keyOpts.union(["--ttl", "--flags", "--ext-file", "--mode", "--cas"]), switches: ["--validate-image", "--write-behind"],
                          positionals: 2) { o, c in
         let key = try keyArg(o, "strata set KEY [VALUE]")
         var value: [UInt8]
@@ -173,7 +204,9 @@ let clientCommands: [String: ClientCommand] = [
             guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
             s.flags = UInt32(f)
         }
+        (s.mode, s.casVersion) = try setModeArg(o)
         let resp = try c.set(s)
+        if let code = notStored(resp.statusCode, current: resp.cas, key: o.positionals[0]) { return code }
         try NodeConnection.check(resp, allow: [.ok])
         printOut("stored \(value.count) bytes, version \(resp.cas)")
         return 0

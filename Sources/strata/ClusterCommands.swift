@@ -60,8 +60,15 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
             guard f <= Int(UInt32.max) else { throw UsageError(message: "--flags must fit in 32 bits") }
             flags = UInt32(f)
         }
+        let (mode, cas) = try setModeArg(o)
         let report = try cluster.setReporting(key, value, namespace: ns, expiry: try ttlArg(o) ?? .storeDefault, flags: flags,
-                                              extended: try extFileArg(o))
+                                              extended: try extFileArg(o), mode: mode, casVersion: cas)
+        switch report.outcome {
+        case .exists: return notStored(.exists, current: 0, key: o.positionals[0])!
+        case .notFound: return notStored(.notFound, current: 0, key: o.positionals[0])!
+        case .casMismatch(let current): return notStored(.casMismatch, current: current, key: o.positionals[0])!
+        default: break
+        }
         guard case .stored(let v) = report.outcome else { throw ClientError(.server, "not stored: \(report.outcome)") }
         // The nodes that acknowledged it (not merely the key's nodes); the others on stderr.
         printOut("stored \(value.count) bytes on \(report.acknowledged.map(\.name).joined(separator: ", ")), version \(v)")
