@@ -15,8 +15,12 @@ extension StrataCache {
     /// `options.negativeTTL` it is remembered and served as `.loadFailed` without running the
     /// loader until it expires. Cancelling the caller ends its wait; a load it started runs on
     /// for the callers that share it and still stores its value. A loader that reads its own
-    /// key through this cache (directly, or through the loaders it calls) gets `.invalidArgument`
-    /// at once: it would otherwise wait for its own load.
+    /// key through this cache — directly, through the loaders it calls, or through another
+    /// task's load in this process that waits for it (P's loader reads Q while Q's reads P) —
+    /// makes that read fail at once with `.invalidArgument` (its loader's caller then gets
+    /// `.loadFailed`): it would otherwise wait for its own load forever. Loads in other
+    /// processes are not seen: such a cycle through a cluster's leases waits for
+    /// `options.maxWait`. A `ttl` must be positive (`.invalidArgument`).
     public func value<Value: Codable & Sendable>(for key: some CacheKey, ttl: Duration? = nil,
                                                  options: ReadThroughOptions = ReadThroughOptions(),
                                                  loader: @escaping @Sendable () async throws -> Value) async throws -> Value {
@@ -29,18 +33,28 @@ extension StrataCache {
                                                        options: ReadThroughOptions = ReadThroughOptions(),
                                                        loader: @escaping @Sendable () async throws -> Value) async throws -> ReadThroughResult<Value> {
         let k = try checked(key)
-        let (b, ns) = (backend, namespaceBytes)
-        // A loader that reads its own key through the cache would wait for its own load (the
-        // single flight, the node's lease) forever (an outside review, api1): refused at once.
-        let loading = LoadingKey(backend: b.identity, namespace: ns, key: k)
-        let outer = Self.keysBeingLoaded
-        if outer.contains(loading) {
-            throw CacheError(.invalidArgument, "the loader of \(Self.quoted(k)) read \(Self.quoted(k)) through the cache, directly or through other loaders: it would wait for its own load forever")
+        // As `set` refuses it, on every backend (the embedded store returned the value without
+        // storing it, a cluster refused it: an outside review, api2).
+        if let t = ttl, t <= .zero {
+            throw CacheError(.invalidArgument, status: .invalidArgument, "a TTL must be positive, got \(t)")
         }
+        let (b, ns) = (backend, namespaceBytes)
+        // A loader that reads its own key through the cache — directly, through other loaders,
+        // or through another task's load that waits on one of this task's (P loads and reads
+        // Q while Q's loader reads P) — would wait for its own load forever (outside reviews
+        // api1, api2): refused at once (`LoadCycles`).
+        let loading = LoadingKey(backend: b.identity, namespace: ns, key: k)
+        let ancestors = LoadCycles.running
+        if let cycle = LoadCycles.shared.wouldWait(on: loading, ancestors: ancestors) {
+            throw CacheError(.invalidArgument, status: .invalidArgument, "the loader of \(Self.quoted(cycle)) read \(Self.quoted(k)) through the cache, and that load waits for it (directly or through other loaders): it would wait for its own load forever")
+        }
+        defer { LoadCycles.shared.doneWaiting(ancestors) }
         let expiry: CacheExpiry = ttl.map { .after($0) } ?? .storeDefault
         let run = LoaderRun()
         let blocking = run.blocking { [self] in
-            try await Self.$keysBeingLoaded.withValue(outer.union([loading])) { try self.encode(try await loader()) }
+            let marker = LoadCycles.shared.started(loading)
+            defer { LoadCycles.shared.finished(marker) }
+            return try await LoadCycles.$running.withValue(ancestors + [marker]) { try self.encode(try await loader()) }
         }
         let raw: RawLoaded
         do {
@@ -51,16 +65,6 @@ extension StrataCache {
             throw e
         }
         return ReadThroughResult(value: try decode(Value.self, raw.value), version: raw.version, origin: raw.origin)
-    }
-
-    /// The keys whose loaders this task is running (inside them, a read-through of one of them
-    /// is a cycle).
-    @TaskLocal static var keysBeingLoaded: Set<LoadingKey> = []
-
-    struct LoadingKey: Hashable, Sendable {
-        let backend: ObjectIdentifier
-        let namespace: [UInt8]
-        let key: [UInt8]
     }
 
     static func quoted(_ k: [UInt8]) -> String { "'" + String(decoding: k.prefix(64), as: UTF8.self) + (k.count > 64 ? "…" : "") + "'" }

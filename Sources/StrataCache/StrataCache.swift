@@ -34,7 +34,9 @@ import StrataStore
 public struct StrataCache: Sendable {
     /// Where the cache lives.
     public enum Backend: Sendable {
-        /// A cluster given as `HOST:PORT` strings (2 copies per key, every copy acknowledged).
+        /// A cluster given as `HOST:PORT` strings, one node each — or `dns:NAME:PORT` (every
+        /// address NAME resolves to, resolved at init) or `file:PATH` (the entries in the file)
+        /// as the CLI's `--nodes` takes them (2 copies per key, every copy acknowledged).
         case nodes([String])
         /// A cluster with every setting of the client (replicas, acknowledgement, timeouts, token).
         case cluster(ClusterConfiguration)
@@ -64,6 +66,14 @@ public struct StrataCache: Sendable {
             case .nodes(let list):
                 var addresses: [NodeAddress] = []
                 for s in list {
+                    // `dns:NAME:PORT` and `file:PATH` entries, as the CLI's --nodes takes them:
+                    // resolved (or read) now, so a bad one fails here, not at the first call.
+                    if s.hasPrefix("dns:") || s.hasPrefix("file:") {
+                        do { addresses += try NodeAddress.parseList(s, option: "nodes") } catch {
+                            throw CacheError(.invalidArgument, "'\(s)': \(error)")
+                        }
+                        continue
+                    }
                     guard let a = NodeAddress.parse(s) else {
                         throw CacheError(.invalidArgument, s.contains(",") ? "'\(s)' names several nodes: give one HOST:PORT per element"
                                                                           : "'\(s)' is not HOST:PORT")

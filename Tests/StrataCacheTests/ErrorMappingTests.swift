@@ -90,6 +90,15 @@ final class ErrorMappingTests: XCTestCase {
         }
         XCTAssertThrowsError(try StrataCache(.nodes(["my host:7400"])))
         XCTAssertNoThrow(try StrataCache(.nodes(["127.0.0.1:7400", "[::1]:7401"])))
+        // dns: and file: entries are parsed (resolved, read) at init, as the CLI's --nodes: a bad one fails
+        // there (no name is resolved here: nothing leaves the machine).
+        XCTAssertThrowsError(try StrataCache(.nodes(["dns:no-port"]))) { e in
+            XCTAssertEqual((e as? CacheError)?.code, .invalidArgument, "\(e)")
+        }
+        let dir = TempDir()
+        FileManager.default.createFile(atPath: dir.path + "/nodes", contents: Data("127.0.0.1:7400\n127.0.0.1:7401\n".utf8))
+        XCTAssertNoThrow(try StrataCache(.nodes(["file:" + dir.path + "/nodes"])))
+        XCTAssertThrowsError(try StrataCache(.directory(""))) { e in XCTAssertTrue("\(e)".contains("empty path"), "\(e)") }
     }
 
     func testLoadFailuresCancellationAndPassThrough() {

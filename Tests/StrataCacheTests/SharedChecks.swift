@@ -65,6 +65,7 @@ enum SharedChecks {
         await assertCacheError(.invalidArgument) { try await cache.namespace(String(repeating: "n", count: 65)).get("k", as: String.self) }
         await assertCacheError(.tooLarge, status: .tooLarge) { try await cache.set("k", "x", options: WriteOptions(extended: [UInt8](repeating: 0, count: 4097))) }
         await assertCacheError(.invalidArgument) { try await cache.set("k", "x", ttl: .zero) }
+        await assertCacheError(.invalidArgument, status: .invalidArgument) { try await cache.value(for: "k0", ttl: .zero) { "x" } }
         // A TTL past what microseconds hold is the latest time there is, on every backend (a node
         // refused it as "not positive" while the embedded store kept it: outside review api1).
         _ = try await cache.set("long-lived", "x", ttl: .seconds(Int64.max / 2))
@@ -163,6 +164,34 @@ enum SharedChecks {
         XCTAssertLessThan(Date().timeIntervalSince(started), 5, "refused at once, not after a timeout")
         let v = try await cache.value(for: "outer") { try await cache.value(for: "inner") { 2 } + 1 }
         XCTAssertEqual(v, 3)
+        // Two tasks whose loaders read each other's keys (P's reads Q, Q's reads P) deadlocked
+        // on every backend (outside review api2): one of them is refused, neither hangs.
+        let crossStarted = Date()
+        let p = Task { () async throws -> Int in
+            try await cache.value(for: "cross-p") { () async throws -> Int in
+                try await Task.sleep(nanoseconds: 200_000_000)
+                return try await cache.value(for: "cross-q") { 1 } + 10
+            }
+        }
+        let q = Task { () async throws -> Int in
+            try await cache.value(for: "cross-q") { () async throws -> Int in
+                try await Task.sleep(nanoseconds: 200_000_000)
+                return try await cache.value(for: "cross-p") { 2 } + 20
+            }
+        }
+        let results = [await p.result, await q.result]
+        XCTAssertLessThan(Date().timeIntervalSince(crossStarted), 5, "neither load waits for the other forever")
+        XCTAssertTrue(results.contains { if case .failure(let e) = $0 { return "\(e)".contains("would wait for its own load") }; return false }, "\(results)")
+        // A task started inside a loader outlives it: once the load is done, reading the key
+        // from that task is a plain read (it was refused as a cycle: api2).
+        let spawned = SpawnedTask()
+        let five = try await cache.value(for: "spawner") { () async throws -> Int in
+            spawned.set(Task { try await Task.sleep(nanoseconds: 300_000_000); return try await cache.value(for: "spawner") { 99 } })
+            return 5
+        }
+        XCTAssertEqual(five, 5)
+        let later = try await XCTUnwrap(spawned.get()).value
+        XCTAssertEqual(later, 5, "the cached value, not a refusal")
         let inner = try await cache.get("inner", as: Int.self)
         XCTAssertEqual(inner, 2)
     }
@@ -295,4 +324,12 @@ actor ProfileService {
             Profile(id: id, name: "p\(id)", tags: [], score: nil, nested: [:])
         }
     }
+}
+
+/// A task a loader starts, handed out of it.
+final class SpawnedTask: @unchecked Sendable {
+    private let lock = NSLock()
+    private var task: Task<Int, Error>?
+    func set(_ t: Task<Int, Error>) { lock.lock(); task = t; lock.unlock() }
+    func get() -> Task<Int, Error>? { lock.lock(); defer { lock.unlock() }; return task }
 }

@@ -10,6 +10,7 @@ import Synchronization
 // moving a corrupt file aside.
 extension DiskTier {
     func prepareDirectory() throws {
+        guard !directory.isEmpty else { throw StoreError(.directory, "the data directory is an empty path: name one") }
         var st = stat()
         if stat(directory, &st) != 0 {
             // Its missing parents too (`mkdir -p`): the README's embedding example names
