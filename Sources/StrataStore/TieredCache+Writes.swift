@@ -192,7 +192,7 @@ extension TieredCache {
             guard held else {
                 throw StoreError(.valueTooLarge, memory.maxRecordBytes == 0
                     ? "the memory tier holds nothing (--memory-limit 0): a write to the memory tier alone cannot be stored; nothing was stored"
-                    : "the memory tier holds items of at most \(memory.maxRecordBytes) bytes (1/\(memory.shards.count) of --memory-limit: key, value and a ~30-byte header, rounded up to a size class): this write to the memory tier alone was not stored")
+                    : "the memory tier holds items of at most \(memory.maxRecordBytes) bytes (1/\(memory.shards.count) of the memory limit, --memory-limit or memoryCostLimit; a record is the key, value and a ~30-byte header, rounded up to a size class): this write to the memory tier alone was not stored")
             }
             return result
         }
