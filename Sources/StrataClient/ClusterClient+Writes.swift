@@ -158,7 +158,10 @@ extension ClusterClient {
     /// After node `i` stored a conditional write: the same version, unconditionally, to the others.
     private func copyDecided(_ s: SetRequest, decidedBy i: Int, _ nodes: [NodeHandle], failures earlier: [(String, String)]) throws -> ClusterWriteReport {
         var plain = s
-        plain.mode = .set; plain.casVersion = 0
+        // A plain copy: no condition, and not fenced — a node that has not verified the key
+        // takes the decided write (an outside review, cl17: the copies went out with the
+        // decider's VERIFIED_ONLY, were refused by such nodes, and a stored add reported exit 3).
+        plain.mode = .set; plain.casVersion = 0; plain.verifiedOnly = false
         let copy = plain
         let others = nodes.indices.filter { $0 != i }
         let results = fanOut(others.map { nodes[$0] }) { k, node in

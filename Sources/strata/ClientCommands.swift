@@ -180,8 +180,9 @@ let clientCommands: [String: ClientCommand] = [
                                         [--write-behind] [--ext-file FILE] [--mode add|replace|cas] [--cas VERSION]
                            --write-behind: answered before the write is in the node's log (a crash may lose it)
                            --ext-file: store FILE's bytes (≤ 4096) as the item's extended data (read back with get --ext)
-                           --mode add: only if absent; replace: only if present; cas: only if its version is
-                           --cas VERSION (a version set printed or get --meta shows). Not stored: exit 1, and why
+                           --mode set (the default) stores; add: only if absent; replace: only if present; cas: only
+                           if its version is --cas VERSION (a version set printed or get --meta shows; --cas alone
+                           means --mode cas). Not stored: exit 1, and why
                          """,
                          valued: keyOpts.union(["--ttl", "--flags", "--ext-file", "--mode", "--cas"]), switches: ["--validate-image", "--write-behind"],
                          positionals: 2) { o, c in

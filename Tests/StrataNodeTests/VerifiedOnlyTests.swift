@@ -48,4 +48,33 @@ final class VerifiedOnlyTests: XCTestCase {
         XCTAssertEqual(try Responses.parseCounter(f), 7)
         XCTAssertEqual(try c.call(.touch(namespace: [], key: b("n"), tiers: 0, expiry: .seconds(60), verifiedOnly: true)).statusCode, .ok)
     }
+
+    /// Outside review cl17: a conditional write decided on one node was copied to the others
+    /// with the decider's VERIFIED_ONLY, so a live node that had not verified the key refused
+    /// the copy and a stored `add` reported failure (`--ack majority`, one node down). Here:
+    /// five nodes, R = 3, the key's third node down, its owner restarted (so not verified for
+    /// the key, which it shares with the down node); the second node decides; the copy is plain,
+    /// so the restarted owner takes it too.
+    func testTheCopyOfADecidedConditionalWriteIsNotFenced() throws {
+        let cluster = try SyncCluster(count: 5, replicas: 3)
+        let all = [0, 1, 2, 3, 4]
+        XCTAssertTrue(eventually(20) { all.allSatisfy { cluster.verified($0) } }, "the cluster settles")
+        let key = try XCTUnwrap((0..<5000).map { "fc\($0)" }.first { _ in true })
+        let set = cluster.replicaSet(key, all)
+        let (owner, decider, down) = (set[0], set[1], set[2])
+        cluster.kill(down)
+        cluster.kill(owner)
+        try cluster.start(owner, members: all)
+        XCTAssertTrue(eventually(20) { cluster.verified(decider) }, "the second node is verified (a minority of its peers is down)")
+        XCTAssertFalse(cluster.verified(owner), "the restarted owner cannot verify keys it shares with the down node")
+        var config = ClusterConfiguration(nodes: cluster.ports.map { NodeAddress(host: "127.0.0.1", port: $0) })
+        config.replicas = 3
+        config.ack = .majority
+        config.timeout = 1
+        let client = try ClusterClient(configuration: config)
+        let report = try client.setReporting(b(key), b("v"), mode: .add)
+        guard case .stored = report.outcome else { return XCTFail("\(report.outcome)") }
+        XCTAssertEqual(Set(report.acknowledged.map(\.port)), Set([cluster.ports[owner], cluster.ports[decider]]), "\(report.failures)")
+        XCTAssertEqual(try cluster.connect(owner).get(b(key), tiers: 3)?.value, b("v"), "the restarted owner took the copy")
+    }
 }
