@@ -9,11 +9,12 @@ struct LoadingKey: Hashable, Sendable {
     let key: [UInt8]
 }
 
-/// A load in progress in this process: its key and the key its loader is waiting for now.
+/// A load in progress in this process: its key and the keys its loader is waiting for now
+/// (several at once when it reads from a task group), with how many reads wait for each.
 final class LoadMarker: @unchecked Sendable {
     let key: LoadingKey
     /// Guarded by `LoadCycles`'s lock.
-    var waitingOn: LoadingKey? = nil
+    var waitingOn: [LoadingKey: Int] = [:]
     var running = true
     init(_ key: LoadingKey) { self.key = key }
 }
@@ -47,37 +48,39 @@ final class LoadCycles: @unchecked Sendable {
     func finished(_ m: LoadMarker) {
         lock.withLock {
             m.running = false
-            m.waitingOn = nil
+            m.waitingOn = [:]
             if byKey[m.key] === m { byKey[m.key] = nil }
         }
     }
 
     /// Records that the innermost running load of `ancestors` now waits for `key`; returns the
-    /// key of the load that would be waited for by itself (a cycle), nil when none.
+    /// key of the load that would be waited for by itself (a cycle), nil when none. Follows
+    /// every wait of every load reachable from `key` (each load visited once).
     func wouldWait(on key: LoadingKey, ancestors: [LoadMarker]) -> [UInt8]? {
         lock.withLock {
             let mine = ancestors.filter { $0.running }
             guard let inner = mine.last else { return nil }
             let ownKeys = Set(mine.map(\.key))
             if ownKeys.contains(key) { return key.key }
-            inner.waitingOn = key
-            var next: LoadingKey? = key
-            var steps = 0
-            while let k = next, let m = byKey[k], m.running, steps <= byKey.count {
-                guard let w = m.waitingOn else { break }
-                if ownKeys.contains(w) {
-                    inner.waitingOn = nil
-                    return w.key
+            var queue = [key]
+            var seen: Set<LoadingKey> = [key]
+            while let k = queue.popLast() {
+                guard let m = byKey[k], m.running else { continue }
+                for w in m.waitingOn.keys {
+                    if ownKeys.contains(w) { return w.key }
+                    if seen.insert(w).inserted { queue.append(w) }
                 }
-                next = w
-                steps += 1
             }
+            inner.waitingOn[key, default: 0] += 1
             return nil
         }
     }
 
-    /// The innermost running load of `ancestors` waits no longer.
-    func doneWaiting(_ ancestors: [LoadMarker]) {
-        lock.withLock { ancestors.last(where: { $0.running })?.waitingOn = nil }
+    /// A read of `key` by the innermost running load of `ancestors` waits no longer.
+    func doneWaiting(_ ancestors: [LoadMarker], on key: LoadingKey) {
+        lock.withLock {
+            guard let inner = ancestors.last(where: { $0.running }), let n = inner.waitingOn[key] else { return }
+            inner.waitingOn[key] = n > 1 ? n - 1 : nil
+        }
     }
 }

@@ -48,7 +48,7 @@ extension StrataCache {
         if let cycle = LoadCycles.shared.wouldWait(on: loading, ancestors: ancestors) {
             throw CacheError(.invalidArgument, status: .invalidArgument, "the loader of \(Self.quoted(cycle)) read \(Self.quoted(k)) through the cache, and that load waits for it (directly or through other loaders): it would wait for its own load forever")
         }
-        defer { LoadCycles.shared.doneWaiting(ancestors) }
+        defer { LoadCycles.shared.doneWaiting(ancestors, on: loading) }
         let expiry: CacheExpiry = ttl.map { .after($0) } ?? .storeDefault
         let run = LoaderRun()
         let blocking = run.blocking { [self] in

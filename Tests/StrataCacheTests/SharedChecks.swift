@@ -182,6 +182,28 @@ enum SharedChecks {
         let results = [await p.result, await q.result]
         XCTAssertLessThan(Date().timeIntervalSince(crossStarted), 5, "neither load waits for the other forever")
         XCTAssertTrue(results.contains { if case .failure(let e) = $0 { return "\(e)".contains("would wait for its own load") }; return false }, "\(results)")
+        // A loader that reads two keys at once (a task group) waits for both: a cycle through
+        // either one is seen (the graph kept only the last wait, so one through the first hung).
+        let groupStarted = Date()
+        let gp = Task { () async throws -> Int in
+            try await cache.value(for: "grp-p") { () async throws -> Int in
+                try await Task.sleep(nanoseconds: 100_000_000)
+                return try await withThrowingTaskGroup(of: Int.self) { group in
+                    group.addTask { try await cache.value(for: "grp-q") { 1 } }
+                    group.addTask { try await Task.sleep(nanoseconds: 20_000_000); return try await cache.value(for: "grp-r") { try await Task.sleep(nanoseconds: 400_000_000); return 2 } }
+                    return try await group.reduce(0, +)
+                }
+            }
+        }
+        let gq = Task { () async throws -> Int in
+            try await cache.value(for: "grp-q") { () async throws -> Int in
+                try await Task.sleep(nanoseconds: 250_000_000)
+                return try await cache.value(for: "grp-p") { 3 }
+            }
+        }
+        let groupResults = [await gp.result, await gq.result]
+        XCTAssertLessThan(Date().timeIntervalSince(groupStarted), 5, "no load waits for itself through a task group")
+        XCTAssertTrue(groupResults.contains { if case .failure(let e) = $0 { return "\(e)".contains("would wait for its own load") }; return false }, "\(groupResults)")
         // A task started inside a loader outlives it: once the load is done, reading the key
         // from that task is a plain read (it was refused as a cycle: api2).
         let spawned = SpawnedTask()
