@@ -46,7 +46,7 @@ extension StrataCache {
         let loading = LoadingKey(backend: b.identity, namespace: ns, key: k)
         let ancestors = LoadCycles.running
         if let cycle = LoadCycles.shared.wouldWait(on: loading, ancestors: ancestors) {
-            throw CacheError(.invalidArgument, status: .invalidArgument, "the loader of \(Self.quoted(cycle)) read \(Self.quoted(k)) through the cache, and that load waits for it (directly or through other loaders): it would wait for its own load forever")
+            throw CacheError(.invalidArgument, status: .invalidArgument, "the loader of \(quotedKey(cycle)) read \(quotedKey(k)) through the cache, and that load waits for it (directly or through other loaders): it would wait for its own load forever")
         }
         defer { LoadCycles.shared.doneWaiting(ancestors, on: loading) }
         let expiry: CacheExpiry = ttl.map { .after($0) } ?? .storeDefault
@@ -67,7 +67,6 @@ extension StrataCache {
         return ReadThroughResult(value: try decode(Value.self, raw.value), version: raw.version, origin: raw.origin)
     }
 
-    static func quoted(_ k: [UInt8]) -> String { "'" + String(decoding: k.prefix(64), as: UTF8.self) + (k.count > 64 ? "…" : "") + "'" }
 
     // MARK: Images
 

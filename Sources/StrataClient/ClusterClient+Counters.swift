@@ -78,34 +78,29 @@ extension ClusterClient {
                                            _ body: (NodeConnection, _ verifiedOnly: Bool) throws -> T?) throws -> (T?, [String]) {
         let nodes = targets(key, ns)
         var failures: [(String, String)] = []
-        var unverified: [Int] = []
-        for fenced in [nodes.count > 1, false] {
-            let candidates = fenced || nodes.count == 1 ? Array(nodes.indices) : unverified
-            if !fenced && nodes.count > 1 && candidates.isEmpty { break }
-            for i in candidates {
-                let node = nodes[i]
-                if let why = skipping[node.address.name] {
-                    if fenced || nodes.count == 1 { failures.append((node.address.name, why)) }
-                    continue
-                }
-                do {
-                    if let decided = try decide(on: i, of: nodes, key, ns, fenced: fenced, failures: &failures, body) { return decided }
-                    return (nil, [])
-                } catch let e as ClusterError {
-                    throw e
-                } catch let e as ClientError where e.kind == .server && e.status == .unverified {
-                    unverified.append(i)
-                    failures.append((node.address.name, "has not verified the key with its other replicas since a restart or a pause (UNVERIFIED)"))
-                } catch let e as ClientError where e.kind == .server && e.status != .shuttingDown && e.status != .busy {
-                    // The node answered (NOT_A_NUMBER, INVALID_ARGUMENT, …): that is the answer, not
-                    // a node to skip — another replica would say the same.
-                    throw e
-                } catch {
-                    failures.append((node.address.name, "\(error)"))
-                }
+        let decided: (T?, [String])? = try firstDecision(nodes.count) { i, fenced in
+            let node = nodes[i]
+            if let why = skipping[node.address.name] {
+                failures.append((node.address.name, why))
+                return .next
             }
-            if nodes.count == 1 { break }
+            do {
+                return .done(try decide(on: i, of: nodes, key, ns, fenced: fenced, failures: &failures, body) ?? (nil, []))
+            } catch let e as ClusterError {
+                throw e
+            } catch let e as ClientError where e.kind == .server && e.status == .unverified {
+                failures.append((node.address.name, Self.unverifiedReason))
+                return .unverified
+            } catch let e as ClientError where e.kind == .server && e.status != .shuttingDown && e.status != .busy {
+                // The node answered (NOT_A_NUMBER, INVALID_ARGUMENT, …): that is the answer, not
+                // a node to skip — another replica would say the same.
+                throw e
+            } catch {
+                failures.append((node.address.name, "\(error)"))
+                return .next
+            }
         }
+        if let decided { return decided }
         throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
     }
 
@@ -153,5 +148,37 @@ extension ClusterClient {
             for (name, why) in failures where seen.insert(name).inserted { missed.append("\(name): \(why)") }
         }
         return (r, missed)
+    }
+}
+
+/// What a node did with a key's counter or conditional write (`ClusterClient.firstDecision`).
+enum DeciderAnswer<T> {
+    /// Decided (or answered for good): the call ends with this.
+    case done(T)
+    /// Answered UNVERIFIED to VERIFIED_ONLY: it may decide without the flag if no node does.
+    case unverified
+    /// Did not decide (down, timed out, behind): the next node is asked.
+    case next
+}
+
+extension ClusterClient {
+    static let unverifiedReason = "has not verified the key with its other replicas since a restart or a pause (UNVERIFIED)"
+
+    /// The order in which a key's `count` nodes decide a counter, a touch or a conditional
+    /// write (PROTOCOL.md §7.9): each, owner first, with VERIFIED_ONLY (`fenced`) while another
+    /// node could decide; when none decided, those that answered UNVERIFIED, in order, without
+    /// it (as a single node decides). Nil when no node decided.
+    func firstDecision<T>(_ count: Int, _ attempt: (_ index: Int, _ fenced: Bool) throws -> DeciderAnswer<T>) rethrows -> T? {
+        var unverified: [Int] = []
+        for fenced in count > 1 ? [true, false] : [false] {
+            for i in fenced || count == 1 ? Array(0..<count) : unverified {
+                switch try attempt(i, fenced) {
+                case .done(let t): return t
+                case .unverified: unverified.append(i)
+                case .next: break
+                }
+            }
+        }
+        return nil
     }
 }

@@ -94,64 +94,61 @@ extension ClusterClient {
     /// written unconditionally, so an `add` of a present key overwrote it and reported stored.
     private func replicateConditional(_ s: SetRequest, _ nodes: [NodeHandle]) throws -> ClusterWriteReport {
         var failures: [(String, String)] = []
-        var unverified: [Int] = []
         var behind: [String: String]? = nil
-        for fenced in [nodes.count > 1, false] {
-            let candidates = fenced || nodes.count == 1 ? Array(nodes.indices) : unverified
-            if !fenced && nodes.count > 1 && candidates.isEmpty { break }
-            for i in candidates {
-                let node = nodes[i]
-                // The owner did not decide: the others are first brought up to the newest
-                // value, so the condition is checked against what the owner held.
-                if i > 0 && behind == nil { behind = settleAcrossReplicas(s.key, s.namespace) }
-                if fenced, let why = behind?[node.address.name] { failures.append((node.address.name, why)); continue }
-                var d = s
-                d.tiers = i == 0 ? 0 : 2
-                d.verifiedOnly = fenced
-                let f: Frame
-                do {
-                    f = try node.run(ignoringQuiet: i == 0) { conn in
-                        // SUPERSEDED: the node holds a newer version than this write's, and
-                        // checked no condition — a racing add with a later clock, or a clock
-                        // ahead of ours. Decided again with a version past it, as a counter
-                        // is (counted as stored, two racing adds were both told stored: an
-                        // outside review, cl16, 8 of 49 rounds with no fault at all).
-                        for _ in 0..<Self.maxSupersededRetries {
-                            let f = try conn.set(d)
-                            guard f.statusCode == .superseded else { return f }
-                            hlc.observe(f.cas)
-                            d.version = hlc.next()
-                        }
-                        throw ClientError(.server, "the \(s.mode) of \(keyText(s.key)) was superseded by newer writes \(Self.maxSupersededRetries) times in a row", status: .superseded)
-                    }
-                } catch let e as ClientError where e.kind == .server && e.status == .superseded {
-                    throw ClusterError(message: "write of \(keyText(s.key)) reached 0 of \(nodes.count) nodes: \(e.message)", failures: failures)
-                } catch {
-                    failures.append((node.address.name, "\(error)"))
-                    continue
-                }
-                switch f.statusCode {
-                case .exists: return ClusterWriteReport(outcome: .exists, acknowledged: [], failures: [])
-                case .notFound: return ClusterWriteReport(outcome: .notFound, acknowledged: [], failures: [])
-                case .casMismatch: return ClusterWriteReport(outcome: .casMismatch(current: f.cas), acknowledged: [], failures: [])
-                case .unverified:
-                    unverified.append(i)
-                    failures.append((node.address.name, "has not verified the key with its other replicas since a restart or a pause (UNVERIFIED)"))
-                    continue
-                case .ok:
-                    return try copyDecided(d, decidedBy: i, nodes, failures: failures)
-                case .busy, .shuttingDown:
-                    failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
-                    continue
-                default:
-                    // The node's answer (TOO_LARGE, INVALID_ARGUMENT, …): another would say the same.
-                    failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
-                    throw ClusterError(message: "write of \(keyText(s.key)) reached 0 of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
-                                       failures: failures)
-                }
+        let decided: ClusterWriteReport? = try firstDecision(nodes.count) { i, fenced in
+            let node = nodes[i]
+            // The owner did not decide: the others are first brought up to the newest value,
+            // so the condition is checked against what the owner held.
+            if i > 0 && behind == nil { behind = settleAcrossReplicas(s.key, s.namespace) }
+            if fenced, let why = behind?[node.address.name] {
+                failures.append((node.address.name, why))
+                return .next
             }
-            if nodes.count == 1 { break }
+            var d = s
+            d.tiers = i == 0 ? 0 : 2
+            d.verifiedOnly = fenced
+            let f: Frame
+            do {
+                f = try node.run(ignoringQuiet: i == 0) { conn in
+                    // SUPERSEDED: the node holds a newer version than this write's, and
+                    // checked no condition — a racing add with a later clock, or a clock
+                    // ahead of ours. Decided again with a version past it, as a counter
+                    // is (counted as stored, two racing adds were both told stored: an
+                    // outside review, cl16, 8 of 49 rounds with no fault at all).
+                    for _ in 0..<Self.maxSupersededRetries {
+                        let f = try conn.set(d)
+                        guard f.statusCode == .superseded else { return f }
+                        hlc.observe(f.cas)
+                        d.version = hlc.next()
+                    }
+                    throw ClientError(.server, "the \(s.mode) of \(keyText(s.key)) was superseded by newer writes \(Self.maxSupersededRetries) times in a row", status: .superseded)
+                }
+            } catch let e as ClientError where e.kind == .server && e.status == .superseded {
+                throw ClusterError(message: "write of \(keyText(s.key)) reached 0 of \(nodes.count) nodes: \(e.message)", failures: failures)
+            } catch {
+                failures.append((node.address.name, "\(error)"))
+                return .next
+            }
+            switch f.statusCode {
+            case .exists: return .done(ClusterWriteReport(outcome: .exists, acknowledged: [], failures: []))
+            case .notFound: return .done(ClusterWriteReport(outcome: .notFound, acknowledged: [], failures: []))
+            case .casMismatch: return .done(ClusterWriteReport(outcome: .casMismatch(current: f.cas), acknowledged: [], failures: []))
+            case .unverified:
+                failures.append((node.address.name, Self.unverifiedReason))
+                return .unverified
+            case .ok:
+                return .done(try copyDecided(d, decidedBy: i, nodes, failures: failures))
+            case .busy, .shuttingDown:
+                failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
+                return .next
+            default:
+                // The node's answer (TOO_LARGE, INVALID_ARGUMENT, …): another would say the same.
+                failures.append((node.address.name, "\(f.statusCode): \(String(decoding: f.value, as: UTF8.self))"))
+                throw ClusterError(message: "write of \(keyText(s.key)) reached 0 of \(nodes.count) nodes; the \(configuration.ack.rawValue) policy needs \(needed(nodes.count))",
+                                   failures: failures)
+            }
         }
+        if let decided { return decided }
         throw ClusterError(message: "write of \(keyText(s.key)) reached 0 of \(nodes.count) nodes; no node could decide it", failures: failures)
     }
 

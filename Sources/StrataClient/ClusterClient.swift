@@ -329,8 +329,5 @@ public final class ClusterClient: @unchecked Sendable {
         return try h.run(body)
     }
 
-    func keyText(_ k: [UInt8]) -> String {
-        let s = String(decoding: k.prefix(64), as: UTF8.self)
-        return "'" + s + (k.count > 64 ? "…" : "") + "'"
-    }
+    func keyText(_ k: [UInt8]) -> String { quotedKey(k) }
 }

@@ -53,3 +53,8 @@ public func parseByteSize(_ text: String) -> Int? {
     let (r, overflow) = n.multipliedReportingOverflow(by: multiplier)
     return overflow ? nil : r
 }
+
+/// A key for a message: its first 64 bytes as UTF-8 in single quotes, `…` when longer.
+public func quotedKey(_ k: [UInt8]) -> String {
+    "'" + String(decoding: k.prefix(64), as: UTF8.self) + (k.count > 64 ? "…" : "") + "'"
+}
