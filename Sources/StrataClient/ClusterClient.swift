@@ -143,20 +143,23 @@ public final class ClusterClient: @unchecked Sendable {
     /// may lose it; PROTOCOL.md WRITE_BEHIND).
     public func set(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
                     flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set, casVersion: UInt64 = 0,
-                    writeBehind: Bool = false) throws -> ClusterSetOutcome {
+                    writeBehind: Bool = false, validateImage: Bool = false) throws -> ClusterSetOutcome {
         try setReporting(key, value, namespace: namespace, expiry: expiry, flags: flags, extended: extended, mode: mode,
-                         casVersion: casVersion, writeBehind: writeBehind).outcome
+                         casVersion: casVersion, writeBehind: writeBehind, validateImage: validateImage).outcome
     }
 
     /// Like `set`, and also says which nodes acknowledged the write (and why others did not).
+    /// `validateImage`: each node refuses a value that is not a whole image (flag
+    /// VALIDATE_IMAGE, PROTOCOL.md §2.1) — INVALID_IMAGE from every node, so nothing is stored.
     public func setReporting(_ key: [UInt8], _ value: [UInt8], namespace: [UInt8] = [], expiry: WireExpiry = .storeDefault,
                              flags: UInt32 = 0, extended: [UInt8] = [], mode: SetModeCode = .set,
-                             casVersion: UInt64 = 0, writeBehind: Bool = false) throws -> ClusterWriteReport {
+                             casVersion: UInt64 = 0, writeBehind: Bool = false, validateImage: Bool = false) throws -> ClusterWriteReport {
         if (mode != .set && mode != .lease) || casVersion != 0 { settleBeforeDeciding(key, namespace) }
         let version = hlc.next()
         var s = SetRequest(key: key, value: value, namespace: namespace)
         s.expiry = expiry; s.flags = flags; s.extended = extended; s.mode = mode; s.casVersion = casVersion; s.version = version
         s.writeBehind = writeBehind
+        s.validateImage = validateImage
         return try replicate(s)
     }
 

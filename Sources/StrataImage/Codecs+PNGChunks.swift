@@ -121,14 +121,16 @@ extension PNGChunks {
                 guard c.length >= 4, u32(d) == sequence else { throw ImageError(.corrupt, "APNG fdAT sequence number out of order (\(sequence) was due)") }
                 guard seenIDAT, frames > 0 else { throw ImageError(.corrupt, "APNG fdAT before the image data or any fcTL") }
                 sequence += 1
-                frameHasData = true
+                // Its sequence number alone is no image data (an outside review, img1).
+                if c.length > 4 { frameHasData = true }
             default:
                 break
             }
         }
         guard let n = declared else { throw ImageError(.corrupt, "APNG has no acTL") }
         guard frameHasData else { throw ImageError(.corrupt, "APNG frame \(frames - 1) has no image data") }
-        guard n == frames, n > 0 else { throw ImageError(.corrupt, "APNG acTL declares \(n) frames; the file holds \(frames)") }
+        guard n > 0 else { throw ImageError(.corrupt, "APNG acTL declares 0 frames; an animation has at least one") }
+        guard n == frames else { throw ImageError(.corrupt, "APNG acTL declares \(n) frames; the file holds \(frames)") }
     }
 }
 

@@ -127,16 +127,7 @@ extension ImageCodec {
             // The first frame is a rectangle of the canvas (libwebp's encoder crops frames to
             // what changed: a sticker's first frame is often smaller than the canvas): it is
             // placed at its offset on a transparent canvas, clipped to it.
-            let frame: (bytes: [UInt8], x: Int, y: Int)? = bytes.withUnsafeBufferPointer { p in
-                var data = WebPData(bytes: p.baseAddress, size: p.count)
-                guard let demux = WebPDemux(&data) else { return nil }
-                defer { WebPDemuxDelete(demux) }
-                var iter = WebPIterator()
-                guard WebPDemuxGetFrame(demux, 1, &iter) != 0 else { return nil }
-                defer { WebPDemuxReleaseIterator(&iter) }
-                return (Array(UnsafeBufferPointer(start: iter.fragment.bytes, count: iter.fragment.size)), Int(iter.x_offset), Int(iter.y_offset))
-            }
-            guard let f = frame else { throw ImageError(.corrupt, "animated WebP has no first frame") }
+            guard let f = firstWebPFrame(bytes) else { throw ImageError(.corrupt, "animated WebP has no first frame") }
             let (px, fw, fh) = try decodeWebPFrameSized(f.bytes)
             if f.x == 0 && f.y == 0 && fw == info.width && fh == info.height { return px }
             var canvas = [UInt8](repeating: 0, count: info.width * info.height * 4)

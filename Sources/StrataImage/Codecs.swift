@@ -37,7 +37,10 @@ public enum ImageCodec {
             // (Found by fuzzing: two 32-bit sides overflow Int when multiplied.)
             let (pixels, overflow) = w.multipliedReportingOverflow(by: h)
             if overflow || pixels > pixelLimit {
-                throw ImageError(.tooManyPixels, "\(format) claims \(w)×\(h) pixels; the limit is \(pixelLimit)")
+                // IMAGE_INFO reads headers with no pixel limit (Int.max): only a product past
+                // Int's range gets here then.
+                let limit = pixelLimit == Int.max ? "more than this node can count" : "the limit is \(pixelLimit)"
+                throw ImageError(.tooManyPixels, "\(format) claims \(w)×\(h) pixels; \(limit)")
             }
         }
         let info: ImageInfo
@@ -63,25 +66,19 @@ public enum ImageCodec {
         switch info.format {
         case .png, .apng:
             _ = try decodePNG(bytes, info, decodeLimit: decodeLimit)
-            // libpng's reader stops after the image data: a file cut after it decodes. Its
-            // chunks must reach IEND (bytes after it are ignored, as by other readers).
-            guard try PNGChunks.scan(bytes).endsWithIEND else {
-                throw ImageError(.truncated, "PNG ends before its IEND chunk: truncated")
-            }
             if info.format == .apng { try PNGChunks.checkAnimation(bytes, width: info.width, height: info.height) }
-        case .webpLossy, .webpLossless, .webpAnimated:
-            if info.format == .webpAnimated {
-                // Animated WebP: the demuxer must accept every frame (first-frame decode is the variant source).
-                try checkAnimatedWebP(bytes)
-            } else {
-                var w: Int32 = 0, h: Int32 = 0
-                guard let px = bytes.withUnsafeBufferPointer({ WebPDecodeRGBA($0.baseAddress, $0.count, &w, &h) }) else {
-                    throw ImageError(.corrupt, "WebP data does not decode (truncated or corrupt)")
-                }
-                WebPFree(px)
-            }
+        case .webpLossy, .webpLossless:
+            try checkWebPDecodes(bytes)
+        case .webpAnimated:
+            // The demuxer must accept every frame's structure, and the first frame (a variant's
+            // source) must decode: a corrupt one passed before (an outside review, img1).
+            try checkAnimatedWebP(bytes)
+            guard let first = firstWebPFrame(bytes) else { throw ImageError(.corrupt, "animated WebP has no first frame") }
+            try checkWebPDecodes(first.bytes)
         case .gif:
-            guard gifBlocks(bytes).trailer else { throw ImageError(.truncated, "GIF ends before its trailer (0x3B): truncated") }
+            let blocks = gifBlocks(bytes)
+            guard blocks.trailer else { throw ImageError(.truncated, "GIF ends before its trailer (0x3B): truncated") }
+            guard blocks.frames > 0 else { throw ImageError(.corrupt, "GIF has no image (no image descriptor before its trailer)") }
         case .jpeg:
             // The end-of-image marker after the last start of scan (bytes after it are ignored;
             // an EXIF thumbnail's own marker comes before the image's scans). Entropy-coded data
@@ -92,7 +89,8 @@ public enum ImageCodec {
                 if bytes[i] == 0xFF { if bytes[i + 1] == 0xDA { lastScan = i } else if bytes[i + 1] == 0xD9 { lastEnd = i } }
                 i += 1
             }
-            guard lastEnd >= 0, lastEnd > lastScan else {
+            guard lastScan >= 0 else { throw ImageError(.corrupt, "JPEG has no scan (no start-of-scan marker FFDA): no image data") }
+            guard lastEnd > lastScan else {
                 throw ImageError(.truncated, "JPEG has no end-of-image marker (FFD9) after its last scan: truncated")
             }
         }
@@ -122,6 +120,12 @@ public enum ImageCodec {
 
     /// Decodes to RGBA (the first frame of an APNG), after `checkPNGWork`.
     static func decodePNG(_ original: [UInt8], _ info: ImageInfo, decodeLimit: Int) throws(ImageError) -> [UInt8] {
+        // libpng's reader stops after the image data: a file cut after it decodes. Its chunks
+        // must reach IEND (bytes after it are ignored, as by other readers) — for a variant as
+        // for validation (an outside review, img1: a PNG validation refused was resized).
+        guard try PNGChunks.scan(original).endsWithIEND else {
+            throw ImageError(.truncated, "PNG ends before its IEND chunk: truncated")
+        }
         try checkPNGWork(original, decodeLimit: decodeLimit)
         // libpng sees only the chunks that make the pixels: text and ICC chunks inflate on
         // read (a 1 MB file of zTXt chunks inflated to ~1 GB took 6 s of CPU), and others are
@@ -279,6 +283,29 @@ public enum ImageCodec {
         }
         guard let count = n else { throw ImageError(.corrupt, "animated WebP does not demux") }
         return count
+    }
+
+    /// Decodes one WebP bitstream (a still image, or an animation's frame) and drops the
+    /// pixels: libwebp's buffer of 4 bytes per pixel is the cost.
+    private static func checkWebPDecodes(_ bytes: [UInt8]) throws(ImageError) {
+        var w: Int32 = 0, h: Int32 = 0
+        guard let px = bytes.withUnsafeBufferPointer({ WebPDecodeRGBA($0.baseAddress, $0.count, &w, &h) }) else {
+            throw ImageError(.corrupt, "WebP data does not decode (truncated or corrupt)")
+        }
+        WebPFree(px)
+    }
+
+    /// An animated WebP's first frame: its bitstream and its offset on the canvas.
+    static func firstWebPFrame(_ bytes: [UInt8]) -> (bytes: [UInt8], x: Int, y: Int)? {
+        bytes.withUnsafeBufferPointer { p in
+            var data = WebPData(bytes: p.baseAddress, size: p.count)
+            guard let demux = WebPDemux(&data) else { return nil }
+            defer { WebPDemuxDelete(demux) }
+            var iter = WebPIterator()
+            guard WebPDemuxGetFrame(demux, 1, &iter) != 0 else { return nil }
+            defer { WebPDemuxReleaseIterator(&iter) }
+            return (Array(UnsafeBufferPointer(start: iter.fragment.bytes, count: iter.fragment.size)), Int(iter.x_offset), Int(iter.y_offset))
+        }
     }
 
     private static func checkAnimatedWebP(_ bytes: [UInt8]) throws(ImageError) {

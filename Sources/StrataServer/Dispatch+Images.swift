@@ -110,9 +110,15 @@ extension Dispatcher {
                         return (r.bytes, r.width, r.height, false)
                     }
                     let ext: [UInt8] = [UInt8(r.width >> 8 & 0xFF), UInt8(r.width & 0xFF), UInt8(r.height >> 8 & 0xFF), UInt8(r.height & 0xFF)]
-                    _ = try store.set(derived, r.bytes, namespace: v.namespace,
-                                      options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext,
-                                                          tiers: Tiers(wire: f.tiers)))
+                    do {
+                        _ = try store.set(derived, r.bytes, namespace: v.namespace,
+                                          options: SetOptions(expiry: original.expiresAt.map { .at(unixMicros: $0) } ?? .never, extended: ext,
+                                                              tiers: Tiers(wire: f.tiers)))
+                    } catch let e as StoreError where e.code == .valueTooLarge {
+                        // Say it was the variant (an outside review, img1: the store's message
+                        // read as if the request's value were too large).
+                        throw StoreError(.valueTooLarge, "the \(r.width)×\(r.height) variant is \(r.bytes.count) bytes: \(e.message) (ask for a smaller box or a lossy WebP)")
+                    }
                     lineage.record(original: originalID, derivedKey: derived)
                     return (r.bytes, r.width, r.height, false)
                 }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import StrataCore
 
@@ -43,6 +46,18 @@ final class VariantLineage: @unchecked Sendable {
             i -= 1
         }
         return nil
+    }
+
+    /// Whether `key` is a derived variant key. Variants are this node's own cache of work it
+    /// did: a `--cluster` node neither hints nor compares nor copies them (handoff,
+    /// anti-entropy), so a variant made on one node is never left behind on another that does
+    /// not track it (an outside review, img1: copies on nodes without the original outlived
+    /// every change of it). Cost: a backward scan for a 0x00 byte, none for keys without one.
+    static func isDerived(_ key: [UInt8]) -> Bool {
+        key.withUnsafeBufferPointer { k in
+            guard k.count > marker.count, memchr(k.baseAddress!, 0, k.count) != nil else { return false }
+            return original(of: key) != nil
+        }
     }
 
     /// Remembers that `derivedKey` holds a variant of `original`.

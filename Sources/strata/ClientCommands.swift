@@ -16,7 +16,7 @@ struct ClientCommand: Sendable {
 
 /// The commands that also take `--nodes` (ClusterCommands.swift).
 let clusterCommandNames: Set<String> = ["ping", "set", "get", "invalidate", "del", "exists", "touch", "incr", "decr", "meta",
-                                        "stats", "keys", "flush"]
+                                        "stats", "keys", "flush", "image-info", "variant"]
 
 /// `common` less the cluster options, for the commands that take `--server` only.
 var serverOnlyCommon: String {
@@ -270,22 +270,7 @@ let clientCommands: [String: ClientCommand] = [
         try refuseUnverified(f, c, o)
         if f.statusCode == .notFound { printErr("not found: \(o.positionals[0])"); return 1 }
         try NodeConnection.check(f, allow: [.ok])
-        let m = try Responses.parseMeta(f)
-        let tiers = Tiers(rawValue: m.tiersPresent).description
-        printOut("size          \(m.size)")
-        printOut("stored size   \(m.storedSize < 0 ? "-" : String(m.storedSize))")
-        printOut("encoding      \(m.encoding == 255 ? "-" : m.encoding == 1 ? "zstd" : "raw")")
-        printOut("tiers         \(tiers)")
-        printOut("expires       \(formatExpiry(m.expiresAt))")
-        printOut("version       \(m.version)")
-        printOut("flags         \(m.flags)")
-        printOut("extended      \(m.extendedSize) bytes")
-        if m.imageFormat != 0 {
-            var facts = ["\(imageFormatNames[Int(m.imageFormat)] ?? "format \(m.imageFormat)") \(m.imageWidth)x\(m.imageHeight)"]
-            if m.imageFlags & 1 != 0 { facts.append("alpha") }
-            if m.imageFlags & 2 != 0 { facts.append("animated, \(m.imageFrames) frames") }
-            printOut("image         \(facts.joined(separator: ", "))")
-        }
+        printMeta(try Responses.parseMeta(f))
         return 0
     },
     "keys": ClientCommand(usage: "strata keys [--ns NS] [--limit N]", valued: ["--ns", "--limit"], switches: [], positionals: 0) { o, c in
@@ -387,6 +372,24 @@ func counterCommand(decrement: Bool) -> ClientCommand {
         try NodeConnection.check(f, allow: [.ok])
         printOut(String(try Responses.parseCounter(f)))
         return 0
+    }
+}
+
+/// `strata meta`'s lines (one node's answer; with `--nodes` the newest copy's, after its nodes).
+func printMeta(_ m: MetaInfo) {
+    printOut("size          \(m.size)")
+    printOut("stored size   \(m.storedSize < 0 ? "-" : String(m.storedSize))")
+    printOut("encoding      \(m.encoding == 255 ? "-" : m.encoding == 1 ? "zstd" : "raw")")
+    printOut("tiers         \(Tiers(rawValue: m.tiersPresent).description)")
+    printOut("expires       \(formatExpiry(m.expiresAt))")
+    printOut("version       \(m.version)")
+    printOut("flags         \(m.flags)")
+    printOut("extended      \(m.extendedSize) bytes")
+    if m.imageFormat != 0 {
+        var facts = ["\(imageFormatNames[Int(m.imageFormat)] ?? "format \(m.imageFormat)") \(m.imageWidth)×\(m.imageHeight)"]
+        if m.imageFlags & 1 != 0 { facts.append("alpha") }
+        if m.imageFlags & 2 != 0 { facts.append("animated, \(m.imageFrames) frames") }
+        printOut("image         \(facts.joined(separator: ", "))")
     }
 }
 

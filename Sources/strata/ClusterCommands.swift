@@ -62,7 +62,8 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         }
         let (mode, cas) = try setModeArg(o)
         let report = try cluster.setReporting(key, value, namespace: ns, expiry: try ttlArg(o) ?? .storeDefault, flags: flags,
-                                              extended: try extFileArg(o), mode: mode, casVersion: cas)
+                                              extended: try extFileArg(o), mode: mode, casVersion: cas,
+                                              validateImage: o.switches.contains("--validate-image"))
         switch report.outcome {
         case .exists: return notStored(.exists, current: 0, key: o.positionals[0])!
         case .notFound: return notStored(.notFound, current: 0, key: o.positionals[0])!
@@ -136,10 +137,10 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         let key = try keyArg(o, "strata meta KEY")
         guard let m = try cluster.meta(key, namespace: ns) else { printErr("not found: \(o.positionals[0])"); return 1 }
         printOut("nodes         \(cluster.nodes(for: key, namespace: ns).map(\.name).joined(separator: ", "))")
-        printOut("size          \(m.size)")
-        printOut("version       \(m.version)")
-        printOut("expires       \(formatExpiry(m.expiresAt))")
+        printMeta(m)
         return 0
+    case "image-info", "variant":
+        return try runOnNewestCopy(name, o, cluster, ns)
     case "stats":
         if let q = try namespaceQuery(o) {
             var down = 0
@@ -307,4 +308,29 @@ func terminalSafe(_ s: String) -> String {
         else { out.unicodeScalars.append(u) }
     }
     return out
+}
+
+/// `image-info` and `variant` with `--nodes`: the node-side command (its output as with
+/// `--server`), run on the first of the key's nodes that holds the newest version the cluster's
+/// META read found (that read compares the key's nodes, as `get` does), so the facts or the
+/// variant are of the current image. A variant is stored on the node that made it only
+/// (PROTOCOL.md §7.16).
+func runOnNewestCopy(_ name: String, _ o: ParsedOptions, _ cluster: ClusterClient, _ ns: [UInt8]) throws -> Int32 {
+    let key = try keyArg(o, "strata \(name) KEY")
+    guard let newest = try cluster.meta(key, namespace: ns) else { printErr("not found: \(o.positionals[0])"); return 1 }
+    var reasons: [String] = []
+    for node in cluster.nodes(for: key, namespace: ns) {
+        do {
+            let ran: Int32? = try cluster.onNode(node.name) { conn in
+                let f = try conn.call(.meta(namespace: ns, key: key, tiers: 0))
+                guard f.statusCode == .ok, try Responses.parseMeta(f).version == newest.version else { return nil }
+                return try clientCommands[name]!.run(o, conn)
+            }
+            if let r = ran { return r }
+            reasons.append("\(node.name): holds an older copy or none")
+        } catch let e as ClientError where e.kind == .connection {
+            reasons.append("\(node.name): \(e.message)")
+        }
+    }
+    throw ClientError(.connection, "no node of \(quotedKey(key)) that holds its newest version (\(newest.version)) answered: \(reasons.joined(separator: "; "))")
 }

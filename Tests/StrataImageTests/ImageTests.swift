@@ -102,7 +102,8 @@ final class ImageTests: XCTestCase {
         let g = try ImageCodec.validate(gif)
         XCTAssertEqual(g, ImageInfo(format: .gif, width: 1, height: 1, hasAlpha: true, animated: false, frameCount: 1))
         XCTAssertThrowsError(try ImageCodec.validate(Array(gif.dropLast()))) { e in XCTAssertEqual((e as? ImageError)?.kind, .truncated) }
-        let jpeg: [UInt8] = [0xFF, 0xD8, 0xFF, 0xE0, 0, 4, 0, 0, 0xFF, 0xC0, 0, 11, 8, 0, 16, 0, 32, 1, 1, 0x11, 0, 0xFF, 0xD9]
+        let jpeg: [UInt8] = [0xFF, 0xD8, 0xFF, 0xE0, 0, 4, 0, 0, 0xFF, 0xC0, 0, 11, 8, 0, 16, 0, 32, 1, 1, 0x11, 0,
+                             0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0x3F, 0, 0x12, 0x34, 0xFF, 0xD9]
         let j = try ImageCodec.validate(jpeg)
         XCTAssertEqual([j.width, j.height], [32, 16])
         XCTAssertThrowsError(try ImageCodec.validate(Array(jpeg.dropLast(2)))) { e in XCTAssertEqual((e as? ImageError)?.kind, .truncated) }
@@ -286,7 +287,8 @@ final class ImageEdgeTests: XCTestCase {
         XCTAssertThrowsError(try ImageCodec.validate(Array(jpeg[0..<2]) + thumb + Array(jpeg[2..<(jpeg.count - 2)])))
     }
 
-    func apng(frames: [(seq: UInt32, w: UInt32, h: UInt32, x: UInt32, y: UInt32)], declared: UInt32, fdatSeq: [UInt32]) throws -> [UInt8] {
+    func apng(frames: [(seq: UInt32, w: UInt32, h: UInt32, x: UInt32, y: UInt32)], declared: UInt32, fdatSeq: [UInt32],
+              fdatData: [UInt8] = [0x78, 0x01]) throws -> [UInt8] {
         let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(8, 8), width: 8, height: 8))
         let scan = try PNGChunks.scan(png)
         let idat = scan.chunks.filter { $0.type == "IDAT" }.map { Array(png[$0.at..<$0.at + 12 + $0.length]) }.joined()
@@ -297,7 +299,7 @@ final class ImageEdgeTests: XCTestCase {
         out += fctl(frames[0]) + idat
         for (i, f) in frames.dropFirst().enumerated() {
             out += fctl(f)
-            if i < fdatSeq.count { out += chunk("fdAT", be32(fdatSeq[i]) + [0x78, 0x01]) }
+            if i < fdatSeq.count { out += chunk("fdAT", be32(fdatSeq[i]) + fdatData) }
         }
         return out + chunk("IEND", [])
     }
@@ -314,10 +316,57 @@ final class ImageEdgeTests: XCTestCase {
             ("empty frame", try apng(frames: [(0, 8, 8, 0, 0), (1, 0, 4, 2, 2)], declared: 2, fdatSeq: [2])),
             ("frame without data", try apng(frames: [(0, 8, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 2, fdatSeq: [])),
             ("default image not the canvas", try apng(frames: [(0, 4, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 2, fdatSeq: [2])),
+            ("an fdAT of its sequence number only", try apng(frames: [(0, 8, 8, 0, 0), (1, 4, 4, 2, 2)], declared: 2, fdatSeq: [2], fdatData: [])),
         ]
         for (why, bytes) in cases {
             XCTAssertThrowsError(try ImageCodec.validate(bytes), why)
         }
         XCTAssertEqual(try ImageCodec.inspect(cases[0].1).frameCount, 2, "the frames the file holds, not acTL's claim")
+    }
+}
+
+/// What an outside review (img1) found validation let through, or a variant made of a file
+/// validation refuses.
+final class ImageReviewTests: XCTestCase {
+    /// An animated WebP whose first frame does not decode: its structure demuxes, so only
+    /// decoding the frame (a variant's source) finds it.
+    func testAnAnimatedWebPWithACorruptFirstFrameIsRefused() throws {
+        var bad = ImageEdgeTests.sticker
+        let vp8l = try XCTUnwrap((0..<(bad.count - 4)).first { Array(bad[$0..<$0 + 4]) == Array("VP8L".utf8) })
+        let size = Int(bad[vp8l + 4]) | Int(bad[vp8l + 5]) << 8
+        for i in (vp8l + 8 + 5)..<(vp8l + 8 + size) { bad[i] = 0 }
+        XCTAssertThrowsError(try ImageCodec.validate(bad)) { e in
+            XCTAssertEqual((e as? ImageError)?.message, "WebP data does not decode (truncated or corrupt)")
+        }
+        XCTAssertThrowsError(try ImageCodec.variant(bad, VariantSpec(maxWidth: 40, maxHeight: 40)), "and no variant is made of it")
+        XCTAssertNoThrow(try ImageCodec.validate(ImageEdgeTests.sticker))
+    }
+
+    func testAGIFWithoutAnImageAndAJPEGWithoutAScanAreRefused() throws {
+        let empty: [UInt8] = Array("GIF89a".utf8) + [10, 0, 10, 0, 0x80, 0, 0, 255, 255, 255, 0, 0, 0, 0x3B]
+        XCTAssertThrowsError(try ImageCodec.validate(empty)) { e in
+            XCTAssertEqual((e as? ImageError)?.message, "GIF has no image (no image descriptor before its trailer)")
+        }
+        let noScan: [UInt8] = [0xFF, 0xD8, 0xFF, 0xC0, 0, 11, 8, 0, 16, 0, 32, 1, 1, 0x11, 0, 0xFF, 0xD9]
+        XCTAssertThrowsError(try ImageCodec.validate(noScan)) { e in XCTAssertEqual((e as? ImageError)?.kind, .corrupt) }
+    }
+
+    /// Validation refuses a PNG cut before IEND; a variant of one stored unvalidated was made.
+    func testAVariantIsNotMadeOfAPNGWithoutIEND() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(64, 48), width: 64, height: 48))
+        let cut = Array(png.dropLast(12))
+        XCTAssertThrowsError(try ImageCodec.variant(cut, VariantSpec(maxWidth: 16, maxHeight: 16))) { e in
+            XCTAssertEqual((e as? ImageError)?.message, "PNG ends before its IEND chunk: truncated")
+        }
+        XCTAssertEqual(try ImageCodec.variant(png, VariantSpec(maxWidth: 16, maxHeight: 16)).width, 16)
+    }
+
+    func testAHeaderPastIntsRangeIsNotMeasuredAgainstAnUnsetLimit() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(4, 4), width: 4, height: 4))
+        var huge = png
+        for i in 16..<24 { huge[i] = 0xFF }
+        XCTAssertThrowsError(try ImageCodec.inspect(huge, pixelLimit: .max)) { e in
+            XCTAssertEqual((e as? ImageError)?.message, "png claims 4294967295×4294967295 pixels; more than this node can count")
+        }
     }
 }

@@ -92,7 +92,8 @@ final class ClusterView: @unchecked Sendable {
                 return { ClusterView.shared($0, $1, ring: ring, replicas: replicas, me: me, peer: peer) }
             }
             let both = mine | theirs, ring = self.ring
-            return { ns, key in key.isEmpty || masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both }
+            // Variants are node-local (`VariantLineage.isDerived`): in no comparison.
+            return { ns, key in key.isEmpty || (!VariantLineage.isDerived(key) && masks[ring.point(at: HashRing.position(key: key, namespace: ns))] & both == both) }
         }
     }
 
@@ -390,6 +391,7 @@ final class ClusterView: @unchecked Sendable {
 
     static func shared(_ namespace: [UInt8], _ key: [UInt8], ring: HashRing, replicas: Int, me: String, peer: String) -> Bool {
         if key.isEmpty { return true } // a flush mark (FlushMarks) is every node's
+        if VariantLineage.isDerived(key) { return false } // a variant is node-local
         let set = ring.nodes(for: key, namespace: namespace, count: replicas).map(\.name)
         return set.contains(me) && set.contains(peer)
     }

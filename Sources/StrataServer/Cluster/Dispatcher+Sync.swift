@@ -146,8 +146,9 @@ extension Dispatcher {
 
     /// A write applied with `version` (0: unknown, looked up when the hint is sent): the key's
     /// other replicas get a hint when it reached the disk tier (replicas hold the disk tier).
+    /// Variants (`VariantLineage.isDerived`) are node-local: no hint.
     func replicated(_ namespace: [UInt8], _ key: [UInt8], _ version: UInt64, tiers: Tiers, tombstone: Bool = false) {
-        guard let h = handoff, tiers.contains(.disk) else { return }
+        guard let h = handoff, tiers.contains(.disk), !VariantLineage.isDerived(key) else { return }
         h.accepted(namespace: namespace, key: key, version: version, tombstone: tombstone)
     }
 

@@ -112,6 +112,7 @@ final class SyncDigests: DiskRowWatcher, @unchecked Sendable {
 
     func rowToggled(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool, expiry: Int64,
                     appeared: Bool, listing byListing: Bool) {
+        if VariantLineage.isDerived(key) { return } // node-local, as in `sharedTest`
         lock.withLock {
             guard !off, let masks = domain.pointMasks else { return }
             let pos = HashRing.position(key: key, namespace: namespace)
