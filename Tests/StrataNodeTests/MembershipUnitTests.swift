@@ -126,6 +126,39 @@ final class MembershipUnitTests: XCTestCase {
         XCTAssertTrue(eventually { h.pending > forA3 })
     }
 
+    /// Past `maxHints` a peer's oldest hint is dropped, one for one (an outside review, cl18:
+    /// an eighth of the bound went at once — 12,500 of 100,000).
+    func testHintsPastTheBoundDropExactlyTheOldest() {
+        let view = ClusterView(members: [a(1), a(2)], selfName: a(1).name, replicas: 2)
+        struct Down: Error {}
+        let stats = NodeStats()
+        let h = Handoff(view: view, stats: stats, log: Logger(level: .error), maxHints: 100,
+                        connect: { _ in throw Down() }, copy: { _, _, _ in 0 }, localVersion: { _ in 1 }, dropped: {})
+        h.start()
+        defer { h.stop() }
+        for i in 0..<101 { h.accepted(namespace: [], key: Array("k\(i)".utf8), version: 1) }
+        XCTAssertTrue(eventually { h.pending == 100 && stats.handoffDropped.load() == 1 }, "\(h.pending), \(stats.handoffDropped.load())")
+        for i in 101..<150 { h.accepted(namespace: [], key: Array("k\(i)".utf8), version: 1) }
+        XCTAssertTrue(eventually { h.pending == 100 && stats.handoffDropped.load() == 50 }, "\(h.pending), \(stats.handoffDropped.load())")
+    }
+
+    func testHintQueueIsAFIFO() {
+        var q = HintQueue()
+        func hint(_ i: Int) -> Handoff.Hint { Handoff.Hint(id: ItemKey(namespace: [], key: Array("k\(i)".utf8)), version: UInt64(i), tombstone: false) }
+        for i in 0..<10_000 { q.append(hint(i)) }
+        q.dropOldest(1)
+        XCTAssertEqual(q.count, 9_999)
+        XCTAssertEqual(q.takeOldest(3).map(\.version), [1, 2, 3])
+        q.dropOldest(5_000) // past the compaction point
+        XCTAssertEqual(q.takeOldest(1).map(\.version), [5_004])
+        q.putBack([hint(7), hint(8)])
+        XCTAssertEqual(q.takeOldest(3).map(\.version), [7, 8, 5_005])
+        XCTAssertEqual(q.count, 10_000 - 5_006)
+        q.dropOldest(q.count + 5)
+        XCTAssertTrue(q.isEmpty)
+        XCTAssertEqual(q.takeOldest(4).count, 0)
+    }
+
     func testARefreshAppliesWhatItReadsAndKeepsTheMembersWhenAReadFails() {
         final class Box: @unchecked Sendable {
             var next: Result<[NodeAddress], ClientError> = .success([])
