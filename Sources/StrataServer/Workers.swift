@@ -8,9 +8,12 @@ import StrataCore
 /// the node's memory grow.
 ///
 /// A worker takes queued jobs until the queue is empty before it sleeps, so `submit` wakes
-/// another only while fewer than `minAwake` are awake or the queue is deeper than twice the
-/// awake workers: jobs that find their page in the page cache are drained by a couple of
-/// threads without a wake-up each, and jobs that block on the disk still gather workers.
+/// another only while no awake worker is free to take the job (every awake one is inside a
+/// job), fewer than `minAwake` are awake, or the queue is deeper than twice the awake workers:
+/// jobs that find their page in the page cache are drained by a couple of threads without a
+/// wake-up each, and jobs that block on the disk still gather workers. (An outside review,
+/// dur6: the rule once counted workers blocked inside jobs as free — two writes waiting for log
+/// room on a full disk left every later GET queued behind them, with 30 workers asleep.)
 final class WorkerPool: @unchecked Sendable {
     private let cond = ConditionLock()
     private var queue: [() -> Void] = []
@@ -41,7 +44,7 @@ final class WorkerPool: @unchecked Sendable {
             return false
         }
         queue.append(job)
-        let wake = awake < minAwake || queue.count - head > 2 * awake
+        let wake = awake - busy == 0 || awake < minAwake || queue.count - head > 2 * awake
         cond.unlock()
         // After unlocking: a worker woken while this thread holds the lock would sleep on it again.
         if wake { cond.signal() }

@@ -59,11 +59,10 @@ public final class TieredCache: @unchecked Sendable {
         self.memory = MemoryTier(config: configuration, clock: clock)
         if let c = memory.compression { registry.compressionFor = { c.namespace($0) } }
         let directory = configuration.directory
-        floor = SpaceFloor(floor: configuration.freeSpaceFloor ?? SpaceFloor.defaultFloor(filesystemBytes: filesystem ?? Int.max),
-                           probe: configuration.freeSpaceProbe ?? { SpaceFloor.freeBytes(directory) })
         let disk = try DiskTier(config: configuration, budget: budget, clock: clock, registry: registry)
         self.disk = disk
         let sink = disk.log // the configured sink, or stderr
+        let log: DurabilityLog
         do {
             log = try DurabilityLog(directory: configuration.directory + "/log", policy: configuration.fsync, applied: disk.logApplied,
                                     limitBytes: configuration.logLimit, segmentBytes: configuration.logSegmentBytes,
@@ -73,7 +72,11 @@ public final class TieredCache: @unchecked Sendable {
             disk.close()
             throw error
         }
-        let log = self.log
+        self.log = log
+        // What the backlog still has to write: its WAL frames and its database pages.
+        floor = SpaceFloor(floor: configuration.freeSpaceFloor ?? SpaceFloor.defaultFloor(filesystemBytes: filesystem ?? Int.max),
+                           probe: configuration.freeSpaceProbe ?? { SpaceFloor.freeBytes(directory) },
+                           pending: { 2 * log.backlog.bytes }, pendingBound: 2 * configuration.logLimit)
         log.apply = { writes, end in disk.applyLog(writes, end: end) }
         log.applierDelay = configuration.applierDelayForTests
         let memory = self.memory, registry = self.registry

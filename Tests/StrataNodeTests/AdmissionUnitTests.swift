@@ -1,6 +1,7 @@
 import XCTest
 import StrataNet
 @testable import StrataServer
+import StrataCore
 
 /// The pure parts of issue 16's limits, with time passed in (no sleeping).
 final class AdmissionUnitTests: XCTestCase {

@@ -585,6 +585,30 @@ final class DiskLimitTests: XCTestCase {
         }
     }
 
+    /// While SQLite refuses the backlog nothing drains it: a large value (over 1/16 of the log's
+    /// room) is refused at once instead of waiting for room that never comes, and a delete is
+    /// taken though the backlog is over its limit (an outside review, dur6: large SETs never got
+    /// an answer on a full disk).
+    func testALargeValueIsRefusedAtOnceWhileSQLiteCannotWrite() throws {
+        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
+        var stored: [Int] = []
+        for i in 0..<400 {
+            var rng = SplitMix(seed: UInt64(i))
+            let v = (0..<1500).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            do { _ = try f.store.set(bytes("k\(i)"), v, options: SetOptions(tiers: .disk)); stored.append(i) } catch { break }
+        }
+        XCTAssertFalse(stored.isEmpty)
+        XCTAssertTrue(eventually { f.store.log.refusal != nil }, "SQLite refuses the backlog")
+        var rng = SplitMix(seed: 99)
+        let big = (0..<(2 << 20)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        let t0 = monotonicSeconds()
+        XCTAssertThrowsError(try f.store.set(bytes("big"), big, options: SetOptions(tiers: .disk))) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
+        }
+        XCTAssertLessThan(monotonicSeconds() - t0, 2, "refused, not held")
+        XCTAssertEqual(try f.store.remove(bytes("k\(stored[0])")), .removed)
+    }
+
     func testAFlushOnAFullDiskAnswersAtOnceAndAppliesOnceThereIsRoom() throws {
         let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
         var stored: [Int] = []

@@ -52,11 +52,13 @@ extension DiskTier {
                 throw StoreError(.locked, "\(directory) is in use by a running node; stop it first")
             }
         }
-        // The check writes nothing the node needs. A read-only connection to a WAL file still
-        // creates `-wal` and `-shm` beside it: those it created are removed afterwards. In a
-        // directory this process may not write (a read-only mount, another user's files),
-        // the file opens immutable when no WAL frames lie beside it, else a copy of both is
-        // checked.
+        // The check writes nothing the node needs. With no WAL frames beside it (a clean stop)
+        // the file opens immutable: no `-wal` or `-shm` is made — which a full disk would refuse,
+        // and the check then reported a healthy directory as damaged (an outside review, dur6:
+        // "disk I/O error", rows 0). With frames, a read-only connection still creates or
+        // extends `-shm` (removed afterwards if it created it); in a directory this process may
+        // not write (a read-only mount, another user's files) or on a disk with under 1 MiB
+        // free, a copy of both is checked instead.
         let walPath = dbPath + "-wal", shmPath = dbPath + "-shm"
         let hadWAL = fileSize(walPath) != nil, hadSHM = fileSize(shmPath) != nil
         // An empty file, no WAL, and a log that never let a record go (no segment, or the
@@ -67,19 +69,17 @@ extension DiskTier {
         let writable = access(directory, W_OK) == 0 && access(dbPath, W_OK) == 0
         var openPath = dbPath, immutable = false
         var scratch: String? = nil
-        if !writable {
-            if (fileSize(walPath) ?? 0) > 0 {
-                var template = Array("/tmp/strata-check-XXXXXX".utf8CString)
-                guard let d = mkdtemp(&template) else { throw StoreError(.directory, "cannot make a scratch directory to check a copy of \(dbPath)") }
-                let dir = String(cString: d)
-                scratch = dir
-                openPath = dir + "/" + fileName
-                guard copyFile(dbPath, to: openPath), copyFile(walPath, to: openPath + "-wal") else {
-                    removeScratch(dir)
-                    throw StoreError(.directory, "cannot copy \(dbPath) and its WAL to \(dir) to check them (this process may not write \(directory))")
-                }
-            } else {
-                immutable = true
+        if (fileSize(walPath) ?? 0) == 0 {
+            immutable = true
+        } else if !writable || SpaceFloor.freeBytes(directory) < 1 << 20 {
+            var template = Array("/tmp/strata-check-XXXXXX".utf8CString)
+            guard let d = mkdtemp(&template) else { throw StoreError(.directory, "cannot make a scratch directory to check a copy of \(dbPath)") }
+            let dir = String(cString: d)
+            scratch = dir
+            openPath = dir + "/" + fileName
+            guard copyFile(dbPath, to: openPath), copyFile(walPath, to: openPath + "-wal") else {
+                removeScratch(dir)
+                throw StoreError(.directory, "cannot copy \(dbPath) and its WAL to \(dir) to check them (this process may not write \(directory), or its disk is full)")
             }
         }
         defer {

@@ -12,12 +12,25 @@ import Synchronization
 /// answers (issue 16: without it, deletes answered DISK_FULL, a flush left SQLite unable to
 /// write its WAL, and a restart refused everything).
 ///
-/// Costs: a write far from the floor reads two atomics; within 8 × `floor` of it (or 100 ms
-/// after the last reading) it reads `statvfs` (~1 µs).
+/// A value is charged its whole footprint, not only its log record: `footprint` × its bytes (the
+/// record now, then its WAL frames and its database pages when the applier writes it — the
+/// three exist at once until a checkpoint and the log's trim), and the log's backlog still to be
+/// applied (`pending`, answered writes whose WAL frames and pages are yet to come) counts
+/// against the room too. An outside review (dur6) drove free space to 0 with eight writers of
+/// 2.6 MB values on an 85 MB disk when only the records were charged, and the node then could
+/// apply nothing — not even the deletes that would have freed space.
+///
+/// Costs: a write far from the floor reads two atomics; within 8 × `floor` (plus the backlog's
+/// bound) of it, or 100 ms after the last reading, it reads `statvfs` (~1 µs) and the backlog.
 final class SpaceFloor: Sendable {
     /// Bytes kept free; 0 = no floor.
     let floor: Int
+    /// How many times its bytes a value may take on the file system before it is settled.
+    static let footprint = 3
     private let probe: @Sendable () -> Int
+    /// Bytes still to be written for what was answered (2 × the log's backlog), and its bound.
+    private let pending: @Sendable () -> Int
+    private let pendingBound: Int
     /// Bytes of free pages inside the database file (room for rows, not for the log).
     let reusable = Atomic<Int>(0)
     private let free = Atomic<Int>(Int.max)
@@ -30,24 +43,29 @@ final class SpaceFloor: Sendable {
         min(64 << 20, max(256 << 10, total / 16))
     }
 
-    init(floor: Int, probe: @escaping @Sendable () -> Int) {
+    init(floor: Int, probe: @escaping @Sendable () -> Int, pending: @escaping @Sendable () -> Int = { 0 }, pendingBound: Int = 0) {
         self.floor = floor
         self.probe = probe
+        self.pending = pending
+        self.pendingBound = pendingBound
     }
 
-    /// Whether `bytes` more fit above the floor.
+    /// Whether a value of `bytes` more fits above the floor (charged `footprint` × its bytes).
     func admits(_ bytes: Int) -> Bool {
         guard floor > 0 else { return true }
+        let charge = Self.footprint * bytes
         let now = Int(monotonicSeconds() * 1000)
         var room = free.load(ordering: .relaxed) &- admittedSince.load(ordering: .relaxed)
-        if room - bytes < 8 * floor || now - readAt.load(ordering: .relaxed) >= 100 {
+        var owed = pendingBound
+        if room - charge - owed < 8 * floor || now - readAt.load(ordering: .relaxed) >= 100 {
             room = probe()
+            owed = pending()
             free.store(room, ordering: .relaxed)
             admittedSince.store(0, ordering: .relaxed)
             readAt.store(now, ordering: .relaxed)
         }
-        guard room - bytes >= floor / 2, room &+ reusable.load(ordering: .relaxed) - bytes >= floor else { return false }
-        admittedSince.add(bytes, ordering: .relaxed)
+        guard room - charge - owed >= floor / 2, room &+ reusable.load(ordering: .relaxed) - charge - owed >= floor else { return false }
+        admittedSince.add(charge, ordering: .relaxed)
         return true
     }
 

@@ -52,7 +52,10 @@ extension DurabilityLog {
             cond.unlock()
             cond.broadcast()
             for w in failed.reversed() { undo(w) }
-            logLine("level=error event=log_write_failed records=\(failed.count) error=\"\(e.message)\"")
+            if let left = writeFailureLines.admit(now: monotonicSeconds()) {
+                logLine("level=error event=log_write_failed records=\(failed.count) error=\"\(e.message)\""
+                        + (left > 0 ? " lines_left_out=\(left)" : ""))
+            }
             for d in ready { d(e) }
             cond.lock()
             return

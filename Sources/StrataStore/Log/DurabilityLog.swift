@@ -78,6 +78,10 @@ final class DurabilityLog: @unchecked Sendable {
     var applyGather: Double = 0.005
     let clock: any Clock
     let logLine: @Sendable (String) -> Void
+    /// One `log_write_failed` line a second (a full disk fails every batch: an outside review,
+    /// dur6, counted 22,000 lines a minute — on the disk that was short of space, if the logs go
+    /// there); the rest are counted in the next line and in `log_write_errors`.
+    let writeFailureLines = LogRateLimiter(interval: 1)
 
     let cond = ConditionLock()
     // Guarded by `cond`.
@@ -253,7 +257,10 @@ final class DurabilityLog: @unchecked Sendable {
         let want = UInt64(max(0, bytes))
         cond.lock()
         var counted = false
-        while !roomFor(want) && !stopping && !applierGaveUp {
+        // While SQLite refuses the backlog (a full disk) nothing drains it: nobody waits — a
+        // value is then refused (DISK_FULL, `refusal`), a removal taken (an outside review,
+        // dur6: large values waited here forever).
+        while !roomFor(want) && !stopping && !applierGaveUp && stuck == nil {
             if !counted { backpressureWaits.add(); counted = true }
             cond.unlock()
             wakeApplier()
