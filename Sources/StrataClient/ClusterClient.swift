@@ -185,9 +185,15 @@ public final class ClusterClient: @unchecked Sendable {
     /// Returns whether any node held the key.
     @discardableResult
     public func invalidate(_ key: [UInt8], namespace: [UInt8] = []) throws -> Bool {
+        try invalidateReporting(key, namespace: namespace).found
+    }
+
+    /// `invalidate`, saying which nodes did not take it and whether the key's existence is
+    /// unknown (as `deleteReporting`).
+    public func invalidateReporting(_ key: [UInt8], namespace: [UInt8] = []) throws -> ClusterDeleteReport {
         // Each node marks its own copy stale with the new version: an old copy would win.
         settleBeforeDeciding(key, namespace)
-        return try versionedEverywhere("invalidate", key, namespace) { tiers, version in
+        return try versionedEverywhereReporting("invalidate", key, namespace) { tiers, version in
             .invalidate(namespace: namespace, key: key, tiers: tiers, version: version)
         }
     }

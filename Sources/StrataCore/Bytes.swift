@@ -58,3 +58,13 @@ public func parseByteSize(_ text: String) -> Int? {
 public func quotedKey(_ k: [UInt8]) -> String {
     "'" + String(decoding: k.prefix(64), as: UTF8.self) + (k.count > 64 ? "…" : "") + "'"
 }
+
+/// A namespace (or other name) for a message: its text when it is UTF-8 without control
+/// characters, else `0x` and its bytes in hex — so two names that differ in bytes never read
+/// the same (an outside review, px2: invalid UTF-8 became U+FFFD in FORBIDDEN messages).
+public func printableName(_ bytes: [UInt8]) -> String {
+    if let s = String(validating: bytes, as: UTF8.self), !s.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+        return s
+    }
+    return "0x" + bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+}

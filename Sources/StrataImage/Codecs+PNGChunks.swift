@@ -118,7 +118,8 @@ extension PNGChunks {
                 if frames > 0 { frameHasData = true }
                 seenIDAT = true
             case "fdAT":
-                guard c.length >= 4, u32(d) == sequence else { throw ImageError(.corrupt, "APNG fdAT sequence number out of order (\(sequence) was due)") }
+                guard c.length >= 4 else { throw ImageError(.corrupt, "APNG fdAT of \(c.length) bytes has no room for its sequence number") }
+                guard u32(d) == sequence else { throw ImageError(.corrupt, "APNG fdAT sequence number out of order (\(sequence) was due)") }
                 guard seenIDAT, frames > 0 else { throw ImageError(.corrupt, "APNG fdAT before the image data or any fcTL") }
                 sequence += 1
                 // Its sequence number alone is no image data (an outside review, img1).
@@ -130,7 +131,9 @@ extension PNGChunks {
         guard let n = declared else { throw ImageError(.corrupt, "APNG has no acTL") }
         guard frameHasData else { throw ImageError(.corrupt, "APNG frame \(frames - 1) has no image data") }
         guard n > 0 else { throw ImageError(.corrupt, "APNG acTL declares 0 frames; an animation has at least one") }
-        guard n == frames else { throw ImageError(.corrupt, "APNG acTL declares \(n) frames; the file holds \(frames)") }
+        guard n == frames else {
+            throw ImageError(.corrupt, "APNG acTL declares \(n) frame\(n == 1 ? "" : "s"); the file holds \(frames)")
+        }
     }
 }
 

@@ -112,7 +112,7 @@ public final class User: Sendable {
         case .admin: return "user '\(name)' (\(role.rawValue)) may not \(op) ALL: admin only"
         case .read(let ns), .write(let ns):
             let what = role == .readonly && scope.contains(ns) ? "may only read" : "may not use"
-            return "user '\(name)' (\(role.rawValue)) \(what) namespace '\(String(decoding: ns, as: UTF8.self))' (\(op))"
+            return "user '\(name)' (\(role.rawValue)) \(what) namespace '\(printableName(ns))' (\(op))"
         case .nothing: return nil
         }
     }

@@ -195,6 +195,11 @@ final class Dispatcher: @unchecked Sendable {
     func execute(_ r: Request, _ f: Frame, caller: User = .open) -> Frame? {
         if let refused = refusedUnverified(r, f) { return refused }
         let visible: (@Sendable ([UInt8]) -> Bool)? = caller.role == .admin ? nil : { @Sendable in caller.mayRead($0) }
+        // A QUIET read of a key this node has not verified is answered all the same (flagged
+        // UNVERIFIED below): the client must learn that its miss may be old (an outside review,
+        // px2: a QUIET GET miss on an unverified node got no answer at all).
+        var f = f
+        if f.requestFlags.contains(.quiet), mayBeUnverified(r) { f.flags &= ~RequestFlags.quiet.rawValue }
         guard let response = executeOnStore(r, f, visible: visible, owner: caller.role == .admin ? nil : caller.name) else { return nil }
         // A read that bailed from the loop runs again on a worker: flagged (and counted) there.
         if InlineDiskRead.hasBailed { return response }

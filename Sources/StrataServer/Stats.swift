@@ -115,6 +115,8 @@ final class NodeStats: Sendable {
     let syncFailures = Counter()
     let syncPulled = Counter()
     let syncPushed = Counter()
+    /// Invalid images a `--validate-images` node did not take from a peer, or a peer did not take from this node.
+    let syncInvalidImages = Counter()
     let syncBucketsDiffering = Counter()
     /// Digests (ours for a round, or a SYNC_DIGEST answer) taken from `SyncDigests`, and made by a pass over the rows.
     let syncDigestsMaintained = Counter(), syncDigestsPassed = Counter()

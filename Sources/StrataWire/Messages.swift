@@ -20,6 +20,9 @@ public enum WireExpiry: Equatable, Sendable {
 
     static func read(_ r: inout ExtrasReader) throws(WireError) -> WireExpiry {
         let kind = try r.u8()
+        // The kind is checked as soon as it is read (PROTOCOL.md §2.2), before the value's bytes
+        // (an outside review, px2: an unknown kind in extras cut short was MALFORMED).
+        guard kind <= 3 else { throw WireError(.invalidArgument, "unknown expiry kind \(kind)") }
         let value = try r.i64()
         switch kind {
         case 0: return .storeDefault

@@ -85,7 +85,13 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         return printItem(item, o)
     case "invalidate":
         let key = try keyArg(o, "strata invalidate KEY")
-        if try cluster.invalidate(key, namespace: ns) { return 0 }
+        let report = try cluster.invalidateReporting(key, namespace: ns)
+        for f in report.failures { printErr("warning: not on \(f)") }
+        if report.found { return 0 }
+        if report.existenceUnknown {
+            printErr("invalidated where the nodes answered; whether \(o.positionals[0]) existed is unknown (a node that may hold it did not answer)")
+            return 0
+        }
         printErr("not found: \(o.positionals[0])")
         return 1
     case "del":

@@ -361,6 +361,25 @@ final class ImageReviewTests: XCTestCase {
         XCTAssertEqual(try ImageCodec.variant(png, VariantSpec(maxWidth: 16, maxHeight: 16)).width, 16)
     }
 
+    /// The JPEG check walks the segments: a comment (or an EXIF thumbnail) holding FF DA and
+    /// FF D9 does not stand in for the image's own scan and end (img2: a photo cut before its
+    /// scan passed when its thumbnail held both).
+    func testAJPEGCutBeforeItsScanIsRefusedWhateverItsSegmentsHold() throws {
+        let sof: [UInt8] = [0xFF, 0xC0, 0, 11, 8, 0, 16, 0, 32, 1, 1, 0x11, 0]
+        let comment: [UInt8] = [0xFF, 0xFE, 0, 8, 0xFF, 0xDA, 0, 1, 0xFF, 0xD9]
+        let thumbnail: [UInt8] = [0xFF, 0xE1, 0, 10, 0xFF, 0xD8, 0xFF, 0xDA, 0, 0, 0xFF, 0xD9]
+        let scan: [UInt8] = [0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0x3F, 0, 0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD0, 0x56]
+        let whole = [0xFF, 0xD8] + comment + thumbnail + sof + scan + [0xFF, 0xD9]
+        XCTAssertNoThrow(try ImageCodec.validate(whole))
+        XCTAssertNoThrow(try ImageCodec.validate(whole + [1, 2, 3]), "bytes after the end are ignored")
+        let cutBeforeScan = [0xFF, 0xD8] + comment + thumbnail + sof + [0xFF, 0xD9]
+        XCTAssertThrowsError(try ImageCodec.validate(cutBeforeScan)) { e in XCTAssertEqual((e as? ImageError)?.kind, .corrupt) }
+        XCTAssertThrowsError(try ImageCodec.validate(Array(whole.dropLast(2))), "no end after the scan") { e in
+            XCTAssertEqual((e as? ImageError)?.kind, .truncated)
+        }
+        XCTAssertThrowsError(try ImageCodec.validate(Array(([0xFF, 0xD8] + comment + thumbnail + sof).prefix(20))))
+    }
+
     func testAHeaderPastIntsRangeIsNotMeasuredAgainstAnUnsetLimit() throws {
         let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(4, 4), width: 4, height: 4))
         var huge = png

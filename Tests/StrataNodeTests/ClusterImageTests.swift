@@ -89,3 +89,29 @@ extension ClusterImageTests {
         XCTAssertEqual(missing.err, "not found: nothing.png\n")
     }
 }
+
+extension ClusterImageTests {
+    /// While `--validate-images` is rolled out node by node, a node without it may hold an
+    /// invalid image: the validating node neither takes it (pushed or pulled) nor fails its
+    /// rounds over it (an outside review, img2: each refusal failed the round, and the other node
+    /// flagged reads UNVERIFIED for a peer it could reach).
+    func testAValidatingNodeTakesNoInvalidImageFromAPeerAndKeepsSyncing() throws {
+        let cluster = try SyncCluster(count: 2, members: [], replicas: 2)
+        try cluster.start(0, members: [0, 1])
+        try cluster.start(1, members: [0, 1], more: ["--validate-images"])
+        XCTAssertTrue(eventually { cluster.verified(0) && cluster.verified(1) })
+        let png = try gradientPNG(width: 40, height: 30)
+        let a = try cluster.connect(0)
+        for i in 0..<6 { XCTAssertEqual(try a.set(SetRequest(key: b("bad\(i).png"), value: Array(png.prefix(50)))).statusCode, .ok) }
+        XCTAssertEqual(try a.set(SetRequest(key: b("good.png"), value: png)).statusCode, .ok)
+        let v = try cluster.connect(1)
+        XCTAssertTrue(eventually { (try? v.get(b("good.png"))) != nil }, "the valid image is copied")
+        XCTAssertTrue(eventually { ((try? nodeStats(a))?["sync_invalid_images"] as? Int ?? 0) + ((try? nodeStats(v))?["sync_invalid_images"] as? Int ?? 0) >= 6 })
+        Thread.sleep(forTimeInterval: 2) // several rounds (--sync-interval 0.5)
+        for i in 0..<6 { XCTAssertNil(try v.get(b("bad\(i).png"))?.version, "no invalid image on the validating node") }
+        for s in [try nodeStats(a), try nodeStats(v)] {
+            XCTAssertEqual(s["sync_failures"] as? Int, 0)
+            XCTAssertEqual(s["cluster_verified"] as? Int, 1)
+        }
+    }
+}

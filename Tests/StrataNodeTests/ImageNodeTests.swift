@@ -112,6 +112,33 @@ final class VariantNodeTests: XCTestCase {
     }
 }
 
+extension VariantNodeTests {
+    /// An original replaced while its variant is being made: the variant (of the old version)
+    /// is dropped once stored (an outside review, img2: it outlived the change, 12 of 12 runs).
+    func testAVariantMadeWhileItsOriginalChangesIsDropped() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path)
+        let c = try node.connect()
+        let big = try gradientPNG(width: 4000, height: 3000)
+        let set = try c.set(SetRequest(key: b("photo"), value: big))
+        XCTAssertEqual(set.statusCode, .ok)
+        let old = set.cas
+        let port = node.port
+        let answered = Completion<Bool>()
+        var req = VariantRequest(key: b("photo"), maxWidth: 64, maxHeight: 64); req.format = 1
+        let request = req
+        DispatchQueue.global().async {
+            let conn = try? NodeConnection(host: "127.0.0.1", port: port, timeout: 30)
+            answered.fulfil((try? conn?.call(.imageVariant(request)))??.statusCode == .ok)
+        }
+        Thread.sleep(forTimeInterval: 0.05) // the variant is being made (a 12 MP decode and resize: ~0.17 s)
+        XCTAssertEqual(try c.set(SetRequest(key: b("photo"), value: try gradientPNG(width: 40, height: 30))).statusCode, .ok)
+        XCTAssertEqual(answered.wait(seconds: 30), true)
+        let derived = b("photo") + [0] + b("variant:\(String(old, radix: 16)):w=64,h=64,fit=contain,fmt=png")
+        XCTAssertTrue(eventually { (try? c.get(derived)) == .some(nil) }, "the old version's variant is gone")
+    }
+}
+
 final class ImageCLITests: XCTestCase {
     func testImageCommandsAndTwentyConcurrentVariantsDoOneTransform() throws {
         let dir = TempDir()

@@ -37,6 +37,22 @@ final class VerifiedOnlyTests: XCTestCase {
         XCTAssertEqual(try client.counter(b("n"), delta: 1), 7)
     }
 
+    /// A QUIET GET or EXISTS on a node that has not verified the key is answered all the same,
+    /// flagged UNVERIFIED (an outside review, px2: the miss got no answer, so the client could not
+    /// learn it may be old); a verified miss stays silent.
+    func testAQuietReadOfAnUnverifiedKeyIsAnswered() throws {
+        let cluster = try SyncCluster(count: 2, members: [], replicas: 2)
+        try cluster.start(0, members: [0, 1])
+        let c = try cluster.connect(0)
+        try c.sendRaw(Request.get(GetRequest(key: b("absent"))).frame(id: 1, quiet: true).encoded()
+                      + Request.exists(namespace: [], key: b("absent"), tiers: 0).frame(id: 2, quiet: true).encoded()
+                      + Request.ping.frame(id: 3).encoded())
+        let frames = [try c.readFrame(), try c.readFrame(), try c.readFrame()]
+        XCTAssertEqual(frames.map(\.requestID), [1, 2, 3])
+        XCTAssertEqual(frames.map(\.statusCode), [.notFound, .notFound, .ok])
+        for f in frames.prefix(2) { XCTAssertNotEqual(f.responseFlags & ResponseFlags.unverified.rawValue, 0) }
+    }
+
     func testANodeWithoutAClusterIgnoresTheFlag() throws {
         let dir = TempDir()
         let node = try NodeProcess(dataDir: dir.path)

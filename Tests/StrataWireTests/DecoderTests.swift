@@ -165,6 +165,10 @@ final class DecoderTests: XCTestCase {
         incr.extras[8] = 2
         incr.extras.removeLast()
         XCTAssertEqual(status(incr), .invalidArgument, "has initial 2, short")
+        // An expiry's kind is a field of its own, checked before its value's bytes (px2: MALFORMED).
+        XCTAssertEqual(status(with(.set(SetRequest(key: [1], value: []))) { $0.extras = [0, 7, 0] }), .invalidArgument, "SET: kind 7, cut short")
+        XCTAssertEqual(status(with(.touch(namespace: [], key: [1], tiers: 0, expiry: .never)) { $0.extras = [9] }), .invalidArgument, "TOUCH: kind 9, cut short")
+        XCTAssertEqual(status(with(.touch(namespace: [], key: [1], tiers: 0, expiry: .never)) { $0.extras = [1] }), .malformed, "TOUCH: kind 1, cut short")
         // A field that cannot be wrong: the size decides.
         XCTAssertEqual(status(with(.delete(namespace: [], key: [1], tiers: 0, version: 5, writeBehind: false)) { $0.extras.append(0) }), .malformed)
         XCTAssertEqual(status(with(.hello(minVersion: 2, maxVersion: 3, token: [])) { $0.extras.append(0) }), .malformed)

@@ -161,7 +161,7 @@ final class VectorTests: XCTestCase {
             ("delete", .delete(namespace: [], key: foo, tiers: 0, version: nil, writeBehind: false), { Responses.status(to: $0, .ok) }),
             ("delete_versioned_miss", .delete(namespace: [], key: Array("ghost".utf8), tiers: 0, version: 900, writeBehind: false),
              { Responses.status(to: $0, .notFound) }),
-            ("touch", .touch(namespace: [], key: foo, tiers: 0, expiry: .at(unixMicros: 1_764_500_000_000_000)),
+            ("touch", .touch(namespace: [], key: foo, tiers: 0, expiry: .at(unixMicros: 4_102_444_800_000_000)),
              { Responses.status(to: $0, .ok, cas: self.V + 2) }),
             ("exists", .exists(namespace: [], key: foo, tiers: 0), { Responses.status(to: $0, .ok) }),
             ("incr_initial", .counter(incr), { Responses.counter(to: $0, value: 10, version: self.V + 3) }),

@@ -93,7 +93,7 @@ case("set_add_exists", "SET mode add on a present key: EXISTS",
 case("set_cas_mismatch", "SET mode cas with a stale version: CAS_MISMATCH carrying the stored version",
      frame(REQ, OPS["SET"], 10, cas=V - 1, extras=set_extras(3), key=b"foo", value=b"y"),
      frame(RESP, OPS["SET"], 10, status=CAS_MISMATCH, cas=V), "version (and the request's, V − 1: a version older than the stored one)")
-case("set_superseded", "SET with caller version 400 when 500 is stored: SUPERSEDED",
+case("set_superseded", "SET of img in namespace alice with caller version 400 when 500 is stored: SUPERSEDED",
      frame(REQ, OPS["SET"], 11, extras=set_extras(0, expiry(0), 0, 400), key=b"img", ns=b"alice", value=b"old"),
      frame(RESP, OPS["SET"], 11, status=SUPERSEDED, cas=500))
 case("set_quiet", "SET with QUIET: no response on success (the .resp file is empty)",
@@ -110,7 +110,7 @@ case("get_hit", "GET foo: a memory hit (tiers 1) with flags 42, expiry at a fixe
      "version; expires at")
 case("get_miss", "GET of an absent key: NOT_FOUND, empty body",
      frame(REQ, OPS["GET"], 21, key=b"nope"), frame(RESP, OPS["GET"], 21, status=NOT_FOUND))
-case("get_touch_meta", "GET from the disk tier of an item stored on disk only, touching it (TTL 300 s) and asking for metadata: tiers present 2 (disk), raw, 4 bytes stored",
+case("get_touch_meta", "GET of img in namespace alice from the disk tier, an item stored on disk only, touching it (TTL 300 s) and asking for metadata: tiers present 2 (disk), raw, 4 bytes stored",
      frame(REQ, OPS["GET"], 22, flags=WANT_META, tiers=2, extras=expiry(2, 300), ns=b"alice", key=b"img"),
      frame(RESP, OPS["GET"], 22, flags=WANT_META, tiers=2, cas=V + 1,
            extras=get_extras(0, 1764400300000000, b"\x01\x02", (2, 0, 4)), value=b"\x89PNG"),
@@ -126,8 +126,8 @@ case("get_tombstone", "GET of a key deleted with version 900: NOT_FOUND carrying
 case("delete_versioned_miss", "DELETE with version 900 of an absent key: NOT_FOUND (a tombstone is left)",
      frame(REQ, OPS["DELETE"], 31, extras=struct.pack(">Q", 900), key=b"ghost"),
      frame(RESP, OPS["DELETE"], 31, status=NOT_FOUND))
-case("touch", "TOUCH foo to expire at an absolute time",
-     frame(REQ, OPS["TOUCH"], 32, extras=expiry(3, 1764500000000000), key=b"foo"),
+case("touch", "TOUCH foo to expire at an absolute time (2100-01-01, so a replay leaves foo live)",
+     frame(REQ, OPS["TOUCH"], 32, extras=expiry(3, 4102444800000000), key=b"foo"),
      frame(RESP, OPS["TOUCH"], 32, cas=V + 2), "version")
 case("touch_versioned", "TOUCH foo with caller version 900, older than the V + 2 foo holds: SUPERSEDED with that version, nothing changed",
      frame(REQ, OPS["TOUCH"], 34, extras=expiry(2, 600) + struct.pack(">Q", 900), key=b"foo"),

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import StrataClient
 import StrataCore
+import StrataImage
 import StrataStore
 import StrataWire
 import Synchronization
@@ -363,6 +364,13 @@ final class AntiEntropy: @unchecked Sendable {
         } else {
             try NodeConnection.check(f, allow: [.ok, .negative])
             let item = try Responses.parseGet(f)
+            // A node with --validate-images takes no invalid image, from clients or from peers
+            // (while the option is rolled out, a peer without it may hold one).
+            if dispatcher.validateImages && !item.negative && ImageSniffer.sniff(item.value) != nil,
+               (try? ImageCodec.validate(item.value, pixelLimit: dispatcher.imagePixelLimit, decodeLimit: dispatcher.imageDecodeLimit)) == nil {
+                stats.syncInvalidImages.add()
+                return false
+            }
             var o = SetOptions(expiry: item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt), flags: item.flags,
                                extended: item.extended, tiers: owner ? .all : .disk, version: item.version)
             o.stale = item.stale; o.negative = item.negative
@@ -422,6 +430,13 @@ final class AntiEntropy: @unchecked Sendable {
 
     /// True when the peer took a pushed copy; throws on an answer other than taken or superseded.
     private func pushed(_ f: Frame) throws -> Bool {
+        // A peer with --validate-images refuses an invalid image: not taken, and no failure of
+        // the round (an outside review, img2: each refusal failed the round, and the other node
+        // then flagged its reads UNVERIFIED for a peer it could reach).
+        if f.statusCode == .invalidImage {
+            stats.syncInvalidImages.add()
+            return false
+        }
         try NodeConnection.check(f, allow: [.ok, .notFound, .superseded])
         guard f.statusCode == .ok else { return false }
         stats.syncPushed.add()

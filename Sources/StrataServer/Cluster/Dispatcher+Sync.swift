@@ -174,6 +174,17 @@ extension Dispatcher {
                                "this node has not caught up with the key's other replicas since it started, was paused or lost contact with them; nothing was done: decide on another replica")
     }
 
+    /// Whether `markUnverified` would flag the answer to `r` (a GET, EXISTS or META of a key
+    /// this `--cluster` node has not verified).
+    func mayBeUnverified(_ r: Request) -> Bool {
+        guard let c = cluster, !c.verified else { return false }
+        switch r {
+        case .get(let g): return !c.isVerified(namespace: g.namespace, key: g.key)
+        case let .exists(ns, key, _), let .meta(ns, key, _): return !c.isVerified(namespace: ns, key: key)
+        default: return false
+        }
+    }
+
     /// `response` with the UNVERIFIED flag when this node has not caught up with the other
     /// replicas of a key the GET, MGET, EXISTS or META read (PROTOCOL.md §7.19).
     func markUnverified(_ r: Request, _ response: Frame) -> Frame {
