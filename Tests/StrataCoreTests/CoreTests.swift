@@ -262,3 +262,13 @@ final class SharedRunTests: XCTestCase {
         XCTAssertEqual(try shared.run { 7 }, 7)
     }
 }
+
+final class PrintableNameTests: XCTestCase {
+    func testPrintableNames() {
+        XCTAssertEqual(printableName(Array("tenant-1".utf8)), "tenant-1")
+        XCTAssertEqual(printableName(Array("é".utf8)), "é")
+        XCTAssertEqual(printableName([0xFF, 0x41]), "0xff41", "not UTF-8")
+        XCTAssertEqual(printableName([0x61, 0x0A]), "0x610a", "a control character")
+        XCTAssertNotEqual(printableName([0xFF]), printableName([0xFE]))
+    }
+}

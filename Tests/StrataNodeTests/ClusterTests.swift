@@ -106,7 +106,7 @@ final class ClusterTests: XCTestCase {
         let keys = (0..<400).map { "d\($0)" }.filter {
             Set(ring.nodes(for: b($0), count: 2).map(\.name)) == Set([cluster.addresses[0].name, cluster.addresses[1].name])
         }
-        XCTAssertGreaterThanOrEqual(keys.count, 4)
+        XCTAssertGreaterThanOrEqual(keys.count, 5)
         XCTAssertEqual(try runCLI(["set", keys[0], "v", "--nodes", nodes]).code, 0)
         XCTAssertEqual(try runCLI(["set", keys[3], "5", "--nodes", nodes]).code, 0)
         cluster.kill(1)
@@ -121,6 +121,14 @@ final class ClusterTests: XCTestCase {
         let held = try runCLI(["del", keys[0], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
         XCTAssertEqual(held.code, 0, held.err)
         XCTAssertTrue(held.err.contains("warning: not on \(down)"), held.err)
+        // invalidate too (img2).
+        XCTAssertEqual(try runCLI(["set", keys[4], "v", "--nodes", nodes, "--ack", "one", "--timeout", "0.5"]).code, 0)
+        let stale = try runCLI(["invalidate", keys[4], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
+        XCTAssertEqual(stale.code, 0, stale.err)
+        XCTAssertTrue(stale.err.contains("warning: not on \(down)"), stale.err)
+        let unknown = try runCLI(["invalidate", keys[1], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
+        XCTAssertEqual(unknown.code, 0, unknown.err)
+        XCTAssertTrue(unknown.err.contains("invalidated where the nodes answered; whether \(keys[1]) existed is unknown"), unknown.err)
         let never = try runCLI(["del", keys[1], "--nodes", nodes, "--ack", "one", "--timeout", "0.5"])
         XCTAssertEqual(never.code, 0, "a node that may hold it did not answer: not 'not found'. \(never.err)")
         XCTAssertTrue(never.err.contains("whether \(keys[1]) existed is unknown"), never.err)
