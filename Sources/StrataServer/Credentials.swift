@@ -211,6 +211,11 @@ public struct Credentials: Sendable {
             for p in patterns where Array(p.utf8).count > Wire.maxNamespace + 1 {
                 throw CredentialsError("user '\(name)': namespace '\(p)' is over \(Wire.maxNamespace) bytes")
             }
+            // A `*` anywhere but at the end was read as a literal name (an outside review, nu3:
+            // "tenant-*-prod" gave a user that could reach nothing meant), as --memory-compression refuses it.
+            for p in patterns where p.dropLast().contains("*") {
+                throw CredentialsError("user '\(name)': namespace pattern '\(p)': * only ends a pattern (a prefix: \"tenant-*\"; every namespace: \"*\")")
+            }
             if role == .admin && !(patterns.isEmpty || patterns == ["*"]) {
                 throw CredentialsError("user '\(name)': an admin has every namespace; leave namespaces out (or [\"*\"])")
             }
@@ -226,7 +231,12 @@ public struct Credentials: Sendable {
 
     /// Reads and parses `path` (see `parse`).
     public static func load(path: String, legacyToken: [UInt8]? = nil) throws(CredentialsError) -> Credentials {
-        guard let data = FileManager.default.contents(atPath: path) else { throw CredentialsError("cannot read '\(path)'") }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            var isDirectory: ObjCBool = false
+            let why = !FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) ? "no such file"
+                : isDirectory.boolValue ? "it is a directory" : FileManager.default.isReadableFile(atPath: path) ? "it could not be read" : "permission denied"
+            throw CredentialsError("cannot read '\(path)': \(why)")
+        }
         do { return try parse([UInt8](data), legacyToken: legacyToken) } catch {
             throw CredentialsError("'\(path)': \(error.description)")
         }

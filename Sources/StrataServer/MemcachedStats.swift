@@ -106,6 +106,11 @@ extension MemcachedListener {
         out += "strata_memcached_get_hits_total \(getHits.load())\n"
         out += "# HELP strata_memcached_get_misses_total memcached keys not found by get/gets and mg (gat/gats count as touches).\n# TYPE strata_memcached_get_misses_total counter\n"
         out += "strata_memcached_get_misses_total \(getMisses.load())\n"
+        // Every STATS figure is a metric (an outside review, nu3: these two were not).
+        out += "# HELP strata_memcached_connections_total memcached connections accepted (both ports).\n# TYPE strata_memcached_connections_total counter\n"
+        out += "strata_memcached_connections_total \(connectionsTotal.load())\n"
+        out += "# HELP strata_memcached_auth_errors_total memcached authentication attempts refused.\n# TYPE strata_memcached_auth_errors_total counter\n"
+        out += "strata_memcached_auth_errors_total \(authErrors.load())\n"
         return out
     }
 }

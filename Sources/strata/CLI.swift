@@ -93,7 +93,7 @@ func runCLI(_ args: [String]) -> Int32 {
         printErr("strata \(command): \(e.message)")
         return 2
     } catch let e as ClientError {
-        printErr("strata \(command): \(e.message)")
+        printErr("strata \(command): \(e.message)" + clientErrorHint(e, rest))
         return 3
     } catch let e as NodeError {
         printErr("strata \(command): \(e.message)")
@@ -143,4 +143,16 @@ func checkCommand(_ args: [String]) throws -> Int32 {
     if r.isClean { printOut("clean"); return 0 }
     printErr("strata check: problems found in \(dir)")
     return 3
+}
+
+/// What a CLI user can do about two common mistakes (an outside review, nu3: the messages named
+/// HELLO, which the CLI sends itself, and a reset connection with no hint of TLS).
+func clientErrorHint(_ e: ClientError, _ args: [String]) -> String {
+    if e.status == .authRequired && !args.contains("--auth-token-file") {
+        return " (give the node's token with --auth-token-file FILE)"
+    }
+    if e.kind == .connection && !args.contains("--tls") && (e.message.contains("reset by peer") || e.message.hasSuffix("closed the connection")) {
+        return " (if that is the node's --tls-port, connect with --tls --tls-ca FILE)"
+    }
+    return ""
 }

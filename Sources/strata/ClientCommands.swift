@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import StrataClient
 import StrataCore
+import StrataNet
 import StrataWire
 
 struct ClientCommand: Sendable {
@@ -44,6 +45,9 @@ func tlsOption(_ o: ParsedOptions) throws -> TLSClientConfiguration? {
     for (opt, path) in [("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)] {
         if let p = path, access(p, R_OK) != 0 { throw UsageError(message: "\(opt) \(p): \(String(cString: strerror(errno)))") }
     }
+    // The files are loaded now, so a key that does not match its certificate is a usage error
+    // (exit 2) as for `strata serve`, not a connection error (an outside review, nu3).
+    do { _ = try TLSContext.client(ca: ca, certificate: cert, key: key) } catch { throw UsageError(message: "TLS: \(error)") }
     return TLSClientConfiguration(caFile: ca, certificateFile: cert, keyFile: key, serverName: o.string("--tls-server-name"))
 }
 

@@ -315,8 +315,8 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try int("memory-count-limit") { c.memoryCountLimit = v > 0 ? v : nil }
     if let v = try int("disk-count-limit") { c.diskCountLimit = v > 0 ? v : nil }
     if let v = try int("max-namespaces", min: 1) { c.maxNamespaces = v }
-    if let v = try int("namespace-stats-limit", min: 1) {
-        guard v <= 1000 else { throw UsageError(message: "--namespace-stats-limit must be 1…1000, got \(v)") }
+    if let raw = s["namespace-stats-limit"] {
+        guard let v = Int(raw), (1...1000).contains(v) else { throw UsageError(message: "--namespace-stats-limit must be 1…1000, got '\(raw)'") }
         c.namespaceStatsLimit = v
     }
     if let v = try size("max-output-bytes") {

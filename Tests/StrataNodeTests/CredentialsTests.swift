@@ -337,6 +337,22 @@ final class CredentialsTests: XCTestCase {
         XCTAssertEqual(String(decoding: check.out, as: UTF8.self), "ops admin *\nrw readwrite app1,tenant-*\nro readonly app1,tenant-*\n")
     }
 
+    /// Outside review nu3: a `*` inside a pattern was a literal name ("tenant-*-prod" reached
+    /// nothing meant) and `check` echoed it as a pattern; a missing file gave no reason.
+    func testAStarInsideAPatternIsRefusedAndAMissingFileSaysWhy() throws {
+        let dir = TempDir()
+        for bad in ["tenant-*-prod", "*-cache", "a*b"] {
+            try Data(CredentialsUnitTests.file([("ops", "t-ops", "admin", nil), ("x", "t-x", "readwrite", [bad])]))
+                .write(to: URL(fileURLWithPath: dir.path + "/u.json"))
+            let check = try runCLI(["credentials", "check", dir.path + "/u.json"])
+            XCTAssertEqual(check.code, 2, bad)
+            XCTAssertTrue(check.err.contains("namespace pattern '\(bad)': * only ends a pattern"), check.err)
+        }
+        let missing = try runCLI(["credentials", "check", dir.path + "/nothing.json"])
+        XCTAssertEqual(missing.code, 2)
+        XCTAssertTrue(missing.err.contains("cannot read '\(dir.path)/nothing.json': no such file"), missing.err)
+    }
+
     // MARK: memcached
 
     func testMemcachedUsersAreScopedToTheListenersNamespace() throws {
