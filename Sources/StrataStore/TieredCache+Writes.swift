@@ -208,7 +208,7 @@ extension TieredCache {
         let decided: (WriteResult, UInt64?)
         do {
             decided = try decideAndLog(op, key: key, namespace: namespace, ns: ns, loc: loc, tiers: tiers, needs: needs,
-                                       callerVersion: callerVersion, preEncoded: preEncoded, flushedByCaller: !behind)
+                                       callerVersion: callerVersion, preEncoded: preEncoded, flushedByCaller: !behind, answered: behind)
         } catch {
             if behind { writeBehindBudget.release(cost) }
             throw error
@@ -233,10 +233,12 @@ extension TieredCache {
     /// Decides a disk write and appends its record to the log; returns the result and the log
     /// position the write is durable at (nil when nothing changed). Memory follows the
     /// decision at once. May read SQLite (a write that depends on the stored item, when neither
-    /// memory nor the log's pending writes hold it).
+    /// memory nor the log's pending writes hold it). `answered`: the caller answers before the
+    /// record is written (write-behind), so a failed write of it is retried, never undone.
     func decideAndLog(_ op: WriteOp, key: [UInt8], namespace: [UInt8], ns: NamespaceRegistry.Entry,
                               loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
-                              preEncoded: (ValueEncoding, [UInt8])?, flushedByCaller: Bool) throws -> (WriteResult, UInt64?) {
+                              preEncoded: (ValueEncoding, [UInt8])?, flushedByCaller: Bool,
+                              answered: Bool = false) throws -> (WriteResult, UInt64?) {
         var incoming = 0
         if case .set(let value, _, _, let extended, _, _, _) = op { incoming = (preEncoded?.1.count ?? value.count) + extended.count }
         let promise = log.waitForRoom(bytes: incoming)
@@ -271,7 +273,7 @@ extension TieredCache {
             // The memory copy goes once the delete is visible in the log's pending index: a read
             // that found the older disk copy before cannot promote it after (`delete` moves the
             // shard's delete epoch even when memory held nothing).
-            let end = log.append(.delete(id), at: now, flushedByCaller: flushedByCaller)
+            let end = log.append(.delete(id), at: now, flushedByCaller: flushedByCaller, answered: answered)
             if memoryToo { memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) } }
             return (result, end)
         case .store(let s):
@@ -297,9 +299,12 @@ extension TieredCache {
             // the floor it is taken, as removals are (PROTOCOL.md §6 DISK_FULL).
             var invalidates = false
             if case .invalidate = result { invalidates = true }
-            if !s.tombstone && !invalidates && !floor.admits(encoded.1.count + s.extended.count + key.count + namespace.count + 64) {
+            let footprint = encoded.1.count + s.extended.count + key.count + namespace.count + 64
+            let charged = !s.tombstone && !invalidates
+            if charged && !floor.admits(footprint) {
                 throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes, invalidates and flushes; nothing was stored")
             }
+            defer { if charged { floor.appended(footprint) } }
             if memoryToo && !s.tombstone {
                 let compressed = ns.compression?.encode(s.value)
                 memory.with(loc, key) { shard, k in
@@ -308,7 +313,7 @@ extension TieredCache {
             }
             disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
             disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)
-            let end = log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller)
+            let end = log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller, answered: answered)
             if !(memoryToo && !s.tombstone) && (memoryToo || !s.tombstone) {
                 // Disk-only writes (replicas) invalidate an older memory copy, so a read never
                 // finds an older version in memory than the disk holds; so do tombstones of

@@ -76,9 +76,10 @@ public final class TieredCache: @unchecked Sendable {
         // What the backlog still has to write: its WAL frames and its database pages.
         floor = SpaceFloor(floor: configuration.freeSpaceFloor ?? SpaceFloor.defaultFloor(filesystemBytes: filesystem ?? Int.max),
                            probe: configuration.freeSpaceProbe ?? { SpaceFloor.freeBytes(directory) },
-                           pending: { 2 * log.backlog.bytes }, pendingBound: 2 * configuration.logLimit)
+                           pending: { log.floorOwed }, pendingBound: 3 * configuration.logLimit)
         log.apply = { writes, end in disk.applyLog(writes, end: end) }
         log.applierDelay = configuration.applierDelayForTests
+        log.files.failWritesForTests = configuration.logWritesFailForTests
         let memory = self.memory, registry = self.registry
         log.undo = { w in
             guard let id = w.item, let ns = registry.lookup(id.namespace) else { return }

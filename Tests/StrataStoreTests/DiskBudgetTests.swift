@@ -347,6 +347,19 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(try f.store.remove(bytes("two")), .removed, "removals are taken below the floor")
     }
 
+    /// Writers admitted together each count the others' charges until their records are in the
+    /// log (dur7: a probe between two admissions forgot the first, and 64 writers went under
+    /// half the floor).
+    func testAdmittedChargesCountUntilTheirRecordsAreAppended() {
+        let floor = SpaceFloor(floor: 2 << 20, probe: { 10 << 20 }) // every admission within 8 × the floor probes
+        XCTAssertTrue(floor.admits(1 << 20))  // 10 − 3 = 7 MiB
+        XCTAssertTrue(floor.admits(1 << 20))  // 10 − 3 − 3 = 4 MiB
+        XCTAssertFalse(floor.admits(1 << 20), "10 − 3 − 3 − 3 = 1 MiB: under the floor")
+        floor.appended(1 << 20)
+        floor.appended(1 << 20)
+        XCTAssertTrue(floor.admits(1 << 20), "appended: the log's backlog counts them from here")
+    }
+
     func testTheFloorIsSizedToTheFilesystem() {
         XCTAssertEqual(SpaceFloor.defaultFloor(filesystemBytes: 16 << 20), 1 << 20)
         XCTAssertEqual(SpaceFloor.defaultFloor(filesystemBytes: 1 << 20), 256 << 10)

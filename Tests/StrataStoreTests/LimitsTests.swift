@@ -609,6 +609,56 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertEqual(try f.store.remove(bytes("k\(stored[0])")), .removed)
     }
 
+    /// A write-behind write is answered before its record is written, so a failed log write
+    /// (a disk filled to its last byte by another process) must not undo it: it is kept and
+    /// retried until the disk takes it, while durable writes get DISK_FULL and change nothing
+    /// (an outside review, dur7: acknowledged write-behind deletes were undone, up to 1,391
+    /// deleted items came back with no crash, and write-behind sets were lost).
+    func testWriteBehindWritesSurviveAFailedLogWrite() throws {
+        let failing = Counter()
+        let f = try StoreFixture { $0.logWritesFailForTests = { failing.load() > 0 } }
+        for i in 0..<20 { _ = try f.store.set(bytes("d\(i)"), bytes("orig\(i)"), options: SetOptions(tiers: .disk)) }
+        _ = try f.store.set(bytes("s"), bytes("old"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        failing.add(1)
+        for i in 0..<20 { XCTAssertEqual(try f.store.remove(bytes("d\(i)"), writeBehind: true), .removed) }
+        _ = try f.store.set(bytes("s"), bytes("new"), options: SetOptions(tiers: .disk, writeBehind: true))
+        _ = try f.store.set(bytes("w"), bytes("fresh"), options: SetOptions(tiers: .disk, writeBehind: true))
+        XCTAssertThrowsError(try f.store.set(bytes("durable"), bytes("x"), options: SetOptions(tiers: .disk))) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
+        }
+        Thread.sleep(forTimeInterval: 0.35) // several retries fail
+        func check(_ when: String) throws {
+            for i in 0..<20 { XCTAssertNil(try f.store.get(bytes("d\(i)")), "d\(i) stays deleted \(when)") }
+            XCTAssertEqual(try f.store.get(bytes("s"))?.value, bytes("new"), when)
+            XCTAssertEqual(try f.store.get(bytes("w"))?.value, bytes("fresh"), when)
+            XCTAssertNil(try f.store.get(bytes("durable")), "a refused durable write changed nothing \(when)")
+        }
+        try check("while the log cannot write")
+        XCTAssertTrue(f.log.all.contains { $0.contains("log_write_failed") && $0.contains("kept=") }, "\(f.log.all.suffix(3))")
+        failing.add(-1) // space again
+        XCTAssertTrue(eventually { f.store.stats().writeBehindPending == 0 }, "the kept writes reached the log")
+        try f.store.sync()
+        try check("once written")
+        try f.reopen()
+        try check("after a restart")
+    }
+
+    /// A store closed while its log still cannot write retries the kept write-behind writes
+    /// for `stopPatience`, then gives them up and says so — it does not hang.
+    func testAStopGivesUpKeptWriteBehindWritesAfterItsPatience() throws {
+        let failing = Counter()
+        failing.add(1)
+        let f = try StoreFixture { $0.logWritesFailForTests = { failing.load() > 0 } }
+        _ = try f.store.set(bytes("w"), bytes("v"), options: SetOptions(tiers: .disk, writeBehind: true))
+        let t0 = monotonicSeconds()
+        f.store.close()
+        let took = monotonicSeconds() - t0
+        XCTAssertGreaterThanOrEqual(took, DurabilityLog.stopPatience - 0.5)
+        XCTAssertLessThan(took, DurabilityLog.stopPatience + 5)
+        XCTAssertTrue(f.log.all.contains { $0.contains("log_write_behind_lost records=1") }, "\(f.log.all.suffix(3))")
+    }
+
     func testAFlushOnAFullDiskAnswersAtOnceAndAppliesOnceThereIsRoom() throws {
         let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
         var stored: [Int] = []

@@ -20,6 +20,9 @@ struct LoggedWrite: Sendable {
     /// A flush of the disk tier alone: applying it leaves the memory tier's tags (not in the
     /// record: a replay at open, with memory empty, flushes both).
     var keepsMemory = false
+    /// Its writer was answered before the record was written (write-behind): a failed write
+    /// of it is retried, never undone (see `writeBatchLocked`).
+    var answered = false
 
     var item: ItemKey? {
         switch kind {
@@ -96,6 +99,14 @@ final class DurabilityLog: @unchecked Sendable {
     var appliedWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
     var stopping = false
     var flushing = false
+    /// After a failed write that kept write-behind records: no batch is written before this
+    /// (monotonic seconds), so a full disk is retried every `retryInterval`, not in a spin.
+    var retryAt: Double = 0
+    static let retryInterval = 0.1
+    /// When `close` began: kept write-behind records are retried for `stopPatience` after it,
+    /// then given up (logged).
+    var stopBegan: Double? = nil
+    static let stopPatience = 5.0
     // The fallback flusher's own condition (so writes by others never wake it).
     let flusherCond = ConditionLock()
     var flusherSignalled = false
@@ -212,7 +223,7 @@ final class DurabilityLog: @unchecked Sendable {
     /// threads and closes the files. What could not be applied stays in the log for the next
     /// open. Idempotent.
     func close() {
-        cond.withLock { stopping = true; cond.broadcast() }
+        cond.withLock { stopping = true; stopBegan = monotonicSeconds(); cond.broadcast() }
         flusherCond.withLock { flusherStop = true }
         flusherCond.signal()
         wakeApplier()
@@ -288,7 +299,17 @@ final class DurabilityLog: @unchecked Sendable {
     /// position after the record: the write is durable once `written` passes it. With
     /// `flushedByCaller` the caller will call `flush()` soon (an event loop at the end of its
     /// iteration, a writer about to wait): nobody else is woken for it.
-    func append(_ kind: LoggedWrite.Kind, at now: Int64, flushedByCaller: Bool = true, keepsMemory: Bool = false) -> UInt64 {
+    func append(_ kind: LoggedWrite.Kind, at now: Int64, flushedByCaller: Bool = true, keepsMemory: Bool = false,
+                answered: Bool = false) -> UInt64 {
+        cond.lock()
+        let end = appendLocked(kind, at: now, keepsMemory: keepsMemory, answered: answered)
+        cond.unlock()
+        if !flushedByCaller { wakeFlusherThread() }
+        return end
+    }
+
+    /// `append` with `cond` held: encodes the record at `next`, indexes it and buffers it.
+    func appendLocked(_ kind: LoggedWrite.Kind, at now: Int64, keepsMemory: Bool, answered: Bool) -> UInt64 {
         let record: LogRecord
         switch kind {
         case let .put(id, s, encoding, stored):
@@ -299,7 +320,6 @@ final class DurabilityLog: @unchecked Sendable {
         case .flushNamespace(let ns): record = .flushNamespace(ns)
         case .flushAll: record = .flushAll
         }
-        cond.lock()
         let position = next
         let before = buffer.count
         record.encode(at: position, into: &buffer)
@@ -317,9 +337,7 @@ final class DurabilityLog: @unchecked Sendable {
             index.put(id, e)
         default: break
         }
-        buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry, keepsMemory: keepsMemory))
-        cond.unlock()
-        if !flushedByCaller { wakeFlusherThread() }
+        buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry, keepsMemory: keepsMemory, answered: answered))
         return end
     }
 
@@ -369,6 +387,11 @@ final class DurabilityLog: @unchecked Sendable {
 
     /// The position the next record gets.
     var end: UInt64 { cond.withLock { next } }
+
+    /// What the backlog will still take on the file system (`SpaceFloor`): 3 × the records not
+    /// yet in the file (the record, its WAL frames, its database pages) and 2 × those in the
+    /// file but not yet in SQLite.
+    var floorOwed: Int { cond.withLock { Int(3 * (next - written) + 2 * (written - applied)) } }
 
     /// The backlog: records decided but not yet in SQLite, and their bytes in the log.
     var backlog: (records: Int, bytes: Int) {

@@ -43,6 +43,8 @@ final class LogFiles: @unchecked Sendable {
     /// The position the next record gets.
     private(set) var end: UInt64 = 0
     private var dirty = false
+    /// `StoreConfiguration.logWritesFailForTests`.
+    var failWritesForTests: (@Sendable () -> Bool)? = nil
     private var syncStop = false
     private let syncCond = ConditionLock()
     private let syncStopped = Completion<Void>()
@@ -128,6 +130,9 @@ final class LogFiles: @unchecked Sendable {
         guard fd >= 0 else { throw StoreError(.closed, "the log is closed") }
         guard position == end else { throw StoreError(.io, "internal: log batch at \(position), the log ends at \(end)") }
         if let current = segments.last, end - current >= UInt64(segmentBytes) { rotate() }
+        if let fails = failWritesForTests, fails() {
+            throw StoreError(.diskFull, "disk full while writing (\(dataDirectory)); nothing was stored")
+        }
         try writeAll(bytes)
         end += UInt64(bytes.count)
         dirty = true

@@ -131,6 +131,9 @@ public struct StoreConfiguration: Sendable {
     /// For tests: the applier waits this long (seconds) before each batch, so a backlog builds
     /// up (a slow disk) and crash tests find unapplied records in the log. 0 in production.
     public var applierDelayForTests: Double = 0
+    /// For tests: while it says yes, every write to the durability log fails as on a full disk
+    /// (ENOSPC), without filling one.
+    public var logWritesFailForTests: (@Sendable () -> Bool)? = nil
     /// Seconds an open retries applying a FLUSH replayed from the log while SQLite cannot write
     /// (a full disk) before it fails with DISK_FULL (`TieredCache.applyReplayedFlushes`).
     public var replayedFlushWait: Double = 30
