@@ -323,25 +323,27 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(try f.store.get(bytes("new"), tiers: .disk)?.value, bytes("v"))
     }
 
-    /// A value is charged three times its size against the floor (its log record, then its WAL
-    /// frames and database pages), and the backlog's WAL frames and pages still to come count
-    /// too (an outside review, dur6: eight writers of 2.6 MB values took an 85 MB disk to 0
-    /// bytes free when only the record was charged).
+    /// A value is charged four times its size against the floor (its log record, then its WAL
+    /// frames, its database pages and the pages an overwrite frees after it), and the backlog's
+    /// frames and pages still to come count too (outside reviews dur6/dur8: writers of large
+    /// values took a disk to 0 bytes free when only the record was charged).
     func testTheFloorChargesAValuesWholeFootprintAndTheBacklogs() throws {
         let free = Counter()
-        free.add(10 << 20)
+        free.add(20 << 20)
         let f = try StoreFixture { c in
             c.freeSpaceFloor = 2 << 20
             c.freeSpaceProbe = { free.load() }
             c.applierDelayForTests = 30 // what is answered stays in the backlog
         }
-        // 10 MiB free, a 2 MiB floor: 3 × 2 MiB leaves 4 MiB; 3 × 3 MiB would leave 1 MiB.
+        // 20 MiB free, a 2 MiB floor: 4 × 2 MiB leaves 12 MiB.
         XCTAssertNoThrow(try f.store.set(bytes("two"), Self.noise(1, 2 << 20), options: SetOptions(tiers: .disk)))
-        // Now 2 MiB in the backlog owe 4 MiB more: 3 × 1 MiB would leave 10 − 3 − 4 = 3 MiB.
+        // 2 MiB written, not applied, owe 3 × 2 = 6 MiB: 4 × 1 MiB leaves 20 − 4 − 6 = 10 MiB.
         XCTAssertNoThrow(try f.store.set(bytes("one"), Self.noise(2, 1 << 20), options: SetOptions(tiers: .disk)))
-        // 3 MiB owe 6 MiB: 3 × 0.5 MiB would leave 2.5 MiB, over the floor; 3 × 1 MiB 1 MiB, under.
+        // 3 MiB owe 9 MiB: 4 × 0.5 MiB leaves 9 MiB.
         XCTAssertNoThrow(try f.store.set(bytes("half"), Self.noise(3, 1 << 19), options: SetOptions(tiers: .disk)))
-        XCTAssertThrowsError(try f.store.set(bytes("more"), Self.noise(4, 1 << 20), options: SetOptions(tiers: .disk))) { e in
+        // 3.5 MiB owe 10.5 MiB: 4 × 2 MiB would leave 1.5 MiB, under the floor (without the
+        // backlog's share it would leave 12 MiB).
+        XCTAssertThrowsError(try f.store.set(bytes("more"), Self.noise(4, 2 << 20), options: SetOptions(tiers: .disk))) { e in
             XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
         }
         XCTAssertEqual(try f.store.remove(bytes("two")), .removed, "removals are taken below the floor")
@@ -352,9 +354,9 @@ final class DiskBudgetTests: XCTestCase {
     /// half the floor).
     func testAdmittedChargesCountUntilTheirRecordsAreAppended() {
         let floor = SpaceFloor(floor: 2 << 20, probe: { 10 << 20 }) // every admission within 8 × the floor probes
-        XCTAssertTrue(floor.admits(1 << 20))  // 10 − 3 = 7 MiB
-        XCTAssertTrue(floor.admits(1 << 20))  // 10 − 3 − 3 = 4 MiB
-        XCTAssertFalse(floor.admits(1 << 20), "10 − 3 − 3 − 3 = 1 MiB: under the floor")
+        XCTAssertTrue(floor.admits(1 << 20))  // 10 − 4 = 6 MiB
+        XCTAssertTrue(floor.admits(1 << 20))  // 10 − 4 − 4 = 2 MiB
+        XCTAssertFalse(floor.admits(1 << 20), "10 − 4 − 4 − 4 < 0: under the floor")
         floor.appended(1 << 20)
         floor.appended(1 << 20)
         XCTAssertTrue(floor.admits(1 << 20), "appended: the log's backlog counts them from here")

@@ -622,6 +622,10 @@ final class DiskLimitTests: XCTestCase {
         try f.store.sync()
         failing.add(1)
         for i in 0..<20 { XCTAssertEqual(try f.store.remove(bytes("d\(i)"), writeBehind: true), .removed) }
+        // A kept write keeps its index entry (moved, never removed and put back): a reader can
+        // never fall through to SQLite's older row meanwhile (dur8: deleted items read back).
+        let kept = f.store.log.index.lookup(ItemKey(namespace: [], key: bytes("d0")))
+        XCTAssertNotNil(kept)
         _ = try f.store.set(bytes("s"), bytes("new"), options: SetOptions(tiers: .disk, writeBehind: true))
         _ = try f.store.set(bytes("w"), bytes("fresh"), options: SetOptions(tiers: .disk, writeBehind: true))
         XCTAssertThrowsError(try f.store.set(bytes("durable"), bytes("x"), options: SetOptions(tiers: .disk))) { e in
@@ -635,6 +639,7 @@ final class DiskLimitTests: XCTestCase {
             XCTAssertNil(try f.store.get(bytes("durable")), "a refused durable write changed nothing \(when)")
         }
         try check("while the log cannot write")
+        XCTAssertTrue(f.store.log.index.lookup(ItemKey(namespace: [], key: bytes("d0"))) === kept, "the same entry, moved")
         XCTAssertTrue(f.log.all.contains { $0.contains("log_write_failed") && $0.contains("kept=") }, "\(f.log.all.suffix(3))")
         failing.add(-1) // space again
         XCTAssertTrue(eventually { f.store.stats().writeBehindPending == 0 }, "the kept writes reached the log")
@@ -642,6 +647,29 @@ final class DiskLimitTests: XCTestCase {
         try check("once written")
         try f.reopen()
         try check("after a restart")
+    }
+
+    /// Kept write-behind writes that fill the log's room do not make writers wait for room that
+    /// cannot come while the log cannot write: a durable write gets DISK_FULL at once (dur8:
+    /// every write hung while 2.5 MB of write-behind sets were kept).
+    func testKeptWriteBehindWritesDoNotHoldOtherWritesWaiting() throws {
+        let failing = Counter()
+        let f = try StoreFixture { $0.logWritesFailForTests = { failing.load() > 0 }; $0.logLimit = 64 << 10 }
+        failing.add(1)
+        var rng = SplitMix(seed: 7)
+        for i in 0..<8 {
+            let v = (0..<(40 << 10)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            _ = try f.store.set(bytes("wb\(i)"), v, options: SetOptions(tiers: .disk, writeBehind: true))
+        }
+        Thread.sleep(forTimeInterval: 0.25) // the batch failed; 320 KiB kept, over the 64 KiB room
+        let t0 = monotonicSeconds()
+        XCTAssertThrowsError(try f.store.set(bytes("durable"), bytes("x"), options: SetOptions(tiers: .disk))) { e in
+            XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
+        }
+        XCTAssertLessThan(monotonicSeconds() - t0, 2, "refused, not held")
+        failing.add(-1)
+        XCTAssertTrue(eventually { f.store.stats().writeBehindPending == 0 })
+        XCTAssertNotNil(try f.store.get(bytes("wb7")))
     }
 
     /// A store closed while its log still cannot write retries the kept write-behind writes

@@ -13,8 +13,8 @@ import Synchronization
 /// write its WAL, and a restart refused everything).
 ///
 /// A value is charged its whole footprint, not only its log record: `footprint` × its bytes (the
-/// record now, then its WAL frames and its database pages when the applier writes it — the
-/// three exist at once until a checkpoint and the log's trim), and the log's backlog still to be
+/// record now, then its WAL frames and its database pages when the applier writes it — all
+/// exist at once until a checkpoint and the log's trim), and the log's backlog still to be
 /// applied (`pending`, answered writes whose WAL frames and pages are yet to come) counts
 /// against the room too. An outside review (dur6) drove free space to 0 with eight writers of
 /// 2.6 MB values on an 85 MB disk when only the records were charged, and the node then could
@@ -25,8 +25,11 @@ import Synchronization
 final class SpaceFloor: Sendable {
     /// Bytes kept free; 0 = no floor.
     let floor: Int
-    /// How many times its bytes a value may take on the file system before it is settled.
-    static let footprint = 3
+    /// How many times its bytes a value may take on the file system before it is settled: its
+    /// log record, its WAL frames, its database pages, and the pages an overwrite frees only
+    /// after its transaction (dur8: with 3, write-behind writers went up to 202 KB under half
+    /// the floor).
+    static let footprint = 4
     private let probe: @Sendable () -> Int
     /// Bytes still to be written for what was answered (`DurabilityLog.floorOwed`), and its bound.
     private let pending: @Sendable () -> Int

@@ -55,22 +55,25 @@ extension DurabilityLog {
             buffer = []
             buffered = []
             next = batch[0].position
-            for w in failed.reversed() { if let id = w.item { index.rollBack(id, position: w.position) } }
+            writeFailing = true
             let givingUp = stopBegan.map { monotonicSeconds() - $0 >= Self.stopPatience } ?? false
+            let dropped = failed.filter { !$0.answered || givingUp }
+            // Undone writes leave the index, newest first; kept ones keep their entries, moved to
+            // their new records — never absent, so no reader meanwhile falls through to SQLite's
+            // older row and brings it back into memory (an outside review, dur8: deleted items
+            // read back while the disk stayed full, until a restart).
+            for w in dropped.reversed() { if let id = w.item { index.rollBack(id, position: w.position) } }
             var movedTo: [UInt64: UInt64] = [:] // a kept record's old end → its new end
             if !givingUp {
-                for w in failed where w.answered {
-                    movedTo[w.end] = appendLocked(w.kind, at: clock.nowMicros(), keepsMemory: w.keepsMemory, answered: true)
-                }
+                for w in failed where w.answered { movedTo[w.end] = reappendLocked(w) }
             }
-            let dropped = failed.filter { !$0.answered || givingUp }
             durableWaiters = durableWaiters.compactMap { w in
                 if let moved = movedTo[w.end] { return (moved, w.done) }
                 ready.append(w.done)
                 return nil
             }
             if !movedTo.isEmpty { retryAt = monotonicSeconds() + Self.retryInterval }
-            writeErrors.add(dropped.count)
+            writeErrors.add(failed.count) // kept ones too: a node retrying shows in log_write_errors
             cond.unlock()
             cond.broadcast()
             for w in dropped.reversed() { undo(w) }
@@ -86,6 +89,7 @@ extension DurabilityLog {
             return
         }
         written = batch.last!.end
+        writeFailing = false
         for w in batch { if let id = w.item { index.settle(id, position: w.position) } }
         toApply.append(contentsOf: batch)
         ready = Self.due(&durableWaiters, upTo: written)

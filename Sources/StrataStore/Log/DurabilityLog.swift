@@ -102,6 +102,10 @@ final class DurabilityLog: @unchecked Sendable {
     /// After a failed write that kept write-behind records: no batch is written before this
     /// (monotonic seconds), so a full disk is retried every `retryInterval`, not in a spin.
     var retryAt: Double = 0
+    /// The last batch could not be written (a full disk): writers do not wait for log room
+    /// meanwhile (`waitForRoom`) — the backlog cannot drain, and kept write-behind records
+    /// hold it up (an outside review, dur8: every write hung while 2.5 MB of them were kept).
+    var writeFailing = false
     static let retryInterval = 0.1
     /// When `close` began: kept write-behind records are retried for `stopPatience` after it,
     /// then given up (logged).
@@ -271,7 +275,7 @@ final class DurabilityLog: @unchecked Sendable {
         // While SQLite refuses the backlog (a full disk) nothing drains it: nobody waits — a
         // value is then refused (DISK_FULL, `refusal`), a removal taken (an outside review,
         // dur6: large values waited here forever).
-        while !roomFor(want) && !stopping && !applierGaveUp && stuck == nil {
+        while !roomFor(want) && !stopping && !applierGaveUp && stuck == nil && !writeFailing {
             if !counted { backpressureWaits.add(); counted = true }
             cond.unlock()
             wakeApplier()
@@ -308,18 +312,34 @@ final class DurabilityLog: @unchecked Sendable {
         return end
     }
 
-    /// `append` with `cond` held: encodes the record at `next`, indexes it and buffers it.
-    func appendLocked(_ kind: LoggedWrite.Kind, at now: Int64, keepsMemory: Bool, answered: Bool) -> UInt64 {
-        let record: LogRecord
+    /// A kept write-behind write (see `writeBatchLocked`) appended again at `next`, with `cond`
+    /// held: the same record, its index entry moved to the new position. Returns its new end.
+    func reappendLocked(_ w: LoggedWrite) -> UInt64 {
+        let position = next
+        let before = buffer.count
+        Self.record(for: w.kind).encode(at: position, into: &buffer)
+        let end = position + UInt64(buffer.count - before)
+        next = end
+        if let id = w.item, w.entry != nil { index.move(id, from: w.position, to: position) }
+        buffered.append(LoggedWrite(position: position, end: end, kind: w.kind, entry: w.entry, keepsMemory: w.keepsMemory, answered: true))
+        return end
+    }
+
+    static func record(for kind: LoggedWrite.Kind) -> LogRecord {
         switch kind {
         case let .put(id, s, encoding, stored):
-            record = .put(LogPut(namespace: id.namespace, key: id.key, version: s.version, expiry: s.expiry, flags: s.flags,
-                                 marks: s.marks, encoding: encoding.rawValue, rawSize: UInt32(s.value.count),
-                                 extended: s.extended, stored: stored))
-        case .delete(let id): record = .delete(namespace: id.namespace, key: id.key)
-        case .flushNamespace(let ns): record = .flushNamespace(ns)
-        case .flushAll: record = .flushAll
+            return .put(LogPut(namespace: id.namespace, key: id.key, version: s.version, expiry: s.expiry, flags: s.flags,
+                               marks: s.marks, encoding: encoding.rawValue, rawSize: UInt32(s.value.count),
+                               extended: s.extended, stored: stored))
+        case .delete(let id): return .delete(namespace: id.namespace, key: id.key)
+        case .flushNamespace(let ns): return .flushNamespace(ns)
+        case .flushAll: return .flushAll
         }
+    }
+
+    /// `append` with `cond` held: encodes the record at `next`, indexes it and buffers it.
+    func appendLocked(_ kind: LoggedWrite.Kind, at now: Int64, keepsMemory: Bool, answered: Bool) -> UInt64 {
+        let record = Self.record(for: kind)
         let position = next
         let before = buffer.count
         record.encode(at: position, into: &buffer)
@@ -388,10 +408,12 @@ final class DurabilityLog: @unchecked Sendable {
     /// The position the next record gets.
     var end: UInt64 { cond.withLock { next } }
 
-    /// What the backlog will still take on the file system (`SpaceFloor`): 3 × the records not
-    /// yet in the file (the record, its WAL frames, its database pages) and 2 × those in the
-    /// file but not yet in SQLite.
-    var floorOwed: Int { cond.withLock { Int(3 * (next - written) + 2 * (written - applied)) } }
+    /// What the backlog will still take on the file system (`SpaceFloor`): the footprint × the
+    /// records not yet in the file and one less × those in the file but not yet in SQLite.
+    var floorOwed: Int {
+        let f = UInt64(SpaceFloor.footprint)
+        return cond.withLock { Int(f * (next - written) + (f - 1) * (written - applied)) }
+    }
 
     /// The backlog: records decided but not yet in SQLite, and their bytes in the log.
     var backlog: (records: Int, bytes: Int) {

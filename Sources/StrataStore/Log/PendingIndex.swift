@@ -15,7 +15,8 @@ import Synchronization
 final class PendingIndex: @unchecked Sendable {
     /// The newest unapplied write of one item.
     final class Entry: @unchecked Sendable {
-        let position: UInt64
+        /// Its record's position (changed only under the shard's lock, by `move`).
+        var position: UInt64
         /// The item as the write left it; nil when the write removed the row.
         let state: ItemState?
         /// How the disk tier will store the value, and its stored size (for META).
@@ -86,16 +87,39 @@ final class PendingIndex: @unchecked Sendable {
         s.lock.withLock { if let e = s.map[id], e.position == position { e.previous = nil } }
     }
 
-    /// The write at `position` did not reach the file: the entry it replaced comes back.
+    /// The write at `position` did not reach the file: the entry it replaced comes back. When
+    /// a newer write of the item stays in force (a write-behind write kept by a failed batch),
+    /// the undone entry only leaves the chain under it.
     func rollBack(_ id: ItemKey, position: UInt64) {
         let s = shard(id)
         let change: (removed: Entry, restored: Entry?)? = s.lock.withLock {
-            guard let e = s.map[id], e.position == position else { return nil }
+            guard let e = s.map[id] else { return nil }
+            guard e.position == position else {
+                var p = e
+                while let q = p.previous {
+                    if q.position == position { p.previous = q.previous; break }
+                    p = q
+                }
+                return nil
+            }
             s.map[id] = e.previous
             return (e, e.previous)
         }
         guard let c = change else { return }
         changed(from: c.removed, to: c.restored)
+    }
+
+    /// A kept write's record was appended again at `to`: its entry stays in force, at the new
+    /// position (never absent meanwhile, so no reader falls through to an older row).
+    func move(_ id: ItemKey, from: UInt64, to: UInt64) {
+        let s = shard(id)
+        s.lock.withLock {
+            var e = s.map[id]
+            while let x = e {
+                if x.position == from { x.position = to; return }
+                e = x.previous
+            }
+        }
     }
 
     /// SQLite now holds every record before log position `end`: the entry goes unless a newer
