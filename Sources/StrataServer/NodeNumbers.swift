@@ -100,7 +100,7 @@ extension Node {
             NodeNumber("log_backlog_bytes", .gauge, "Log bytes not yet applied to SQLite.", s.logBacklogBytes),
             NodeNumber("log_syncs", .counter, "fdatasync calls on the durability log.", s.logSyncs),
             NodeNumber("log_backpressure_waits", .counter, "Writes that waited for the applier (backlog at --log-limit).", s.logBackpressureWaits),
-            NodeNumber("log_write_errors", .counter, "Log records whose batch could not be written (their writers got the error).", s.logWriteErrors),
+            NodeNumber("log_write_errors", .counter, "Log records whose batch could not be written (waiting writers got the error; kept write-behind records count again at each failed retry).", s.logWriteErrors),
             NodeNumber("log_apply_errors", .counter, "Batches SQLite refused to apply (retried).", s.logApplyErrors),
             NodeNumber("log_applied_records", .counter, "Log records applied to SQLite.", s.logAppliedRecords),
             NodeNumber("compression_raw_bytes", .counter, "Value bytes written to disk before compression.", s.rawBytesWritten),

@@ -667,6 +667,7 @@ final class DiskLimitTests: XCTestCase {
             XCTAssertEqual((e as? StoreError)?.code, .diskFull, "\(e)")
         }
         XCTAssertLessThan(monotonicSeconds() - t0, 2, "refused, not held")
+        XCTAssertTrue(f.store.logHasRoom(for: 1000), "an event loop holds no SET for room that cannot come (dur9)")
         failing.add(-1)
         XCTAssertTrue(eventually { f.store.stats().writeBehindPending == 0 })
         XCTAssertNotNil(try f.store.get(bytes("wb7")))

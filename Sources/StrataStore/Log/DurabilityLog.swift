@@ -246,7 +246,11 @@ final class DurabilityLog: @unchecked Sendable {
     /// Whether a writer of a record of about `bytes` would pass `waitForRoom` without waiting
     /// now (a hint: others may fill the room first).
     var hasRoom: Bool { hasRoom(for: 0) }
-    func hasRoom(for bytes: Int) -> Bool { cond.withLock { roomFor(UInt64(max(0, bytes))) } }
+    /// Also true while the log cannot write or SQLite refuses the backlog: no room would come,
+    /// so nothing is held for it — a value then gets DISK_FULL (or, write-behind, is kept), as
+    /// `waitForRoom` lets it (an outside review, dur9: SETs held at the event loop for room never
+    /// got an answer while kept write-behind writes filled the log's room).
+    func hasRoom(for bytes: Int) -> Bool { cond.withLock { roomFor(UInt64(max(0, bytes))) || writeFailing || stuck != nil } }
 
     /// Bytes promised to large writers that passed `waitForRoom` and have not appended yet.
     private var promised: UInt64 = 0
