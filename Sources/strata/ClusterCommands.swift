@@ -85,28 +85,10 @@ func runClusterCommand(_ name: String, _ o: ParsedOptions) throws -> Int32 {
         return printItem(item, o)
     case "invalidate":
         let key = try keyArg(o, "strata invalidate KEY")
-        let report = try cluster.invalidateReporting(key, namespace: ns)
-        for f in report.failures { printErr("warning: not on \(f)") }
-        if report.found { return 0 }
-        if report.existenceUnknown {
-            printErr("invalidated where the nodes answered; whether \(o.positionals[0]) existed is unknown (a node that may hold it did not answer)")
-            return 0
-        }
-        printErr("not found: \(o.positionals[0])")
-        return 1
+        return reportEverywhere(try cluster.invalidateReporting(key, namespace: ns), done: "invalidated", key: o.positionals[0])
     case "del":
         let key = try keyArg(o, "strata del KEY")
-        let report = try cluster.deleteReporting(key, namespace: ns)
-        for f in report.failures { printErr("warning: not on \(f)") }
-        if report.found { return 0 }
-        if report.existenceUnknown {
-            // The delete met its policy, but a node that did not answer may hold the key: it
-            // gets the delete later (hinted handoff). Not "not found".
-            printErr("deleted where the nodes answered; whether \(o.positionals[0]) existed is unknown (a node that may hold it did not answer)")
-            return 0
-        }
-        printErr("not found: \(o.positionals[0])")
-        return 1
+        return reportEverywhere(try cluster.deleteReporting(key, namespace: ns), done: "deleted", key: o.positionals[0])
     case "exists":
         let key = try keyArg(o, "strata exists KEY")
         if try cluster.exists(key, namespace: ns) { printOut("exists"); return 0 }
@@ -339,4 +321,18 @@ func runOnNewestCopy(_ name: String, _ o: ParsedOptions, _ cluster: ClusterClien
         }
     }
     throw ClientError(.connection, "no node of \(quotedKey(key)) that holds its newest version (\(newest.version)) answered: \(reasons.joined(separator: "; "))")
+}
+
+/// `del` and `invalidate` through `--nodes`: a warning for each node that did not take it; 0 when
+/// a node held the key, or when it met its policy but a node that did not answer may hold it
+/// (said on stderr: that node gets it later by hinted handoff — not "not found"); else 1.
+func reportEverywhere(_ report: ClusterDeleteReport, done: String, key: String) -> Int32 {
+    for f in report.failures { printErr("warning: not on \(f)") }
+    if report.found { return 0 }
+    if report.existenceUnknown {
+        printErr("\(done) where the nodes answered; whether \(key) existed is unknown (a node that may hold it did not answer)")
+        return 0
+    }
+    printErr("not found: \(key)")
+    return 1
 }
