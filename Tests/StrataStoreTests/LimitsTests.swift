@@ -585,18 +585,25 @@ final class DiskLimitTests: XCTestCase {
         }
     }
 
-    /// While SQLite refuses the backlog nothing drains it: a large value (over 1/16 of the log's
-    /// room) is refused at once instead of waiting for room that never comes, and a delete is
-    /// taken though the backlog is over its limit (an outside review, dur6: large SETs never got
-    /// an answer on a full disk).
-    func testALargeValueIsRefusedAtOnceWhileSQLiteCannotWrite() throws {
-        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
+    /// Writes 1,500-byte values k0, k1, … to a store capped at 60 pages until one is refused;
+    /// the indices of those taken.
+    private func fillUntilRefused(_ f: StoreFixture) throws -> [Int] {
         var stored: [Int] = []
         for i in 0..<400 {
             var rng = SplitMix(seed: UInt64(i))
             let v = (0..<1500).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
             do { _ = try f.store.set(bytes("k\(i)"), v, options: SetOptions(tiers: .disk)); stored.append(i) } catch { break }
         }
+        return stored
+    }
+
+    /// While SQLite refuses the backlog nothing drains it: a large value (over 1/16 of the log's
+    /// room) is refused at once instead of waiting for room that never comes, and a delete is
+    /// taken though the backlog is over its limit (an outside review, dur6: large SETs never got
+    /// an answer on a full disk).
+    func testALargeValueIsRefusedAtOnceWhileSQLiteCannotWrite() throws {
+        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
+        let stored = try fillUntilRefused(f)
         XCTAssertFalse(stored.isEmpty)
         XCTAssertTrue(eventually { f.store.log.refusal != nil }, "SQLite refuses the backlog")
         var rng = SplitMix(seed: 99)
@@ -690,12 +697,7 @@ final class DiskLimitTests: XCTestCase {
 
     func testAFlushOnAFullDiskAnswersAtOnceAndAppliesOnceThereIsRoom() throws {
         let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
-        var stored: [Int] = []
-        for i in 0..<400 {
-            var rng = SplitMix(seed: UInt64(i))
-            let v = (0..<1500).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
-            do { _ = try f.store.set(bytes("k\(i)"), v, options: SetOptions(tiers: .disk)); stored.append(i) } catch { break }
-        }
+        let stored = try fillUntilRefused(f)
         XCTAssertFalse(stored.isEmpty)
         // SQLite cannot write: the FLUSH is logged and answered DISK_FULL now, not when space
         // returns (it used to wait, and the client timed out).

@@ -174,12 +174,13 @@ extension Dispatcher {
                                "this node has not caught up with the key's other replicas since it started, was paused or lost contact with them; nothing was done: decide on another replica")
     }
 
-    /// Whether `markUnverified` would flag the answer to `r` (a GET, EXISTS or META of a key
-    /// this `--cluster` node has not verified).
+    /// Whether `markUnverified` flags the answer to `r`: a GET, MGET, EXISTS or META of a key
+    /// this `--cluster` node has not verified.
     func mayBeUnverified(_ r: Request) -> Bool {
         guard let c = cluster, !c.verified else { return false }
         switch r {
         case .get(let g): return !c.isVerified(namespace: g.namespace, key: g.key)
+        case let .mget(ns, keys, _): return keys.contains { !c.isVerified(namespace: ns, key: $0) }
         case let .exists(ns, key, _), let .meta(ns, key, _): return !c.isVerified(namespace: ns, key: key)
         default: return false
         }
@@ -188,18 +189,10 @@ extension Dispatcher {
     /// `response` with the UNVERIFIED flag when this node has not caught up with the other
     /// replicas of a key the GET, MGET, EXISTS or META read (PROTOCOL.md §7.19).
     func markUnverified(_ r: Request, _ response: Frame) -> Frame {
-        guard let c = cluster else { return response }
+        guard cluster != nil else { return response }
         // A SIGCONT's first requests may be read before any loop's tick noticed the pause.
         pauseCheck?()
-        guard !c.verified else { return response }
-        let unverified: Bool
-        switch r {
-        case .get(let g): unverified = !c.isVerified(namespace: g.namespace, key: g.key)
-        case let .mget(ns, keys, _): unverified = keys.contains { !c.isVerified(namespace: ns, key: $0) }
-        case let .exists(ns, key, _), let .meta(ns, key, _): unverified = !c.isVerified(namespace: ns, key: key)
-        default: return response
-        }
-        guard unverified else { return response }
+        guard mayBeUnverified(r) else { return response }
         var out = response
         out.responseFlags |= ResponseFlags.unverified.rawValue
         stats?.unverifiedAnswers.add()
