@@ -95,7 +95,9 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertGreaterThan(Self.directoryBytes(f.dir.path), 20 << 20)
         let limit = 8 << 20
         try f.reopen { $0.diskByteLimit = limit; $0.maintenanceInterval = 3_600 }
-        XCTAssertGreaterThan(f.store.stats().disk.bytes, 20 << 20, "the directory's bytes are known from the start (an outside review read 0)")
+        // At least the 2,000 incompressible values (20,000,000 B): 20 MiB held only while a WAL or
+        // log segment was left beside the file at the reopen (CI once measured 20,827,856 B).
+        XCTAssertGreaterThan(f.store.stats().disk.bytes, 2_000 * 10_000, "the directory's bytes are known from the start (an outside review read 0)")
     }
 
     static func noise(_ seed: Int, _ count: Int) -> [UInt8] {
