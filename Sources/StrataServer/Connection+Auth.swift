@@ -88,8 +88,24 @@ extension Connection {
 
     /// The audit line of a FLUSH about to run.
     func auditFlush(_ ns: [UInt8], all: Bool, tiers: UInt8) {
-        node.audit("flush", user: user.name, peer: peer,
-                   [("namespace", all ? "*" : logSafe(ns)), ("all", all ? "1" : "0"), ("tiers", String(tiers)), ("conn", String(id))])
+        node.audit("flush", user: user.name, peer: peer, Self.flushFields(ns, all: all, tiers: tiers, conn: id))
+    }
+
+    /// For a FLUSH, what audits it when its answer says it was refused when it ran (DISK_FULL,
+    /// BUSY for a flush-mark bound…), after the line `auditFlush` wrote when it was asked; nil
+    /// for every other request. Made on the loop, called on any thread.
+    func flushRefusalAudit(_ request: Request) -> (@Sendable (Frame?) -> Void)? {
+        guard case let .flush(ns, all, tiers, _) = request else { return nil }
+        let node = self.node, name = user.name, peer = self.peer, fields = Self.flushFields(ns, all: all, tiers: tiers, conn: id)
+        return { resp in
+            guard let r = resp, r.statusCode != .ok else { return }
+            node.audit("flush_refused", user: name, peer: peer,
+                       fields + [("status", "\(r.statusCode)"), ("why", String(decoding: r.value, as: UTF8.self))])
+        }
+    }
+
+    private static func flushFields(_ ns: [UInt8], all: Bool, tiers: UInt8, conn: Int) -> [(String, String)] {
+        [("namespace", all ? "*" : logSafe(ns)), ("all", all ? "1" : "0"), ("tiers", String(tiers)), ("conn", String(conn))]
     }
 }
 

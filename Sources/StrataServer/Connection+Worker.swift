@@ -94,6 +94,7 @@ extension Connection {
             node.largeSetsAtWorkers.add(1, ordering: .relaxed)
         }
         let owner = node
+        let auditRefusal = flushRefusalAudit(request)
         let accepted = pool.submit { [self] in
             defer { if waitsForLog { owner.largeSetsAtWorkers.add(-1, ordering: .relaxed) } }
             if gone.load(ordering: .relaxed) {
@@ -106,6 +107,7 @@ extension Connection {
             }
             PrechargedOutput.begin()
             let resp = dispatcher.execute(request, f, caller: caller)
+            auditRefusal?(resp)
             // Counted from now: an answer on its way to the loop is output too (it replaces
             // what its large reads charged).
             let size = resp?.encodedSize ?? 0

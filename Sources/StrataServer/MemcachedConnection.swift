@@ -275,7 +275,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 if node.draining {
                     emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
                 } else if listener.runsOnLoop(c) {
-                    if !emit({ listener.execute(c, into: &$0, delayedFlush: delayedFlushCheck(c), mayTakeLeases: userMayWrite) }) { closeAfterFlush = true }
+                    if !emit({ listener.execute(c, into: &$0, flushAudit: flushAudit(c), mayTakeLeases: userMayWrite) }) { closeAfterFlush = true }
                 } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {
                     // the last command, a durable set: decided here, answered after the loop's log write
                     return
@@ -291,20 +291,23 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     /// A plain set with no worker (`MemcachedListener.submitSet`); reading pauses until its
     /// answer is back, so answers keep their order. False when it must go to a worker.
-    /// For a delayed `flush_all`: when its delay is up, it runs only while its user still
+    /// For a `flush_all`: a delayed one, when its delay is up, runs only while its user still
     /// exists with the same token and may write the listener's namespace, and it is audited
-    /// then (`action=flush_run`). Nil for every other command.
-    private func delayedFlushCheck(_ c: MemcachedCommand) -> (@Sendable () -> Bool)? {
-        guard case .flushAll(let delay, _) = c, delay > 0 else { return nil }
+    /// then (`action=flush_run` or `flush_dropped`); one refused when it runs (DISK_FULL, …) is
+    /// audited as `action=flush_refused` with why. Nil for every other command.
+    private func flushAudit(_ c: MemcachedCommand) -> FlushAudit? {
+        guard case .flushAll(let delay, _) = c else { return nil }
         let node = self.node, name = user.name, hash = user.tokenHash, ns = listener.namespace, peer = self.peer, id = self.id
         let auth = node.authEnabled
-        return {
+        let fields = [("namespace", logSafe(ns)), ("protocol", "memcached"), ("conn", String(id)), ("delay", String(delay))]
+        return FlushAudit(mayRunNow: {
             let allowed = !auth || (node.credentials.current?.current(name, hash: hash)?.mayWrite(ns) ?? false)
             node.audit(allowed ? "flush_run" : "flush_dropped", user: name, peer: peer,
-                       [("namespace", logSafe(ns)), ("protocol", "memcached"), ("conn", String(id)), ("delay", String(delay))]
-                           + (allowed ? [] : [("why", "the user was removed, its token changed, or it may no longer write this namespace")]))
+                       fields + (allowed ? [] : [("why", "the user was removed, its token changed, or it may no longer write this namespace")]))
             return allowed
-        }
+        }, refused: { why in
+            node.audit("flush_refused", user: name, peer: peer, fields + [("why", logSafe(Array(why.utf8)))])
+        })
     }
 
     private func submitSet(_ st: MemcachedStore) -> Bool {
@@ -367,7 +370,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 case .error(let line, _, _, let fatal):
                     listener.error(line, into: &out)
                     quit = fatal
-                case .command(let c, _): quit = !listener.execute(c, into: &out, delayedFlush: delayedFlushCheck(c), mayTakeLeases: mayTakeLeases)
+                case .command(let c, _): quit = !listener.execute(c, into: &out, flushAudit: flushAudit(c), mayTakeLeases: mayTakeLeases)
                 case .needMore: break
                 }
                 i += 1

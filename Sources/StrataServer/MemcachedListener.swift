@@ -215,17 +215,16 @@ final class MemcachedListener: Sendable {
 
     /// Runs one command and appends its answer (nothing for noreply, except SERVER_ERROR).
     /// Returns false for `quit`: the connection closes after its output.
-    /// `delayedFlush`: for `flush_all N`, asked when the N seconds are up whether the flush
-    /// still runs (its user still exists with the right to write here; the connection audits
-    /// it then). Nil: it runs.
-    func execute(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)? = nil,
+    /// `flushAudit`: for `flush_all`, what the connection audits beyond the line written when it
+    /// was asked (`FlushAudit`). Nil: a delayed flush runs, a refusal is only answered.
+    func execute(_ c: MemcachedCommand, into out: inout [UInt8], flushAudit: FlushAudit? = nil,
                  mayTakeLeases: Bool = true) -> Bool {
         count(c)
         // Whatever the outcome, a write revokes the key's read-through lease (a fill loaded
         // before it must not land) and drops its image variants, as binary writes do.
         defer { keysWritten(by: c).forEach(written) }
         do {
-            return try run(c, into: &out, delayedFlush: delayedFlush, mayTakeLeases: mayTakeLeases)
+            return try run(c, into: &out, flushAudit: flushAudit, mayTakeLeases: mayTakeLeases)
         } catch let e as StoreError {
             error(Self.serverError(e), into: &out)
         } catch {
@@ -320,7 +319,7 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    private func run(_ c: MemcachedCommand, into out: inout [UInt8], delayedFlush: (@Sendable () -> Bool)?, mayTakeLeases: Bool) throws -> Bool {
+    private func run(_ c: MemcachedCommand, into out: inout [UInt8], flushAudit: FlushAudit?, mayTakeLeases: Bool) throws -> Bool {
         func reply(_ s: String, _ noreply: Bool) { if !noreply { MemcachedResponse.line(s, into: &out) } }
         switch c {
         case .get(let keys, let cas):
@@ -365,11 +364,14 @@ final class MemcachedListener: Sendable {
                     // A user removed (or no longer allowed to write here) meanwhile: its flush
                     // does not run (an outside review: a revoked tenant's flush_all 4 still
                     // wiped the namespace).
-                    guard delayedFlush?() ?? true else { return }
-                    _ = try? dispatcher.flush(namespace: namespace, all: false, tiers: .all)
+                    guard flushAudit?.mayRunNow() ?? true else { return }
+                    do { try dispatcher.flush(namespace: namespace, all: false, tiers: .all) } catch { flushAudit?.refused("\(error)") }
                 }
             } else {
-                try dispatcher.flush(namespace: namespace, all: false, tiers: .all)
+                do { try dispatcher.flush(namespace: namespace, all: false, tiers: .all) } catch {
+                    flushAudit?.refused("\(error)") // the line written when it was asked said nothing of this
+                    throw error
+                }
             }
             reply("OK", noreply)
         case .stats(let args):
@@ -423,4 +425,14 @@ final class MemcachedListener: Sendable {
         if out.count - start > maxGetAnswer { return getTooLarge(from: start, into: &out) }
         out.append(contentsOf: MemcachedResponse.end)
     }
+}
+
+/// What a memcached connection audits about a `flush_all` beyond the line written when it was
+/// asked (OPERATING.md "Audit").
+struct FlushAudit: Sendable {
+    /// Asked when a delayed flush's delay is up: whether it still runs (audits `flush_run` or
+    /// `flush_dropped`).
+    let mayRunNow: @Sendable () -> Bool
+    /// The flush was refused when it ran (DISK_FULL, a flush-mark bound…): audits `flush_refused`.
+    let refused: @Sendable (_ why: String) -> Void
 }

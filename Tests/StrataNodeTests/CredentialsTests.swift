@@ -136,6 +136,12 @@ final class CredentialsTests: XCTestCase {
         let message = String(decoding: busy.value, as: UTF8.self)
         XCTAssertTrue(message.contains("user 'rw'") && message.contains("--max-flush-marks-per-user") && message.contains("nothing was flushed"), message)
         XCTAssertEqual(try rw.get(b("k"), namespace: ns)?.value, b("kept"), "the refused flush flushed nothing")
+        // Audited when asked, then as refused (outside review dur9: the audit said only "flush").
+        XCTAssertTrue(eventually(5) { node.stderr.contains("action=flush_refused user=rw peer=127.0.0.1 namespace=tenant-3 all=0 tiers=0") },
+                      node.stderr)
+        let refusedLine = node.stderr.split(separator: "\n").first { $0.contains("action=flush_refused") } ?? ""
+        XCTAssertTrue(refusedLine.contains("status=BUSY") && refusedLine.contains("--max-flush-marks-per-user"), String(refusedLine))
+        XCTAssertEqual(node.stderr.components(separatedBy: "action=flush_refused").count - 1, 1, "only the refused flush")
         // A versioned FLUSH (a client evening out the marks) counts the same.
         let now = UInt64(Date().timeIntervalSince1970 * 1_000_000)
         XCTAssertEqual(try rw.call(.flush(namespace: ns, all: false, tiers: 0, version: now)).statusCode, .busy)
