@@ -272,6 +272,29 @@ final class CredentialsTests: XCTestCase {
         XCTAssertTrue(eventually(5) { (try? admin.get(b("kept"))) ?? nil == nil }, "the admin's flush ran")
     }
 
+    /// PROTOCOL §4 (outside review px2 F3): a HELLO refused for its version range on an
+    /// authenticated connection leaves it as it was — the same user, still authenticated, the
+    /// token it carried not checked (an admin's token does not raise it); a HELLO with a right
+    /// token switches the user; a wrong token gets AUTH_FAILED and closes it.
+    func testAHelloOnAnAuthenticatedConnection() throws {
+        let dir = TempDir()
+        let node = try startNode(dir)
+        let c = try node.connect(token: b("t-rw"))
+        let refused = try c.call(.hello(minVersion: 2, maxVersion: 3, token: b("t-ops")))
+        XCTAssertEqual(refused.statusCode, .unsupportedVersion)
+        XCTAssertEqual(try c.call(.set(SetRequest(key: b("k"), value: b("v"), namespace: b("app1")))).statusCode, .ok, "still authenticated as rw")
+        XCTAssertEqual(try c.call(.flush(namespace: [], all: true)).statusCode, .forbidden, "the refused HELLO's admin token was not taken")
+        let stats = try nodeStats(try node.connect(token: b("t-ops")))
+        XCTAssertEqual(stats["auth_failures"] as? Int, 0, "a refused range is not a failed HELLO")
+        // A right token: that user from then on.
+        XCTAssertEqual(try c.call(.hello(minVersion: 1, maxVersion: 1, token: b("t-ro"))).statusCode, .ok)
+        XCTAssertEqual(try c.call(.set(SetRequest(key: b("k"), value: b("w"), namespace: b("app1")))).statusCode, .forbidden, "now ro")
+        XCTAssertEqual(try c.call(.get(GetRequest(key: b("k"), namespace: b("app1")))).value, b("v"))
+        // A wrong token: AUTH_FAILED and closed, the earlier authentication does not keep it open.
+        XCTAssertEqual(try c.call(.hello(minVersion: 1, maxVersion: 1, token: b("guess"))).statusCode, .authFailed)
+        XCTAssertTrue(peerCloses(c, within: 5))
+    }
+
     func testSIGHUPReloadAddsAndRemovesUsers() throws {
         let dir = TempDir()
         let node = try startNode(dir, users: [("old", "t-old", "readwrite", ["app1", ""]), ("stays", "t-stays", "readonly", ["app1", ""])],
