@@ -34,13 +34,18 @@ public enum ImageCodec {
             }
             let w = Int(bytes[16]) << 24 | Int(bytes[17]) << 16 | Int(bytes[18]) << 8 | Int(bytes[19])
             let h = Int(bytes[20]) << 24 | Int(bytes[21]) << 16 | Int(bytes[22]) << 8 | Int(bytes[23])
+            // PNG's sides are 31-bit (its spec; libpng's own message for them was about an
+            // unsigned integer, an outside review, img2).
+            guard w <= 0x7FFF_FFFF, h <= 0x7FFF_FFFF else {
+                throw ImageError(.tooManyPixels, "PNG's IHDR gives \(w)×\(h) pixels; PNG allows sides of at most 2147483647")
+            }
             // (Found by fuzzing: two 32-bit sides overflow Int when multiplied.)
             let (pixels, overflow) = w.multipliedReportingOverflow(by: h)
             if overflow || pixels > pixelLimit {
                 // IMAGE_INFO reads headers with no pixel limit (Int.max): only a product past
                 // Int's range gets here then.
                 let limit = pixelLimit == Int.max ? "more than this node can count" : "the limit is \(pixelLimit)"
-                throw ImageError(.tooManyPixels, "\(format) claims \(w)×\(h) pixels; \(limit)")
+                throw ImageError(.tooManyPixels, "\(format.displayName) claims \(w)×\(h) pixels; \(limit)")
             }
         }
         let info: ImageInfo
@@ -52,7 +57,7 @@ public enum ImageCodec {
         }
         if info.width <= 0 || info.height <= 0 { throw ImageError(.corrupt, "\(format) header has no dimensions") }
         if info.pixels > pixelLimit {
-            throw ImageError(.tooManyPixels, "\(format) claims \(info.width)×\(info.height) pixels; the limit is \(pixelLimit)")
+            throw ImageError(.tooManyPixels, "\(format.displayName) claims \(info.width)×\(info.height) pixels; the limit is \(pixelLimit)")
         }
         return info
     }

@@ -5,6 +5,17 @@ public enum ImageFormat: UInt8, Sendable, CaseIterable, CustomStringConvertible 
     /// A name usable in metric and stat names (`webp_lossy`).
     public var metricName: String { String(description.map { $0 == "-" ? "_" : $0 }) }
 
+    /// The format's name in messages (`PNG`, `APNG`, `WebP`, `GIF`, `JPEG`).
+    public var displayName: String {
+        switch self {
+        case .png: "PNG"
+        case .apng: "APNG"
+        case .webpLossy, .webpLossless, .webpAnimated: "WebP"
+        case .gif: "GIF"
+        case .jpeg: "JPEG"
+        }
+    }
+
     public var description: String {
         switch self {
         case .png: "png"

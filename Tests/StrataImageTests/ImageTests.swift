@@ -380,12 +380,22 @@ final class ImageReviewTests: XCTestCase {
         XCTAssertThrowsError(try ImageCodec.validate(Array(([0xFF, 0xD8] + comment + thumbnail + sof).prefix(20))))
     }
 
-    func testAHeaderPastIntsRangeIsNotMeasuredAgainstAnUnsetLimit() throws {
+    /// PNG's sides are at most 2^31 − 1: one past it gets the same message from IMAGE_INFO
+    /// (no pixel limit) and from validation (outside review img2 N5: three messages, one of
+    /// them libpng's); sides within it are measured against the pixel limit.
+    func testAPNGSidePastItsRangeIsRefusedWithOneMessage() throws {
         let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(4, 4), width: 4, height: 4))
-        var huge = png
-        for i in 16..<24 { huge[i] = 0xFF }
-        XCTAssertThrowsError(try ImageCodec.inspect(huge, pixelLimit: .max)) { e in
-            XCTAssertEqual((e as? ImageError)?.message, "png claims 4294967295×4294967295 pixels; more than this node can count")
+        for (w, h): (UInt32, UInt32) in [(0xFFFF_FFFF, 0xFFFF_FFFF), (0x8000_0000, 1), (1, 0x8000_0000)] {
+            var huge = png
+            for i in 0..<4 { huge[16 + i] = UInt8(truncatingIfNeeded: w >> (24 - 8 * i)); huge[20 + i] = UInt8(truncatingIfNeeded: h >> (24 - 8 * i)) }
+            let message = "PNG's IHDR gives \(w)×\(h) pixels; PNG allows sides of at most 2147483647"
+            XCTAssertThrowsError(try ImageCodec.inspect(huge, pixelLimit: .max)) { XCTAssertEqual(($0 as? ImageError)?.message, message) }
+            XCTAssertThrowsError(try ImageCodec.validate(huge)) { XCTAssertEqual(($0 as? ImageError)?.message, message) }
+        }
+        var big = png
+        for i in 16..<24 { big[i] = i % 4 == 0 ? 0x7F : 0xFF } // 2147483647 × 2147483647
+        XCTAssertThrowsError(try ImageCodec.validate(big)) {
+            XCTAssertEqual(($0 as? ImageError)?.message, "PNG claims 2147483647×2147483647 pixels; the limit is 25000000")
         }
     }
 }
