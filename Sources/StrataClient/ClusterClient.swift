@@ -271,8 +271,7 @@ public final class ClusterClient: @unchecked Sendable {
             }
         }
         if !anyVerified && answers.count < nodes.count {
-            throw ClusterError(message: "\(answers.map(\.0.address.name).joined(separator: ", ")) flagged \(keyText(key)) UNVERIFIED (not caught up with the key's other replicas since a restart, pause or lost contact) and no other replica answered",
-                               failures: failures)
+            throw ClusterError(message: Self.onlyUnverified(answers.map(\.0.address.name), key), failures: failures)
         }
         guard let newest = answers.max(by: { $0.1.version < $1.1.version })?.1 else { return nil }
         let repaired = answers.count > 1 ? repair(answers, newest: newest, key: key, ns: namespace, all: nodes) : true
@@ -289,12 +288,19 @@ public final class ClusterClient: @unchecked Sendable {
         try keys.map { try get($0, namespace: namespace) }
     }
 
+    /// The error of a read that only nodes flagging their answer UNVERIFIED answered (one
+    /// wording for every command).
+    static func onlyUnverified(_ nodes: [String], _ key: [UInt8]) -> String {
+        "\(nodes.joined(separator: ", ")) flagged \(quotedKey(key)) UNVERIFIED (not caught up with the key's other replicas since a restart, pause or lost contact) and no other replica answered"
+    }
+
     /// META from the first live node of the key whose answer is verified; answers flagged
     /// UNVERIFIED (§7.19) are compared with the next nodes' (the newest wins), and when every
     /// answer is flagged and a node did not answer, this throws as `get` does.
     public func meta(_ key: [UInt8], namespace: [UInt8] = []) throws -> MetaInfo? {
         var failures: [(String, String)] = []
         var flagged: [MetaInfo?] = []
+        var flaggedBy: [String] = []
         let nodes = targets(key, namespace)
         func newest(_ answers: [MetaInfo?]) -> MetaInfo? { answers.compactMap { $0 }.max { $0.version < $1.version } }
         for node in nodes {
@@ -308,12 +314,12 @@ public final class ClusterClient: @unchecked Sendable {
                 }
                 if !unverified { return newest(flagged + [m]) }
                 flagged.append(m)
+                flaggedBy.append(node.address.name)
             } catch { failures.append((node.address.name, "\(error)")) }
         }
         if !flagged.isEmpty && flagged.count == nodes.count { return newest(flagged) }
         if !flagged.isEmpty {
-            throw ClusterError(message: "\(keyText(key)) was answered only UNVERIFIED (not caught up with the key's other replicas) and no other replica answered",
-                               failures: failures)
+            throw ClusterError(message: Self.onlyUnverified(flaggedBy, key), failures: failures)
         }
         throw ClusterError(message: "no node could serve \(keyText(key))", failures: failures)
     }
