@@ -273,7 +273,8 @@ extension TieredCache {
             // The memory copy goes once the delete is visible in the log's pending index: a read
             // that found the older disk copy before cannot promote it after (`delete` moves the
             // shard's delete epoch even when memory held nothing).
-            let end = log.append(.delete(id), at: now, flushedByCaller: flushedByCaller, answered: answered)
+            let before = !answered && memoryToo ? memorySnapshot(loc, ns, key, now: now) : nil
+            let end = log.append(.delete(id), at: now, flushedByCaller: flushedByCaller, answered: answered, memoryBefore: before)
             if memoryToo { memory.with(loc, key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) } }
             return (result, end)
         case .store(let s):
@@ -305,6 +306,8 @@ extension TieredCache {
                 throw StoreError(.diskFull, "disk full: less than \(floor.floor) bytes free on the disk holding \(configuration.directory), kept for deletes, invalidates and flushes; nothing was stored")
             }
             defer { if charged { floor.appended(footprint) } }
+            // Whether this write changes memory (below): then a durable one keeps what memory held.
+            let before = !answered && (memoryToo || !s.tombstone) ? memorySnapshot(loc, ns, key, now: now) : nil
             if memoryToo && !s.tombstone {
                 let compressed = ns.compression?.encode(s.value)
                 memory.with(loc, key) { shard, k in
@@ -313,7 +316,8 @@ extension TieredCache {
             }
             disk.counters.rawBytesWritten.add(s.value.count, ordering: .relaxed)
             disk.counters.storedBytesWritten.add(encoded.1.count, ordering: .relaxed)
-            let end = log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller, answered: answered)
+            let end = log.append(.put(id, s, encoded.0, encoded.1), at: now, flushedByCaller: flushedByCaller, answered: answered,
+                                 memoryBefore: before)
             if !(memoryToo && !s.tombstone) && (memoryToo || !s.tombstone) {
                 // Disk-only writes (replicas) invalidate an older memory copy, so a read never
                 // finds an older version in memory than the disk holds; so do tombstones of
@@ -325,6 +329,12 @@ extension TieredCache {
             }
             return (result, end)
         }
+    }
+
+    /// What memory holds for the key now (its value included), for undoing a write whose
+    /// record then cannot be written (`DurabilityLog.undo`). Costs a probe and a copy of the value.
+    func memorySnapshot(_ loc: MemoryTier.Location, _ ns: NamespaceRegistry.Entry, _ key: [UInt8], now: Int64) -> MemorySnapshot {
+        memory.with(loc, key) { $0.peek(tag: ns.tag, key: $1, hash: loc.hash, now: now, withValue: true) }.map { .item($0.state) } ?? .absent
     }
 
     /// Writes every record appended to the log so far (with one `write()`, unless another

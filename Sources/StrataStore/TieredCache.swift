@@ -81,10 +81,22 @@ public final class TieredCache: @unchecked Sendable {
         log.applierDelay = configuration.applierDelayForTests
         log.files.failWritesForTests = configuration.logWritesFailForTests
         let memory = self.memory, registry = self.registry
-        log.undo = { w in
+        // A failed write's memory change is undone: what memory held before goes back (an
+        // outside review, dur10: a refused DELETE of a key whose disk row the disk limit had
+        // evicted lost the only copy), unless a kept write-behind write of the key is in the
+        // failed batch too (the index holds it: memory then holds nothing, reads find it there).
+        let undoClock = clock
+        log.undo = { w, keptToo in
             guard let id = w.item, let ns = registry.lookup(id.namespace) else { return }
             let loc = memory.locate(tag: ns.tag, key: id.key)
-            memory.with(loc, id.key) { shard, k in _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash) }
+            var restore: ItemState? = nil
+            if !keptToo, case .item(let s)? = w.memoryBefore { restore = s }
+            let compressed = restore.flatMap { ns.compression?.encode($0.value) }
+            let now = undoClock.nowMicros()
+            memory.with(loc, id.key) { shard, k in
+                _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash)
+                if let s = restore { shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now, compressed: compressed) }
+            }
         }
         disk.onCheckpointed = { position in log.files.removeSegments(before: position) }
         let memoryClock = clock

@@ -656,6 +656,39 @@ final class DiskLimitTests: XCTestCase {
         try check("after a restart")
     }
 
+    /// A durable write refused because its record could not be written changes nothing — also
+    /// where memory held the key's only copy (an outside review, dur10: under a disk limit that
+    /// had evicted the rows, refused DELETEs left their keys missing). Here the copies are
+    /// memory-only writes; a kept write-behind write of a key in the failed batch still wins.
+    func testARefusedDurableWriteKeepsAMemoryOnlyCopy() throws {
+        let failing = Counter()
+        let f = try StoreFixture { $0.logWritesFailForTests = { failing.load() > 0 } }
+        _ = try f.store.set(bytes("del"), bytes("kept-d"), options: SetOptions(tiers: .memory))
+        _ = try f.store.set(bytes("set"), bytes("kept-s"), options: SetOptions(tiers: .memory))
+        _ = try f.store.set(bytes("both"), bytes("one"), options: SetOptions(tiers: .memory))
+        _ = try f.store.set(bytes("disk"), bytes("on-disk"))
+        try f.store.sync()
+        failing.add(1)
+        for (name, op) in [("a DELETE", { try f.store.remove(bytes("del")) as Any }),
+                           ("a SET", { try f.store.set(bytes("set"), bytes("new")) as Any }),
+                           ("a SET of a key on disk", { try f.store.set(bytes("disk"), bytes("new")) as Any })] {
+            XCTAssertThrowsError(try op(), name) { XCTAssertEqual(($0 as? StoreError)?.code, .diskFull, "\(name): \($0)") }
+        }
+        // A write-behind write of "both" kept, then a durable one refused: the kept one is read.
+        _ = try f.store.set(bytes("both"), bytes("two"), options: SetOptions(writeBehind: true))
+        XCTAssertThrowsError(try f.store.set(bytes("both"), bytes("three"))) { XCTAssertEqual(($0 as? StoreError)?.code, .diskFull, "\($0)") }
+        func check(_ when: String) throws {
+            XCTAssertEqual(try f.store.get(bytes("del"))?.value, bytes("kept-d"), "the refused DELETE changed nothing \(when)")
+            XCTAssertEqual(try f.store.get(bytes("set"))?.value, bytes("kept-s"), "the refused SET changed nothing \(when)")
+            XCTAssertEqual(try f.store.get(bytes("disk"))?.value, bytes("on-disk"), when)
+            XCTAssertEqual(try f.store.get(bytes("both"))?.value, bytes("two"), "the kept write-behind write \(when)")
+        }
+        try check("while the log cannot write")
+        failing.add(-1)
+        XCTAssertTrue(eventually { f.store.stats().writeBehindPending == 0 })
+        try check("once it can")
+    }
+
     /// Kept write-behind writes that fill the log's room do not make writers wait for room that
     /// cannot come while the log cannot write: a durable write gets DISK_FULL at once (dur8:
     /// every write hung while 2.5 MB of write-behind sets were kept).

@@ -76,7 +76,8 @@ extension DurabilityLog {
             writeErrors.add(failed.count) // kept ones too: a node retrying shows in log_write_errors
             cond.unlock()
             cond.broadcast()
-            for w in dropped.reversed() { undo(w) }
+            let keptIDs = givingUp ? [] : Set(failed.lazy.filter(\.answered).compactMap(\.item))
+            for w in dropped.reversed() { undo(w, w.item.map(keptIDs.contains) ?? false) }
             if givingUp && failed.contains(where: \.answered) {
                 logLine("level=error event=log_write_behind_lost records=\(failed.filter(\.answered).count) error=\"\(e.message)\" effect=\"write-behind writes answered before the stop could not be written within \(Int(Self.stopPatience)) s\"")
             }
@@ -91,7 +92,10 @@ extension DurabilityLog {
         written = batch.last!.end
         writeFailing = false
         for w in batch { if let id = w.item { index.settle(id, position: w.position) } }
-        toApply.append(contentsOf: batch)
+        for var w in batch {
+            w.memoryBefore = nil // written: never undone, so the old copy is not kept
+            toApply.append(w)
+        }
         ready = Self.due(&durableWaiters, upTo: written)
         cond.unlock()
         cond.broadcast()

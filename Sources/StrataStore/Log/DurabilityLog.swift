@@ -2,6 +2,12 @@ import StrataCore
 import Synchronization
 
 /// One write on its way through the log to SQLite, in log order.
+/// The memory tier's copy of a key before a write changed it (`LoggedWrite.memoryBefore`).
+enum MemorySnapshot: Sendable {
+    case absent
+    case item(ItemState)
+}
+
 struct LoggedWrite: Sendable {
     enum Kind: Sendable {
         /// The item as the write left it, with its value as the disk tier stores it.
@@ -23,6 +29,10 @@ struct LoggedWrite: Sendable {
     /// Its writer was answered before the record was written (write-behind): a failed write
     /// of it is retried, never undone (see `writeBatchLocked`).
     var answered = false
+    /// What the memory tier held for the key before this write changed it, so a failed write
+    /// is undone exactly (nil: not taken — a write-behind write, or one that left memory alone).
+    /// Dropped once the record is written.
+    var memoryBefore: MemorySnapshot? = nil
 
     var item: ItemKey? {
         switch kind {
@@ -128,7 +138,10 @@ final class DurabilityLog: @unchecked Sendable {
     /// Set before `start`.
     var apply: ([LoggedWrite], UInt64?) -> StoreError? = { _, _ in StoreError(.io, "no applier") }
     /// Undoes a write that never reached the file (the memory tier drops the item).
-    var undo: (LoggedWrite) -> Void = { _ in }
+    /// Undoes a write whose record could not be written, in memory (the index is rolled back
+    /// already). `keptToo`: a kept write-behind write of the same key is in the failed batch —
+    /// the index holds it, so memory must not hold an older state.
+    var undo: (_ write: LoggedWrite, _ keptToo: Bool) -> Void = { _, _ in }
 
     let flusherStopped = Completion<Void>()
     let applierStopped = Completion<Void>()
@@ -308,9 +321,9 @@ final class DurabilityLog: @unchecked Sendable {
     /// `flushedByCaller` the caller will call `flush()` soon (an event loop at the end of its
     /// iteration, a writer about to wait): nobody else is woken for it.
     func append(_ kind: LoggedWrite.Kind, at now: Int64, flushedByCaller: Bool = true, keepsMemory: Bool = false,
-                answered: Bool = false) -> UInt64 {
+                answered: Bool = false, memoryBefore: MemorySnapshot? = nil) -> UInt64 {
         cond.lock()
-        let end = appendLocked(kind, at: now, keepsMemory: keepsMemory, answered: answered)
+        let end = appendLocked(kind, at: now, keepsMemory: keepsMemory, answered: answered, memoryBefore: memoryBefore)
         cond.unlock()
         if !flushedByCaller { wakeFlusherThread() }
         return end
@@ -342,7 +355,8 @@ final class DurabilityLog: @unchecked Sendable {
     }
 
     /// `append` with `cond` held: encodes the record at `next`, indexes it and buffers it.
-    func appendLocked(_ kind: LoggedWrite.Kind, at now: Int64, keepsMemory: Bool, answered: Bool) -> UInt64 {
+    func appendLocked(_ kind: LoggedWrite.Kind, at now: Int64, keepsMemory: Bool, answered: Bool,
+                      memoryBefore: MemorySnapshot? = nil) -> UInt64 {
         let record = Self.record(for: kind)
         let position = next
         let before = buffer.count
@@ -361,7 +375,8 @@ final class DurabilityLog: @unchecked Sendable {
             index.put(id, e)
         default: break
         }
-        buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry, keepsMemory: keepsMemory, answered: answered))
+        buffered.append(LoggedWrite(position: position, end: end, kind: kind, entry: entry, keepsMemory: keepsMemory, answered: answered,
+                                    memoryBefore: memoryBefore))
         return end
     }
 
