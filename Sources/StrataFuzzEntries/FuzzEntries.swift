@@ -36,7 +36,7 @@ public enum FuzzEntry {
                 precondition(used > 0 && at + used <= data.count, "a memcached command consumed \(used) of \(data.count - at) bytes")
                 at += used
                 commands += 1
-            case .error(_, let used, let swallow, let close):
+            case .error(_, let used, let swallow, let close, _):
                 precondition(used > 0 && at + used <= data.count, "a memcached error consumed \(used) of \(data.count - at) bytes")
                 if close { return commands }
                 at += used

@@ -28,7 +28,7 @@ extension MemcachedConnection {
         case .needMore:
             if commandStarted == nil { commandStarted = monotonicSeconds() }
             return false
-        case .error(let line, let used, let drop, let fatal):
+        case .error(let line, let used, let drop, let fatal, _): // answered: before authentication
             inputStart += used
             commandStarted = nil
             swallow = drop
@@ -38,7 +38,7 @@ extension MemcachedConnection {
             inputStart += used
             commandStarted = nil
             if case .quit = c { closeAfterFlush = true; break }
-            if case .tooLarge(_, let drop, _) = c {
+            if case .tooLarge(_, let drop, _, _) = c {
                 // Before authentication nothing is removed: the block is dropped, as any refused one.
                 swallow = drop
                 emit { listener.error("SERVER_ERROR object too large for cache", into: &$0) }

@@ -178,7 +178,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                     commandStarted = nil
                     // A set over the value limit: its block is dropped as it arrives (whatever
                     // else is answered), and nothing after it is parsed until then.
-                    if case .tooLarge(_, let drop, _) = c { swallow = drop; stop = true }
+                    if case .tooLarge(_, let drop, _, _) = c { swallow = drop; stop = true }
                     if !userMayWrite && listener.writes(c) {
                         // A readonly user: refused in place, so answers keep their order.
                         node.stats.forbidden.add(1, ordering: .relaxed)
@@ -197,7 +197,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                     }
                     batch.append(p)
                     if case .quit = c { stop = true }
-                case .error(_, let used, let drop, let fatal):
+                case .error(_, let used, let drop, let fatal, _):
                     inputStart += used
                     commandStarted = nil
                     batch.append(p)
@@ -246,15 +246,15 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 return
             }
             switch batch[i] {
-            case .error(let line, _, _, let fatal):
-                emit { listener.error(line, into: &$0) }
+            case .error(let line, _, _, let fatal, let noreply):
+                emit { listener.error(line, noreply: noreply, into: &$0) }
                 if fatal { closeAfterFlush = true }
             case .command(let c, _):
                 // Past the node's buffered-bytes bound only what holds no data runs (as the
                 // binary listener's PING, STATS and HELLO).
                 if node.overloaded && !MemcachedListener.runsWhenOverloaded(c) {
                     node.stats.busyRefusals.add(1, ordering: .relaxed)
-                    emit { listener.error(Self.overloadedLine, into: &$0) }
+                    emit { listener.error(Self.overloadedLine, noreply: c.noreply, into: &$0) }
                     i += 1
                     continue
                 }
@@ -273,7 +273,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                     continue
                 }
                 if node.draining {
-                    emit { listener.error("SERVER_ERROR the node is shutting down", into: &$0) }
+                    emit { listener.error("SERVER_ERROR the node is shutting down", noreply: c.noreply, into: &$0) }
                 } else if listener.runsOnLoop(c) {
                     if !emit({ listener.execute(c, into: &$0, flushAudit: flushAudit(c), mayTakeLeases: userMayWrite) }) { closeAfterFlush = true }
                 } else if i == batch.count - 1, case .store(let st) = c, submitSet(st) {
@@ -289,8 +289,6 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         }
     }
 
-    /// A plain set with no worker (`MemcachedListener.submitSet`); reading pauses until its
-    /// answer is back, so answers keep their order. False when it must go to a worker.
     /// For a `flush_all`: a delayed one, when its delay is up, runs only while its user still
     /// exists with the same token and may write the listener's namespace, and it is audited
     /// then (`action=flush_run` or `flush_dropped`); one refused when it runs (DISK_FULL, …) is
@@ -310,6 +308,8 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         })
     }
 
+    /// A plain set with no worker (`MemcachedListener.submitSet`); reading pauses until its
+    /// answer is back, so answers keep their order. False when it must go to a worker.
     private func submitSet(_ st: MemcachedStore) -> Bool {
         busy = true
         submitting = true
@@ -331,7 +331,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             return false
         case .failed(let line):
             busy = false
-            emit { listener.error(line, into: &$0) }
+            emit { listener.error(line, noreply: st.noreply, into: &$0) }
             return true
         }
     }
@@ -345,12 +345,20 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         }
     }
     private static let stored = Array("STORED\r\n".utf8), notStored = Array("NOT_STORED\r\n".utf8)
+    /// Whether a parsed line ended in its command's `noreply` (nothing is sent for it).
+    static func noreply(_ p: MemcachedParse) -> Bool {
+        switch p {
+        case .command(let c, _): return c.noreply
+        case .error(_, _, _, _, let n): return n
+        case .needMore: return false
+        }
+    }
     static let overloadedLine = "SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later"
 
     private func submit(_ rest: [MemcachedParse]) {
         if node.overloaded {
             node.stats.busyRefusals.add(1, ordering: .relaxed)
-            emit { out in for _ in rest { self.listener.error(Self.overloadedLine, into: &out) } }
+            emit { out in for p in rest { self.listener.error(Self.overloadedLine, noreply: Self.noreply(p), into: &out) } }
             return
         }
         busy = true
@@ -367,8 +375,8 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 // there), so answers being made when it is crossed are at most one batch's.
                 if budget.over && Self.answersWithValues(rest[i]) { break }
                 switch rest[i] {
-                case .error(let line, _, _, let fatal):
-                    listener.error(line, into: &out)
+                case .error(let line, _, _, let fatal, let noreply):
+                    listener.error(line, noreply: noreply, into: &out)
                     quit = fatal
                 case .command(let c, _): quit = !listener.execute(c, into: &out, flushAudit: flushAudit(c), mayTakeLeases: mayTakeLeases)
                 case .needMore: break

@@ -73,9 +73,12 @@ final class MemcachedListener: Sendable {
     }
 
     /// Appends an error line and counts it by kind.
-    func error(_ line: String, into out: inout [UInt8]) {
+    /// Counts an error and appends its line — unless its command ended in `noreply`: then
+    /// nothing is sent, as memcached sends nothing (a proxy such as twemproxy shares one
+    /// connection among its clients and would hand the line to the next one's request).
+    func error(_ line: String, noreply: Bool = false, into out: inout [UInt8]) {
         if line.hasPrefix("CLIENT_ERROR") { clientErrors.add() } else if line.hasPrefix("SERVER_ERROR") { serverErrors.add() } else { unknownCommands.add() }
-        MemcachedResponse.line(line, into: &out)
+        if !noreply { MemcachedResponse.line(line, into: &out) }
     }
 
     /// Whether `c` runs while the node is past its buffered-bytes bound: it holds no data
@@ -111,7 +114,7 @@ final class MemcachedListener: Sendable {
 
     /// With --validate-images, a value that looks like an image (its magic bytes) is stored
     /// only if it passes validation, as a binary SET's is: the answer line that refuses it
-    /// (sent even for noreply, as every SERVER_ERROR), or nil to store it.
+    /// (not sent for noreply), or nil to store it.
     func imageRefusal(_ value: [UInt8]) -> String? {
         guard dispatcher.validateImages, ImageSniffer.sniff(value) != nil else { return nil }
         do {
@@ -213,7 +216,7 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    /// Runs one command and appends its answer (nothing for noreply, except SERVER_ERROR).
+    /// Runs one command and appends its answer (nothing for noreply, errors included).
     /// Returns false for `quit`: the connection closes after its output.
     /// `flushAudit`: for `flush_all`, what the connection audits beyond the line written when it
     /// was asked (`FlushAudit`). Nil: a delayed flush runs, a refusal is only answered.
@@ -226,9 +229,9 @@ final class MemcachedListener: Sendable {
         do {
             return try run(c, into: &out, flushAudit: flushAudit, mayTakeLeases: mayTakeLeases)
         } catch let e as StoreError {
-            error(Self.serverError(e), into: &out)
+            error(Self.serverError(e), noreply: c.noreply, into: &out)
         } catch {
-            self.error("SERVER_ERROR \(error)", into: &out)
+            self.error("SERVER_ERROR \(error)", noreply: c.noreply, into: &out)
         }
         return true
     }
@@ -261,7 +264,7 @@ final class MemcachedListener: Sendable {
                 case .success: done(s.noreply ? nil : "NOT_STORED")
                 case .failure(let e):
                     serverErrors.add()
-                    done(Self.serverError(e))
+                    done(s.noreply ? nil : Self.serverError(e))
                 }
             }
             return .submitted
@@ -277,7 +280,7 @@ final class MemcachedListener: Sendable {
     func keysWritten(by c: MemcachedCommand) -> [[UInt8]] {
         switch c {
         case .store(let s): return [s.key]
-        case .delete(let k, _), .arithmetic(let k, _, _, _), .touch(let k, _, _), .tooLarge(let k, _, _): return [k]
+        case .delete(let k, _), .arithmetic(let k, _, _, _), .touch(let k, _, _), .tooLarge(let k, _, _, _): return [k]
         case .gat(_, let keys, _): return keys
         case .meta(let m):
             switch m.verb {
@@ -328,10 +331,10 @@ final class MemcachedListener: Sendable {
             try retrieve(keys, cas: cas, touch: expiry(exptime), into: &out)
         case .store(let s):
             let answer = try storeCommand(s)
-            if answer.hasPrefix("SERVER_ERROR") { error(answer, into: &out) } else { reply(answer, s.noreply) }
-        case .tooLarge(let key, _, _):
+            if answer.hasPrefix("SERVER_ERROR") { error(answer, noreply: s.noreply, into: &out) } else { reply(answer, s.noreply) }
+        case .tooLarge(let key, _, _, let noreply):
             try unlinkAfterTooLarge(key)
-            error("SERVER_ERROR object too large for cache", into: &out)
+            error("SERVER_ERROR object too large for cache", noreply: noreply, into: &out)
         case .delete(let key, let noreply):
             let r = try store.remove(key, namespace: namespace, tiers: tiers, version: deleteVersion(nil))
             if r == .removed { deleteHits.add() } else { deleteMisses.add() }

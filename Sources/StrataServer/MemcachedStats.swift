@@ -95,7 +95,7 @@ extension MemcachedListener {
         var out = "# HELP strata_memcached_commands_total memcached text-protocol commands, by command.\n"
         out += "# TYPE strata_memcached_commands_total counter\n"
         for (i, n) in MemcachedCommand.names.enumerated() { out += "strata_memcached_commands_total{cmd=\"\(n)\"} \(commands[i].load())\n" }
-        out += "# HELP strata_memcached_errors_total memcached error answers, by kind (ERROR, CLIENT_ERROR, SERVER_ERROR).\n"
+        out += "# HELP strata_memcached_errors_total memcached errors, by kind (ERROR, CLIENT_ERROR, SERVER_ERROR), answered or, for a noreply command, only counted.\n"
         out += "# TYPE strata_memcached_errors_total counter\n"
         out += "strata_memcached_errors_total{kind=\"unknown_command\"} \(unknownCommands.load())\n"
         out += "strata_memcached_errors_total{kind=\"client\"} \(clientErrors.load())\n"

@@ -48,7 +48,17 @@ public enum MemcachedCommand: Sendable, Equatable {
     /// from its line: its data block (`swallow` bytes) is dropped as it arrives, and the key's
     /// older value is removed — as memcached does, so a set that failed never leaves the
     /// value it meant to replace readable. Answered `SERVER_ERROR object too large for cache`.
-    case tooLarge(key: [UInt8], swallow: Int, meta: Bool)
+    case tooLarge(key: [UInt8], swallow: Int, meta: Bool, noreply: Bool = false)
+
+    /// Whether the command ended in `noreply`: nothing is sent for it, errors included (as memcached).
+    public var noreply: Bool {
+        switch self {
+        case .store(let s): return s.noreply
+        case .delete(_, let n), .arithmetic(_, _, _, let n), .touch(_, _, let n), .flushAll(_, let n), .verbosity(let n): return n
+        case .tooLarge(_, _, _, let n): return n
+        default: return false
+        }
+    }
 
     /// The name counted in the listener's statistics.
     public var name: String {
@@ -65,7 +75,7 @@ public enum MemcachedCommand: Sendable, Equatable {
         case .verbosity: return "verbosity"
         case .quit: return "quit"
         case .meta(let m): return m.verb.rawValue
-        case .tooLarge(_, _, let meta): return meta ? "ms" : "set"
+        case .tooLarge(_, _, let meta, _): return meta ? "ms" : "set"
         }
     }
 
@@ -100,7 +110,7 @@ public enum MemcachedCommand: Sendable, Equatable {
             case .noop: return 23
             case .debug: return 24
             }
-        case .tooLarge(_, _, let meta): return meta ? 20 : 4
+        case .tooLarge(_, _, let meta, _): return meta ? 20 : 4
         }
     }
 
@@ -118,13 +128,15 @@ public enum MemcachedParse: Sendable, Equatable {
     /// A line to answer with (`ERROR`, `CLIENT_ERROR …`, `SERVER_ERROR …`, without CRLF).
     /// `consumed` bytes are dropped, then `swallow` more as they arrive (the data block of a
     /// refused storage command); `close`: the connection cannot continue (line too long).
-    case error(String, consumed: Int, swallow: Int, close: Bool)
+    /// `noreply`: the line ended in `noreply` — the error is counted, not sent, as memcached
+    /// does (a proxy sharing the connection expects no answer to it).
+    case error(String, consumed: Int, swallow: Int, close: Bool, noreply: Bool = false)
 
     /// The input bytes this parse used (0 for `needMore`).
     public var consumedBytes: Int {
         switch self {
         case .needMore: return 0
-        case .command(_, let n), .error(_, let n, _, _): return n
+        case .command(_, let n), .error(_, let n, _, _, _): return n
         }
     }
 }
@@ -163,7 +175,9 @@ public struct MemcachedParser: Sendable {
         func line(_ r: Range<Int>) -> [UInt8] { Array(buf[r]) }
         func text(_ r: Range<Int>) -> String { String(decoding: buf[r], as: UTF8.self) }
         func done(_ c: MemcachedCommand) -> MemcachedParse { .command(c, consumed: lineBytes) }
-        func fail(_ m: String) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: 0, close: false) }
+        // `noreply`: the command's own `noreply` (memcached's handlers take the last token as
+        // it before they validate the rest, and then send no error either).
+        func fail(_ m: String, noreply: Bool = false) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: 0, close: false, noreply: noreply) }
         let noreply = tokens.count > 1 && Self.equals(buf, tokens.last!, "noreply")
         let name = text(first)
         switch name {
@@ -197,11 +211,12 @@ public struct MemcachedParser: Sendable {
             // A refused line whose length is a number drops its data block too: the value must
             // not be run as commands (memcached runs it; a value of `flush_all` would flush).
             let claimed = Self.int64(buf, tokens[4])
+            let noreply = tokens.count == fixed + 1 && noreply
             func refuse() -> MemcachedParse {
                 // No length to go by (negative, not a number, past 2^63): where the block ends
                 // cannot be known, so nothing after it can be trusted to be a command: close.
                 guard let l = claimed, l >= 0 else { return .error(Self.badFormat, consumed: lineBytes, swallow: 0, close: true) }
-                return .error(Self.badFormat, consumed: lineBytes, swallow: Self.blockBytes(l), close: false)
+                return .error(Self.badFormat, consumed: lineBytes, swallow: Self.blockBytes(l), close: false, noreply: noreply)
             }
             guard let length = claimed, length >= 0, Self.validKey(buf, tokens[1]),
                   let flags = Self.uint64(buf, tokens[2]), flags <= UInt64(UInt32.max) else { return refuse() }
@@ -211,9 +226,8 @@ public struct MemcachedParser: Sendable {
                 guard let c = Self.uint64(buf, tokens[5]) else { return refuse() }
                 cas = c
             }
-            let noreply = tokens.count == fixed + 1 && noreply
             let data: Range<Int>
-            switch dataBlock(buf, lineBytes: lineBytes, length: length, unlink: verb == .set ? (line(tokens[1]), false) : nil) {
+            switch dataBlock(buf, lineBytes: lineBytes, length: length, unlink: verb == .set ? (line(tokens[1]), false) : nil, noreply: noreply) {
             case .ready(let r): data = r
             case .answer(let p): return p
             }
@@ -227,25 +241,27 @@ public struct MemcachedParser: Sendable {
             let holdZero = tokens.count > 2 && Self.equals(buf, tokens[2], "0")
             let noreply = tokens.count > 2 && noreply
             let valid = tokens.count == 2 || (tokens.count == 3 && (holdZero || noreply)) || (tokens.count == 4 && holdZero && noreply)
-            guard valid else { return fail("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]") }
-            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat) }
+            guard valid else { return fail("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]", noreply: noreply) }
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat, noreply: noreply) }
             return done(.delete(key: line(tokens[1]), noreply: noreply))
         case "incr", "decr":
             guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
-            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat) }
-            guard let d = Self.delta(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid numeric delta argument") }
+            let noreply = tokens.count == 4 && noreply
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat, noreply: noreply) }
+            guard let d = Self.delta(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid numeric delta argument", noreply: noreply) }
             return done(.arithmetic(key: line(tokens[1]), delta: d, increment: name == "incr", noreply: tokens.count == 4 && noreply))
         case "touch":
             guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
-            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat) }
-            guard let e = Self.int64(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid exptime argument") }
+            let noreply = tokens.count == 4 && noreply
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat, noreply: noreply) }
+            guard let e = Self.int64(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid exptime argument", noreply: noreply) }
             return done(.touch(key: line(tokens[1]), exptime: e, noreply: tokens.count == 4 && noreply))
         case "flush_all":
             guard tokens.count <= 3 else { return fail("ERROR") }
             var delay: Int64 = 0
             let args = tokens.count - 1 - (noreply ? 1 : 0)
             if args == 1 {
-                guard let d = Self.int64(buf, tokens[1]), d >= 0, d <= Int64(1) << 31 else { return fail(Self.badFormat) }
+                guard let d = Self.int64(buf, tokens[1]), d >= 0, d <= Int64(1) << 31 else { return fail(Self.badFormat, noreply: noreply) }
                 delay = d
             } else if args > 1 { return fail("ERROR") }
             return done(.flushAll(delay: delay, noreply: noreply))
@@ -261,7 +277,7 @@ public struct MemcachedParser: Sendable {
             guard tokens.count == 2 || tokens.count == 3 else { return fail("ERROR") }
             // verbosity <level> [noreply]: the level a number, as memcached's safe_strtoul.
             let levelOmitted = tokens.count == 2 && noreply // `verbosity noreply`
-            guard levelOmitted || (Self.uint64(buf, tokens[1]).map { $0 <= UInt64(UInt32.max) }) == true else { return fail(Self.badFormat) }
+            guard levelOmitted || (Self.uint64(buf, tokens[1]).map { $0 <= UInt64(UInt32.max) }) == true else { return fail(Self.badFormat, noreply: noreply) }
             return done(.verbosity(noreply: noreply))
         case "quit":
             return done(.quit)
@@ -310,16 +326,18 @@ public struct MemcachedParser: Sendable {
 
     /// `unlink`: the key a set (or an ms) means to write — over the limit, it is
     /// refused as `MemcachedCommand.tooLarge`, which removes the key's older value.
-    func dataBlock(_ buf: UnsafeRawBufferPointer, lineBytes: Int, length: Int64, unlink: (key: [UInt8], meta: Bool)? = nil) -> DataBlock {
+    /// `noreply`: a text command's (its errors are counted, not sent).
+    func dataBlock(_ buf: UnsafeRawBufferPointer, lineBytes: Int, length: Int64, unlink: (key: [UInt8], meta: Bool)? = nil,
+                   noreply: Bool = false) -> DataBlock {
         guard length <= Int64(maxValue) else {
             let drop = Self.blockBytes(length)
-            if let unlink { return .answer(.command(.tooLarge(key: unlink.key, swallow: drop, meta: unlink.meta), consumed: lineBytes)) }
-            return .answer(.error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false))
+            if let unlink { return .answer(.command(.tooLarge(key: unlink.key, swallow: drop, meta: unlink.meta, noreply: noreply), consumed: lineBytes)) }
+            return .answer(.error("SERVER_ERROR object too large for cache", consumed: lineBytes, swallow: drop, close: false, noreply: noreply))
         }
         let n = Int(length)
         guard buf.count >= lineBytes + n + 2 else { return .answer(.needMore) }
         guard buf[lineBytes + n] == 13 && buf[lineBytes + n + 1] == 10 else {
-            return .answer(.error("CLIENT_ERROR bad data chunk", consumed: lineBytes + n + 2, swallow: 0, close: false))
+            return .answer(.error("CLIENT_ERROR bad data chunk", consumed: lineBytes + n + 2, swallow: 0, close: false, noreply: noreply))
         }
         return .ready(lineBytes..<(lineBytes + n))
     }

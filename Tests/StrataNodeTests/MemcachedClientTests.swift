@@ -200,6 +200,22 @@ final class MemcachedClientTests: XCTestCase {
             XCTAssertGreaterThan(found.count, 1500, "ketama gives node \(i) a share")
         }
         XCTAssertEqual(owners.count, keys.count, "every key is on one node")
+        // Refused noreply commands send nothing, so no other client behind the proxy gets their
+        // errors as its answers (an outside review, mc6: a reader got SERVER_ERROR for its own
+        // get, then another reader's value). Over-size and bad-flag sets on keys of every node.
+        let writer = try TextSocket(port: proxyPort), reader = try TextSocket(port: proxyPort)
+        let big = [UInt8](repeating: 0x61, count: (1 << 20) + 10)
+        for k in keys.prefix(12) {
+            writer.send(Array("set \(k) 0 0 \(big.count) noreply\r\n".utf8) + big + Array("\r\n".utf8))
+            writer.send("set \(k) 99999999999 0 1 noreply\r\nx\r\n")
+        }
+        writer.send("get \(keys[100])\r\n")
+        XCTAssertEqual(writer.line(), "VALUE \(keys[100]) 0 \(keys[100].utf8.count + 2)", "the writer's own get, after its refused sets")
+        XCTAssertEqual(writer.line(), "v-" + keys[100])
+        XCTAssertEqual(writer.line(), "END")
+        let later = Self.getAll(reader, Array(keys.suffix(300)))
+        XCTAssertEqual(later.count, 300)
+        XCTAssertTrue(keys.suffix(300).allSatisfy { later[$0] == "v-" + $0 }, "every reader's answer is its own")
         reportFigure("twemproxy", "10,000 keys through nutcracker (ketama) over 3 nodes: \((0..<3).map { i in owners.values.filter { $0 == i }.count })")
     }
 }

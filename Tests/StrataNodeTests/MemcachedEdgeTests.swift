@@ -79,6 +79,41 @@ final class MemcachedEdgeTests: XCTestCase {
         XCTAssertEqual(mc.line(), "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")
     }
 
+    /// A command that ends in `noreply` gets no answer at all, an error included — as memcached
+    /// (an outside review, mc6: behind twemproxy, which shares one connection per node among its
+    /// clients, a refused noreply set's error went to another client's get, and every later
+    /// answer of that node was one off). Errors are still counted.
+    func testNoreplyCommandsSendNothingEvenWhenRefused() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir, ["--max-item", "64KiB"])
+        defer { node.terminate() }
+        mc.send("set n 0 0 1\r\n5\r\nset text 0 0 1\r\nx\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(mc.line(), "STORED")
+        let big = String(repeating: "a", count: 70_000)
+        mc.send("set big 0 0 \(big.utf8.count) noreply\r\n\(big)\r\n" // over --max-item: SERVER_ERROR without noreply
+                + "add big 0 0 \(big.utf8.count) noreply\r\n\(big)\r\n"
+                + "set k 99999999999 0 1 noreply\r\nx\r\n"              // flags past 2^32 − 1
+                + "set k 0 0 1 noreply\r\nxyz"                         // bad data chunk (its 3 bytes: the block and its end)
+                + "incr text 1 noreply\r\nincr n abc noreply\r\n"
+                + "touch n abc noreply\r\ndelete n 5 noreply\r\n"
+                + "flush_all -1 noreply\r\nverbosity abc noreply\r\n"
+                + "incr n 2 noreply\r\nget n\r\n")
+        XCTAssertEqual(mc.line(), "VALUE n 0 1", "the first answer is the get's")
+        XCTAssertEqual(mc.line(), "7")
+        XCTAssertEqual(mc.line(), "END")
+        mc.send("stats\r\n")
+        var stats: [String: String] = [:]
+        while true {
+            let l = mc.line()
+            if l == "END" || l.isEmpty { break }
+            let parts = l.split(separator: " ")
+            if parts.count == 3 { stats[String(parts[1])] = String(parts[2]) }
+        }
+        let errors = (Int(stats["client_errors"] ?? "") ?? 0) + (Int(stats["server_errors"] ?? "") ?? 0)
+        XCTAssertGreaterThanOrEqual(errors, 9, "the refusals are counted: \(stats.filter { $0.key.contains("error") })")
+    }
+
     func testALaterFlushAllReplacesADelayedOne() throws {
         let dir = TempDir()
         let (node, mc) = try startMemcachedNode(dir)
