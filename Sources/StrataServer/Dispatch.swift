@@ -156,11 +156,20 @@ final class Dispatcher: @unchecked Sendable {
         let response: Frame
         switch result {
         case .hit(let item): response = hitResponse(item, f)
-        case .miss: response = Responses.status(to: f, .notFound)
+        case .miss: response = Responses.status(to: f, .notFound, cas: missVersion(g.namespace))
         case .tombstone(let v): response = Responses.status(to: f, .notFound, cas: v)
         }
         guard let l = lease else { return response }
         return Responses.withLease(response, token: l)
+    }
+
+    /// The version a GET miss carries (PROTOCOL.md §7.4): on a `--cluster` node, the flush mark
+    /// in force for the namespace — so a cluster client weighing it against another replica's
+    /// copy sees that a flush is newer than a copy that replica still holds (an outside review,
+    /// cl19: a replica resuming from a pause served values of a namespace flushed meanwhile);
+    /// else 0.
+    func missVersion(_ namespace: [UInt8]) -> UInt64 {
+        flushMarks?.floor(namespace) ?? 0
     }
 
     static func setOptions(_ s: SetRequest) -> SetOptions {
@@ -219,7 +228,7 @@ final class Dispatcher: @unchecked Sendable {
                 case .hit(let i):
                     item = i
                     if g.touch != nil { originalChanged(ItemKey(namespace: g.namespace, key: g.key)) }
-                case .miss: return quiet ? nil : Responses.status(to: f, .notFound)
+                case .miss: return quiet ? nil : Responses.status(to: f, .notFound, cas: missVersion(g.namespace))
                 // The tombstone's version lets a cluster client see that a delete is the newest write.
                 case .tombstone(let v): return quiet ? nil : Responses.status(to: f, .notFound, cas: v)
                 }

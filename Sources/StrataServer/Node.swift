@@ -160,6 +160,8 @@ public final class Node: @unchecked Sendable {
         }
         sc.diskAgeLimit = config.idleAge ?? 0
         sc.maxWriteBehindBytes = config.maxWriteBehindBytes
+        // Replicas compare entries by version: an expired item stays an entry (a tombstone).
+        sc.expiredItemsLeaveTombstones = cluster != nil
         // Large values are read one gate-full at a time, not while unsent output is over its
         // bound, and — unless one would be alone — only while the output and every large read
         // in flight fit under it: reads admitted together each add a whole value (an outside

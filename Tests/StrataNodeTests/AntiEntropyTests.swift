@@ -137,6 +137,68 @@ final class AntiEntropyTests: XCTestCase {
         }
     }
 
+    /// An item that expired on the nodes that took its last write stays an entry (a tombstone
+    /// of its version), so a replica that missed that write and comes back after the expiry
+    /// cannot bring its older copy back (an outside review, cl19: the owner swept the expired
+    /// row, anti-entropy copied the replica's pre-TTL value to it, and every client read that
+    /// value, with no expiry, for good — 8 of 8 runs).
+    func testAnExpiredWriteIsNotUndoneByAReplicaThatMissedIt() throws {
+        let cluster = try SyncCluster(count: 2)
+        let all = [0, 1]
+        let writer = try cluster.client(all) { $0.ack = .all }
+        let keys = (0..<20).map { "ttl\($0)" }
+        for k in keys { _ = try writer.set(b(k), b("old")) }
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
+        cluster.kill(1)
+        let one = try cluster.client(all) { $0.ack = .one; $0.timeout = 0.5 }
+        for k in keys { _ = try one.set(b(k), b("short"), expiry: .seconds(1)) }
+        let c0 = try cluster.connect(0)
+        // Expired, and swept from node 0's disk.
+        XCTAssertTrue(eventually(20, interval: 0.2) { ((try? nodeStats(c0))?["disk_expirations"] as? Int ?? 0) >= keys.count },
+                      "\(String(describing: try? nodeStats(c0)))")
+        try cluster.start(1, members: all)
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) }, "the nodes synced after the restart")
+        Thread.sleep(forTimeInterval: 1.5) // more rounds (--sync-interval 0.5)
+        for i in all {
+            let c = try cluster.connect(i)
+            for k in keys { XCTAssertNil(try c.get(b(k), tiers: 2), "\(k) on node \(i): the expired write was undone") }
+        }
+        for k in keys.prefix(5) {
+            let r = try runCLI(["get", k, "--nodes", cluster.list(all), "--timeout", "1"])
+            XCTAssertEqual(r.code, 1, "\(k) read as \(String(decoding: r.out, as: UTF8.self)) \(r.err)")
+        }
+    }
+
+    /// A GET miss on a cluster node carries the version of the flush mark of its namespace
+    /// (PROTOCOL.md §7.4), so a cluster client sees that a flush is newer than a copy a
+    /// replica resuming from a pause still serves, flagged UNVERIFIED (an outside review, cl19:
+    /// 1–12 of 40–50 flushed keys read back right after the replica resumed, with owner reads).
+    func testAFlushIsNewerThanAResumedReplicasUnverifiedCopy() throws {
+        let cluster = try SyncCluster(count: 2)
+        let all = [0, 1]
+        let writer = try cluster.client(all) { $0.ack = .all }
+        let ns = b("fl")
+        let keys = (0..<40).map { "f\($0)" }.filter { cluster.replicaSet($0, all).first == 1 } // node 1 owns them
+        XCTAssertGreaterThan(keys.count, 5)
+        for k in keys { _ = try writer.set(b(k), b("before"), namespace: ns) }
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
+        let c0 = try cluster.connect(0)
+        // Node 1 stopped past --pause-threshold (0.5 s) while node 0 alone takes the flush.
+        let pid = try XCTUnwrap(cluster.nodes[1]).process.processIdentifier
+        Glibc.kill(pid, SIGSTOP)
+        let flushed = try c0.call(.flush(namespace: ns, all: false))
+        XCTAssertEqual(flushed.statusCode, .ok)
+        XCTAssertGreaterThan(flushed.cas, 0, "a cluster node's flush makes a mark")
+        let miss = try c0.call(.get(GetRequest(key: b(keys[0]), namespace: ns)))
+        XCTAssertEqual(miss.statusCode, .notFound)
+        XCTAssertEqual(miss.cas, flushed.cas, "the miss carries the flush mark's version")
+        Thread.sleep(forTimeInterval: 1.2)
+        Glibc.kill(pid, SIGCONT)
+        let reader = try cluster.client(all) { $0.timeout = 2 }
+        for k in keys { XCTAssertNil(try reader.get(b(k), namespace: ns), "\(k): a flushed value read back from the resumed owner") }
+        XCTAssertEqual(try c0.call(.get(GetRequest(key: b("never"), namespace: b("other")))).cas, 0, "no mark, no version")
+    }
+
     /// Issue 17, "Pause": a replica stopped with SIGSTOP while keys change (ack one) holds the
     /// new values and the deletes soon after SIGCONT, without any client reading them.
     func testAPausedReplicaIsRepairedInTheBackground() throws {

@@ -66,7 +66,8 @@ extension DiskTier {
 
     /// Looks at the next `sweepBatch` rows: drops expired items and items past `maxAge` (both
     /// counted as expirations), expired tombstones, rows of flushed generations and (with an
-    /// age limit) rows not accessed for too long.
+    /// age limit) rows not accessed for too long. With `expiredItemsLeaveTombstones` an expired
+    /// item becomes a tombstone of its version, kept until `tombstoneTTL` past its expiry.
     func sweepStep(_ db: SQLiteConnection) throws {
         let now = clock.nowMicros()
         let ageCutoff = config.diskAgeLimit > 0 ? now / 1_000_000 - Int64(min(config.diskAgeLimit, 1e12)) : Int64.min
@@ -75,6 +76,9 @@ extension DiskTier {
         s.bind(1, sweepCursor)
         s.bind(2, config.sweepBatch)
         var doomed: [Int64] = []
+        // Expired items that become tombstones: namespace id, generation, key, version, the tombstone's expiry.
+        var entombed: [(ns: Int64, gen: Int64, key: [UInt8], version: UInt64, until: Int64)] = []
+        let tombstoneMicros = Int64(min(config.tombstoneTTL, 1e12) * 1e6)
         var expired = 0, aged = 0, collected = 0
         var last: Int64 = sweepCursor
         var seen = 0
@@ -84,7 +88,11 @@ extension DiskTier {
             last = id
             let expiry = s.int(3)
             let tombstone = s.int(4) & 1 != 0
-            if (expiry != 0 && expiry <= now) || (!tombstone && UInt64(bitPattern: s.int(6)) < oldest) {
+            if config.expiredItemsLeaveTombstones, !tombstone, expiry != 0, expiry <= now,
+               expiry > now - tombstoneMicros, registry.generation(ofDiskID: s.int(1)) == s.int(2) {
+                entombed.append((s.int(1), s.int(2), s.bytes(7), UInt64(bitPattern: s.int(6)), expiry + tombstoneMicros))
+                expired += 1
+            } else if (expiry != 0 && expiry <= now) || (!tombstone && UInt64(bitPattern: s.int(6)) < oldest) {
                 doomed.append(id); if !tombstone { expired += 1 }
             } else if registry.generation(ofDiskID: s.int(1)) != s.int(2) {
                 doomed.append(id); collected += 1
@@ -102,7 +110,7 @@ extension DiskTier {
         }
         s.reset()
         sweepCursor = seen < config.sweepBatch ? 0 : last
-        guard !doomed.isEmpty else { return }
+        guard !doomed.isEmpty || !entombed.isEmpty else { return }
         try db.beginImmediate()
         do {
             let del = try db.prepared("DELETE FROM items WHERE id=?")
@@ -111,6 +119,18 @@ extension DiskTier {
                 del.bind(1, id)
                 try del.run()
                 removed += db.changes
+            }
+            for t in entombed {
+                // Only if the row is still that expired item (a write may have replaced it since it was read).
+                let still = try db.prepared("SELECT 1 FROM items WHERE ns=? AND key=? AND version=? AND tombstone=0 AND expiry<>0 AND expiry<=?")
+                still.bind(1, t.ns); still.bind(2, t.key); still.bind(3, Int64(bitPattern: t.version)); still.bind(4, now)
+                let found = try still.step()
+                still.reset()
+                guard found else { continue }
+                let state = ItemState(value: [], flags: 0, extended: [], expiry: t.until, version: t.version, marks: ItemMarks.tombstone)
+                if try writeRow(db, nsID: t.ns, gen: t.gen, key: t.key, state: state, encoded: (.raw, []), now: now, mayExist: true) {
+                    removed -= 1 // (never: the row was there)
+                }
             }
             let p = try writeCounters(db, rows: rowCount - removed, version: maxVersion, exact: false)
             try db.commit()

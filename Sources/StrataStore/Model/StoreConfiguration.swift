@@ -169,6 +169,11 @@ public struct StoreConfiguration: Sendable {
     public var maxVersionSkew: Double = 24 * 3600
     /// How long a versioned remove's tombstone is kept.
     public var tombstoneTTL: Double = 24 * 3600
+    /// An expired item's row becomes a tombstone of its version when swept, kept `tombstoneTTL`
+    /// past its expiry, instead of going at once: a replica that missed the write that gave the
+    /// expiry can then not bring its older copy back by anti-entropy (a `--cluster` node; an
+    /// outside review, cl19: every such key read its pre-TTL value for good). Off: the row goes.
+    public var expiredItemsLeaveTombstones = false
 
     /// A hard cap on the database's pages (`PRAGMA max_page_count`); a write beyond it fails
     /// exactly as on a full disk (`disk_full`). For tests of the full-disk path; nil = none.
