@@ -156,6 +156,44 @@ final class TLSTests: XCTestCase {
         XCTAssertEqual(cli.out, b("v"), cli.err)
     }
 
+    /// A client with its certificate resumes its TLS session (TLS 1.2 and 1.3) on a node that
+    /// verifies clients (an outside review, sec4: every resumption failed with an internal_error
+    /// alert — "session id context uninitialized" — so reconnecting clients such as curl with
+    /// two URLs failed their second request).
+    func testAMutualTLSClientResumesItsSession() throws {
+        let certs = try TestCertificates()
+        let node = try tlsNode(certs, extra: ["--tls-ca", certs.path("ca.pem")])
+        let port = try XCTUnwrap(node.tlsPort)
+        let script = """
+        import socket, ssl, sys
+        ca, cert, key, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+        ping = bytes([0x53, 1, 2]) + bytes(29)
+        for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.load_verify_locations(ca)
+            ctx.load_cert_chain(cert, key)
+            ctx.minimum_version = ctx.maximum_version = version
+            session = None
+            for attempt in range(2):
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+                    with ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as s:
+                        s.sendall(ping)
+                        answer = b""
+                        while len(answer) < 32:
+                            chunk = s.recv(32 - len(answer))
+                            if not chunk: break
+                            answer += chunk
+                        print(version.name, attempt, "reused" if s.session_reused else "new", answer[:2].hex())
+                        session = s.session
+        """
+        let r = try runProcess("/usr/bin/python3", ["-c", script, certs.path("ca.pem"), certs.path("client.pem"), certs.path("client.key"), String(port)])
+        XCTAssertEqual(r.status, 0, r.output)
+        let lines = r.output.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines, ["TLSv1_2 0 new 7301", "TLSv1_2 1 reused 7301", "TLSv1_3 0 new 7301", "TLSv1_3 1 reused 7301"], r.output)
+        let c = try node.connectTLS(certs.client(client: "client"))
+        XCTAssertEqual(try stat(c, "tls_handshake_failures"), 0)
+    }
+
     func testTLSOnlyHasNoPlaintextPort() throws {
         let certs = try TestCertificates()
         // A port that is free now: the node is told to use it and must not.
