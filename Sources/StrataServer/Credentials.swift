@@ -174,6 +174,9 @@ public struct Credentials: Sendable {
         do { obj = try JSONSerialization.jsonObject(with: Data(bytes)) } catch {
             throw CredentialsError("not JSON: \(jsonErrorReason(error, in: bytes))")
         }
+        if let d = jsonDuplicateKey(in: bytes) {
+            throw CredentialsError("the key '\(d.key)' appears twice in one object (line \(d.line)): which one holds would be ambiguous")
+        }
         guard let top = obj as? [String: Any], let list = top["users"] as? [Any] else {
             throw CredentialsError("expected an object {\"users\": [...]}")
         }

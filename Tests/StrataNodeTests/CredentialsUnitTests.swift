@@ -56,6 +56,29 @@ final class CredentialsUnitTests: XCTestCase {
             .contains("empty token"))
     }
 
+    /// A key given twice in one object is refused, whichever object and however it is spelt
+    /// (an outside review, sec4: `"role":"readonly","role":"admin"` made an admin, the last one
+    /// winning silently); the same name in different objects is not a duplicate.
+    func testADuplicateKeyIsRefused() throws {
+        let h = SHA256.hex(Array("t".utf8))
+        func reason(_ text: String) -> String {
+            do { _ = try Credentials.parse(Array(text.utf8)); return "accepted" } catch { return error.description }
+        }
+        for (text, key) in [
+            ("{\"users\":[{\"name\":\"a\",\"token_sha256\":\"\(h)\",\"role\":\"readonly\",\"namespaces\":[\"a\"],\"role\":\"admin\"}]}", "role"),
+            ("{\"users\":[{\"name\":\"a\",\"token_sha256\":\"\(h)\",\"role\":\"readonly\",\"namespaces\":[\"a\"],\"ro\\u006ce\":\"admin\"}]}", "role"),
+            ("{\"users\":[],\n\"users\":[{\"name\":\"a\",\"token_sha256\":\"\(h)\",\"role\":\"admin\"}]}", "users"),
+            ("{\"users\":[{\"name\":\"a\",\"token_sha256\":\"\(h)\",\"role\":\"readonly\",\"namespaces\":[\"a\"],\"namespaces\":[\"*\"]}]}", "namespaces"),
+        ] {
+            let r = reason(text)
+            XCTAssertTrue(r.contains("the key '\(key)' appears twice"), r)
+        }
+        XCTAssertEqual(jsonDuplicateKey(in: Array("{\"users\":[],\n\"users\":1}".utf8))?.line, 2)
+        // Values equal to keys, keys in sibling objects, escaped quotes: not duplicates.
+        XCTAssertNil(jsonDuplicateKey(in: Array("{\"a\":\"a\",\"b\":[{\"c\":1},{\"c\":2}],\"d\":{\"c\":\"x\\\"c\\\"\"}}".utf8)))
+        XCTAssertNoThrow(try Credentials.parse(Self.file([("a", "x", "readwrite", ["a"]), ("b", "y", "readonly", ["a"])])))
+    }
+
     func testThePermissionTable() {
         let ns = Array("app1".utf8), other = Array("other".utf8)
         let ro = User(name: "r", tokenHash: [], role: .readonly, scope: NamespaceScope(patterns: ["app1"]))
