@@ -119,10 +119,13 @@ enum NamespaceStats {
         return out + "\""
     }
 
-    /// The label naming one namespace: `ns="NAME"` when its bytes are UTF-8, else
-    /// `ns_hex="HEX"` (replacing the bytes that are not would give two namespaces one series).
+    /// The label naming one namespace: `ns="NAME"` when its bytes are UTF-8 without control
+    /// characters, else `ns_hex="HEX"` (replacing the bytes that are not would give two
+    /// namespaces one series; a raw CR or ESC a tenant put in its name would reach whoever
+    /// reads the page in a terminal — an outside review, sec4).
     static func label(_ b: [UInt8]) -> String {
-        String(validating: b, as: UTF8.self) != nil ? "ns=\"\(labelValue(b))\"" : "ns_hex=\"\(hex(b))\""
+        let printable = !b.contains { $0 < 0x20 || $0 == 0x7F } && String(validating: b, as: UTF8.self) != nil
+        return printable ? "ns=\"\(labelValue(b))\"" : "ns_hex=\"\(hex(b))\""
     }
 
     /// A Prometheus label value: `\`, `"` and newlines escaped (text format 0.0.4).

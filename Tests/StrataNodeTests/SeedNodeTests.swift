@@ -180,7 +180,8 @@ final class SeedNodeTests: XCTestCase {
 
         // Namespaces that are not UTF-8 get their own series each (an outside review saw
         // ff fe, fe ff and ff fd all labelled "\u{FFFD}\u{FFFD}": duplicate series).
-        for ns: [UInt8] in [[0xff, 0xfe], [0xfe, 0xff], [0xff, 0xfd]] {
+        // So do names with control characters (sec4: raw CR and ESC reached the page).
+        for ns: [UInt8] in [[0xff, 0xfe], [0xfe, 0xff], [0xff, 0xfd], [0x61, 0x0d, 0x1b]] {
             for _ in 0..<20 { XCTAssertEqual(try c.set(SetRequest(key: b("k"), value: b("v"), namespace: ns)).statusCode, .ok) }
         }
         let (status2, metrics2) = try runProcess("/usr/bin/python3", ["-c",
@@ -188,7 +189,8 @@ final class SeedNodeTests: XCTestCase {
         XCTAssertEqual(status2, 0, metrics2)
         let sets = metrics2.split(separator: "\n").filter { $0.hasPrefix("strata_namespace_sets_total{") }.map { $0.split(separator: " ")[0] }
         XCTAssertEqual(Set(sets).count, sets.count, "duplicate series: \(sets)")
-        for hex in ["fffe", "feff", "fffd"] {
+        XCTAssertFalse(metrics2.utf8.contains(0x1b) || metrics2.utf8.contains(0x0d), "no raw control bytes")
+        for hex in ["fffe", "feff", "fffd", "610d1b"] {
             XCTAssertTrue(sets.contains("strata_namespace_sets_total{ns_hex=\"\(hex)\"}"), "\(sets)")
         }
     }
