@@ -251,6 +251,7 @@ extension TieredCache {
         try check(tiers: tiers)
         if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
         guard registry.lookup(namespace) != nil else { return }
+        if !tiers.contains(.memory) { memoryOnlyWrites.store(true, ordering: .relaxed) } // memory copies stay alone
         switch (tiers.contains(.memory), tiers.contains(.disk)) {
         case (true, true): try logAndApply(.flushNamespace(namespace)) // new generation and tag, in log order
         case (false, _): try logAndApply(.flushNamespace(namespace), keepsMemory: true)
@@ -267,6 +268,7 @@ extension TieredCache {
     public func flushAll(tiers: Tiers = .all) throws {
         try check(tiers: tiers)
         if closed.load(ordering: .relaxed) { throw StoreError(.closed, "store is closed") }
+        if !tiers.contains(.memory) { memoryOnlyWrites.store(true, ordering: .relaxed) } // memory copies stay alone
         if tiers.contains(.disk) { try logAndApply(.flushAll, keepsMemory: !tiers.contains(.memory)) }
         if tiers.contains(.memory) {
             registry.bumpAllTags()

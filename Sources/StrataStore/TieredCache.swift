@@ -41,6 +41,11 @@ public final class TieredCache: @unchecked Sendable {
     var sweeperStop = false
     let sweeperDone = Completion<Void>()
     let closed = Atomic<Bool>(false)
+    /// Set (for good) once memory may hold an item that neither the disk tier nor the log holds
+    /// at its version: a memory-only write, a disk-only remove or flush. With the disk tier's
+    /// evictions, dropped corrupt rows and quarantines, it decides whether a durable write keeps
+    /// a copy of what memory held (`memoryOnlyCopiesMayExist`).
+    let memoryOnlyWrites = Atomic<Bool>(false)
     let workQueue = DispatchQueue(label: "strata.store.async", attributes: .concurrent)
 
     /// Opens (creating when needed) the store in `configuration.directory`.

@@ -689,6 +689,24 @@ final class DiskLimitTests: XCTestCase {
         try check("once it can")
     }
 
+    /// Durable writes copy what memory held only once memory may hold an item no other place
+    /// holds at its version (the copy costs workload 2 a few per cent of CPU): after a memory-only
+    /// write, a disk-only remove or flush, or a disk eviction — not on a store that only wrote both tiers.
+    func testMemoryIsCopiedForUndoOnlyOnceItMayHoldTheOnlyCopy() throws {
+        for (what, op) in [("a memory-only set", { (s: TieredCache) in _ = try s.set(bytes("m"), bytes("v"), options: SetOptions(tiers: .memory)) }),
+                           ("a disk-only remove", { (s: TieredCache) in _ = try s.remove(bytes("k"), tiers: .disk) }),
+                           ("a disk-only flush", { (s: TieredCache) in try s.flush(namespace: [], tiers: .disk) }),
+                           ("a disk-only flush of all", { (s: TieredCache) in try s.flushAll(tiers: .disk) })] {
+            let f = try StoreFixture()
+            _ = try f.store.set(bytes("k"), bytes("v"))
+            _ = try f.store.remove(bytes("gone"))
+            try f.store.flush(namespace: bytes("other"))
+            XCTAssertFalse(f.store.memoryOnlyCopiesMayExist, "both tiers only: \(what)")
+            try op(f.store)
+            XCTAssertTrue(f.store.memoryOnlyCopiesMayExist, what)
+        }
+    }
+
     /// Kept write-behind writes that fill the log's room do not make writers wait for room that
     /// cannot come while the log cannot write: a durable write gets DISK_FULL at once (dur8:
     /// every write hung while 2.5 MB of write-behind sets were kept).
