@@ -254,6 +254,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 // binary listener's PING, STATS and HELLO).
                 if node.overloaded && !MemcachedListener.runsWhenOverloaded(c) {
                     node.stats.busyRefusals.add(1, ordering: .relaxed)
+                    flushAudit(c)?.refused(Self.overloadedLine) // audited as asked when parsed (an outside review, mc7)
                     emit { listener.error(Self.overloadedLine, noreply: c.noreply, into: &$0) }
                     i += 1
                     continue
@@ -358,6 +359,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     private func submit(_ rest: [MemcachedParse]) {
         if node.overloaded {
             node.stats.busyRefusals.add(1, ordering: .relaxed)
+            for case .command(let c, _) in rest { flushAudit(c)?.refused(Self.overloadedLine) }
             emit { out in for p in rest { self.listener.error(Self.overloadedLine, noreply: Self.noreply(p), into: &out) } }
             return
         }

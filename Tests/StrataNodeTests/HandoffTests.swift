@@ -158,6 +158,38 @@ final class HandoffTests: XCTestCase {
         XCTAssertTrue(metrics.contains("strata_cluster_verified 1\n"), metrics)
     }
 
+    /// Writes a node takes for keys it holds no replica of — a proxy's own hashing (twemproxy)
+    /// sending them to the memcached listener — reach the keys' replicas by handoff, sets and
+    /// deletes, so `--nodes` clients read them (an outside review, mc7: ~30 % of the writes
+    /// through nutcracker stayed on the one node, and `get --nodes` missed or read old values).
+    func testForeignWritesReachTheKeysReplicas() throws {
+        let cluster = try SyncCluster(count: 3, members: [])
+        let mports = try (0..<3).map { _ in try MemcachedClientTests.freePort() }
+        for i in 0..<3 {
+            try cluster.start(i, members: [0, 1, 2], more: ["--sync-interval", "300", "--memcached-port", String(mports[i])])
+        }
+        XCTAssertTrue(eventually(20, interval: 0.1) { (0..<3).allSatisfy(cluster.verified) })
+        let all = [0, 1, 2]
+        let foreign = (0..<200).map { "fw\($0)" }.filter { !cluster.replicaSet($0, all).contains(0) }.prefix(20)
+        XCTAssertEqual(foreign.count, 20)
+        let m0 = try TextSocket(port: mports[0])
+        for k in foreign { m0.send("set \(k) 0 0 2\r\nv1\r\n"); XCTAssertEqual(m0.line(), "STORED") }
+        let deleted = Array(foreign.prefix(5))
+        for k in deleted { m0.send("delete \(k)\r\n"); XCTAssertEqual(m0.line(), "DELETED") }
+        XCTAssertGreaterThanOrEqual(try nodeStats(try cluster.connect(0))["foreign_writes"] as? Int ?? 0, foreign.count + deleted.count)
+        // Every replica of each key holds it (or its delete), with no read and no anti-entropy round.
+        XCTAssertTrue(eventually(10, interval: 0.1) {
+            foreign.allSatisfy { k in
+                cluster.replicaSet(k, all).allSatisfy { i in
+                    guard let f = try? cluster.connect(i).call(.get(GetRequest(key: b(k), tiers: 2))) else { return false }
+                    return deleted.contains(k) ? f.statusCode == .notFound && f.cas > 0 : f.statusCode == .ok
+                }
+            }
+        }, "a foreign write did not reach the key's replicas")
+        let reader = try cluster.client(all)
+        for k in foreign { XCTAssertEqual(try reader.get(b(k))?.value, deleted.contains(k) ? nil : b("v1"), k) }
+    }
+
     /// SYNC_CHECK (§7.19): the answer names the entries the node lacks, to any requester.
     func testSyncCheckNamesWhatTheNodeLacks() throws {
         let cluster = try quietCluster(count: 2)

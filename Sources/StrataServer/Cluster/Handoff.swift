@@ -101,20 +101,22 @@ final class Handoff: @unchecked Sendable {
 
     /// This node applied a write of `version` to the disk tier (0: not known to the caller, as
     /// for the memcached listener's writes; looked up when sent): the key's other replicas get
-    /// a hint.
+    /// a hint — every replica when this node is none of them (a foreign write).
     func accepted(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool = false) {
         let (set, replica, mine) = view.hintTargets(namespace: namespace, key: key)
-        guard replica else {
-            // Not this node's key by its own list: the client placed it by another list (one
-            // node named two ways, a `dns:` list beside written names, a rolling change). Its
-            // real replicas never hear of it: counted, and logged once a minute.
+        if !replica {
+            // Not this node's key by its own list: the client placed it by another placement
+            // (twemproxy's or mcrouter's hashing in front of the memcached listener, one node
+            // named two ways, a `dns:` list beside written names). Its replicas get it all the
+            // same, by hints (an outside review, mc7: behind twemproxy ~30 % of the writes stayed
+            // on a node that held no replica, never seen by `--nodes` clients); counted, and
+            // logged once a minute.
             stats.foreignWrites.add()
             if foreignWriteLog.admit(now: monotonicSeconds()) != nil {
                 log.warn("foreign_write", [("namespace_hex", NamespaceStats.hex(namespace)), ("key_hex", NamespaceStats.hex(Array(key.prefix(64)))),
                                            ("replicas", mine.joined(separator: ",")),
-                                           ("hint", "the client placed the key by another member list than this node's --cluster, or wrote this node directly (--server): give clients the nodes' list, each node named the same way")])
+                                           ("hint", "the client placed the key by another member list than this node's --cluster (or a proxy's own hashing), or wrote this node directly (--server): the key's replicas get it by handoff; give --nodes clients the nodes' list, each node named the same way")])
             }
-            return
         }
         guard !set.isEmpty else { return }
         let id = ItemKey(namespace: namespace, key: key)
