@@ -329,6 +329,34 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertNotNil(try f.store.get(bytes("new"), tiers: .disk))
     }
 
+    /// On a store whose tombstones tell replicas what was deleted (a `--cluster` node), eviction
+    /// takes live items before tombstones, LRU or oldest first, and the idle age does not take
+    /// them (an outside review, cl20: an evicted tombstone let a replica that missed the delete
+    /// copy the deleted value back, 8 of 8 keys).
+    func testEvictionSparesTombstonesKeptForReplicas() throws {
+        for eviction in [DiskEviction.lru, .oldest] {
+            let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1; $0.diskEviction = eviction
+                                       $0.expiredItemsLeaveTombstones = true; $0.diskAgeLimit = 30; $0.maintenanceInterval = 0.02 }
+            let now = UInt64(f.clock.nowMicros())
+            for i in 0..<3 { _ = try f.store.remove(bytes("gone\(i)"), version: now + UInt64(i) + 1) }
+            f.clock.advance(seconds: 1)
+            for i in 0..<20 {
+                _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
+                f.clock.advance(seconds: 1)
+            }
+            try f.store.sync()
+            XCTAssertEqual(f.store.stats().disk.items, 10, "\(eviction)")
+            for i in 0..<3 {
+                guard case .tombstone = try f.store.read(bytes("gone\(i)"), tiers: .disk) else { return XCTFail("\(eviction): tombstone gone\(i) evicted") }
+            }
+            f.clock.advance(seconds: 60) // past the idle age: the live rows may go, the tombstones stay
+            Thread.sleep(forTimeInterval: 0.3)
+            for i in 0..<3 {
+                guard case .tombstone = try f.store.read(bytes("gone\(i)"), tiers: .disk) else { return XCTFail("\(eviction): tombstone gone\(i) aged out") }
+            }
+        }
+    }
+
     /// A count limit lowered at a reopen holds without waiting for a write (maintenance trims),
     /// in eviction order: the oldest writes go first.
     func testACountLimitLoweredAtReopenHoldsWithoutWrites() throws {

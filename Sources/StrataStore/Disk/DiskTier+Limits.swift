@@ -121,15 +121,29 @@ extension DiskTier {
         let spare = Int64(bitPattern: min(sparing, UInt64(Int64.max)))
         if config.diskEviction == .oldest {
             // Row ids grow with every write (an overwrite is a delete and an insert), so the
-            // smallest are the oldest writes: exact, through the table's own order.
-            let s = try db.prepared("DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? ORDER BY id LIMIT ?)")
-            s.bind(1, spare)
-            s.bind(2, n)
-            try s.run()
-            return db.changes
+            // smallest are the oldest writes: exact, through the table's own order. Tombstones
+            // kept for replicas go last (see `deleteLeastRecentlyUsed`).
+            var removed = 0
+            for tombstones in sparesTombstones ? [false, true] : [true] where removed < n {
+                let s = try db.prepared(tombstones
+                    ? "DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? ORDER BY id LIMIT ?)"
+                    : "DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? AND tombstone & 1 = 0 ORDER BY id LIMIT ?)")
+                s.bind(1, spare)
+                s.bind(2, n - removed)
+                try s.run()
+                removed += db.changes
+            }
+            return removed
         }
         return try deleteLeastRecentlyUsed(db, n, rows: rows, sparing: spare)
     }
+
+    /// Whether eviction takes live items before tombstones: on a store whose tombstones tell
+    /// replicas what was deleted or expired (`expiredItemsLeaveTombstones`, a `--cluster` node),
+    /// evicting one let a replica that missed the delete copy the deleted value back (an outside
+    /// review, cl20: 8 of 8 keys in every run that evicted). Tombstones are small and live
+    /// `tombstoneTTL`; they are evicted only when nothing else is left to evict.
+    var sparesTombstones: Bool { config.expiredItemsLeaveTombstones }
 
     /// Tables up to this many rows are read whole when evicting: exact LRU order.
     static let exactEvictionRows = 2048
@@ -143,24 +157,34 @@ extension DiskTier {
     func deleteLeastRecentlyUsed(_ db: SQLiteConnection, _ n: Int, rows: Int, sparing: Int64 = .max) throws -> Int {
         guard n > 0 else { return 0 }
         var candidates: [Int64: Int64] = [:] // id → access
+        var tombstones: [Int64: Int64] = [:] // the same, of tombstones when they go last
+        let spareTombstones = sparesTombstones
+        func consider(_ s: SQLiteStatement) {
+            guard s.int(2) < sparing else { return }
+            if spareTombstones && s.int(3) & 1 != 0 { tombstones[s.int(0)] = s.int(1) } else { candidates[s.int(0)] = s.int(1) }
+        }
         if rows <= Self.exactEvictionRows {
-            let all = try db.prepared("SELECT id, access, version FROM items")
+            let all = try db.prepared("SELECT id, access, version, tombstone FROM items")
             defer { all.reset() }
-            while try all.step() { if all.int(2) < sparing { candidates[all.int(0)] = all.int(1) } }
+            while try all.step() { consider(all) }
         } else {
             let maxID = try db.scalarInt("SELECT max(id) FROM items") ?? 0
             guard maxID > 0 else { return 0 }
             let want = min(max(256, 8 * n), 1 << 20)
-            let run = try db.prepared("SELECT id, access, version FROM items WHERE id >= ? ORDER BY id LIMIT 16")
+            let run = try db.prepared("SELECT id, access, version, tombstone FROM items WHERE id >= ? ORDER BY id LIMIT 16")
             var reads = 0
             while candidates.count < want && reads < want / 4 + 64 {
                 run.bind(1, Int64(evictionSampler.next() % UInt64(maxID)) + 1)
-                while try run.step() { if run.int(2) < sparing { candidates[run.int(0)] = run.int(1) } }
+                while try run.step() { consider(run) }
                 run.reset()
                 reads += 1
             }
         }
-        let doomed = candidates.sorted { $0.value < $1.value || ($0.value == $1.value && $0.key < $1.key) }.prefix(n)
+        func order(_ d: [Int64: Int64]) -> [(key: Int64, value: Int64)] {
+            d.sorted { $0.value < $1.value || ($0.value == $1.value && $0.key < $1.key) }
+        }
+        var doomed = Array(order(candidates).prefix(n))
+        if doomed.count < n { doomed += order(tombstones).prefix(n - doomed.count) }
         let delete = try db.prepared("DELETE FROM items WHERE id=?")
         var removed = 0
         for (id, _) in doomed {

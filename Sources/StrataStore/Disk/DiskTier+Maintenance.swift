@@ -96,7 +96,8 @@ extension DiskTier {
                 doomed.append(id); if !tombstone { expired += 1 }
             } else if registry.generation(ofDiskID: s.int(1)) != s.int(2) {
                 doomed.append(id); collected += 1
-            } else if s.int(5) < ageCutoff {
+            } else if s.int(5) < ageCutoff && !(tombstone && config.expiredItemsLeaveTombstones) {
+                // (A tombstone kept for replicas lives its own lifetime, not the idle age.)
                 // Read from memory within the limit (its reads never reach the disk's access
                 // time): kept, and its access recorded — an outside review lost the disk copy
                 // of an item read every second, and so lost it at the next restart.
