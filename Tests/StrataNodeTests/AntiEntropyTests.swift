@@ -169,6 +169,26 @@ final class AntiEntropyTests: XCTestCase {
         }
     }
 
+    /// A namespace flush through a node that holds none of its keys still reaches the nodes
+    /// that do (an outside review, cl20: `flush --ns Z --server A` exited 0 and Z's keys stayed
+    /// readable on the other nodes for good — A made no mark for a namespace it did not know).
+    func testAFlushThroughANodeWithoutTheNamespaceReachesTheOthers() throws {
+        let cluster = try SyncCluster(count: 3)
+        let all = [0, 1, 2]
+        let writer = try cluster.client(all) { $0.ack = .all }
+        let ns = b("zz")
+        let keys = (0..<300).map { "z\($0)" }.filter { !cluster.replicaSet($0, all).contains(0) }.prefix(8)
+        XCTAssertEqual(keys.count, 8)
+        for k in keys { _ = try writer.set(b(k), b("v"), namespace: ns) }
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
+        let f = try cluster.connect(0).call(.flush(namespace: ns, all: false))
+        XCTAssertEqual(f.statusCode, .ok)
+        XCTAssertGreaterThan(f.cas, 0, "a mark, though node 0 holds none of the namespace")
+        XCTAssertTrue(eventually(20, interval: 0.2) {
+            keys.allSatisfy { k in [1, 2].allSatisfy { i in (try? cluster.connect(i).get(b(k), namespace: ns, tiers: 2)) == nil } }
+        }, "the namespace's keys are still on the other nodes")
+    }
+
     /// A GET miss on a cluster node carries the version of the flush mark of its namespace
     /// (PROTOCOL.md §7.4), so a cluster client sees that a flush is newer than a copy a
     /// replica resuming from a pause still serves, flagged UNVERIFIED (an outside review, cl19:

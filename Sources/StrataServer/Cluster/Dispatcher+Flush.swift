@@ -13,13 +13,14 @@ extension Dispatcher {
     func flush(namespace ns: [UInt8], all: Bool, tiers t: Tiers, owner: String? = nil) throws -> UInt64 {
         var mark: (version: UInt64, known: [[UInt8]])? = nil
         if let m = flushMarks, t.contains(.disk) {
+            // A namespace this node holds nothing of gets its mark too: the other nodes may hold
+            // its items, and the mark is what reaches them (an outside review, cl20: a flush of
+            // such a namespace through one node left them readable on the others for good).
             let known = store.namespaceNames()
-            if all || known.contains(ns) {
-                if !all, let why = m.refusal(for: ns, owner: owner) {
-                    throw StoreError(.busy, "\(why) (\(Int(store.configuration.tombstoneTTL)) s), none of this namespace: the flush would leave no mark, and a node that missed it could bring its items back; retry once the oldest mark has expired; nothing was flushed")
-                }
-                mark = (store.nextVersion(), known)
+            if !all, let why = m.refusal(for: ns, owner: owner) {
+                throw StoreError(.busy, "\(why) (\(Int(store.configuration.tombstoneTTL)) s), none of this namespace: the flush would leave no mark, and a node that missed it could bring its items back; retry once the oldest mark has expired; nothing was flushed")
             }
+            mark = (store.nextVersion(), known)
         }
         if all { try store.flushAll(tiers: t) } else { try store.flush(namespace: ns, tiers: t) }
         leases.revokeAll(namespace: all ? nil : ns)
