@@ -49,6 +49,17 @@ final class Dispatcher: @unchecked Sendable {
 
     /// The node's cluster (`--cluster`), for anti-entropy and the UNVERIFIED flag; nil without one.
     var cluster: ClusterView? = nil
+    /// Brings a key up to date from its other replicas before an answer that cannot be flagged
+    /// UNVERIFIED (`AntiEntropy.repairForRead`); false when none answered. Set with the cluster.
+    var readRepair: (@Sendable (ItemKey) -> Bool)? = nil
+
+    /// Whether a read of the key that cannot carry the UNVERIFIED flag (the memcached listener)
+    /// must first be repaired from the key's other replicas: a `--cluster` node that has not
+    /// verified the key. One atomic load while everything is verified.
+    func mustRepairBeforeRead(namespace: [UInt8], key: [UInt8]) -> Bool {
+        guard let c = cluster, readRepair != nil else { return false }
+        return !c.isVerified(namespace: namespace, key: key)
+    }
     /// Notices a pause before a read is answered (`Node.checkPause`); set with `cluster`.
     var pauseCheck: (@Sendable () -> Void)? = nil
     /// Hinted handoff: told of every write applied to the disk tier; nil without a cluster.

@@ -169,6 +169,7 @@ final class MemcachedListener: Sendable {
     /// read bailed (a stored value over 64 KiB, a database being replaced) or failed: nothing
     /// was appended or counted, and the caller runs the command the full way on a worker.
     func diskGetOnLoop(_ key: [UInt8], cas: Bool, into out: inout [UInt8]) -> Bool {
+        if readsMayNeedRepair { return false }
         InlineDiskRead.begin()
         let item: CacheItem?
         do {
@@ -189,10 +190,29 @@ final class MemcachedListener: Sendable {
         return true
     }
 
+    /// Whether reads on the event loop must leave this listener's keys to a worker: a
+    /// `--cluster` node that has not caught up with every peer repairs a key it has not
+    /// verified before answering it (`repaired`), which may wait on the network.
+    var readsMayNeedRepair: Bool {
+        guard !memoryOnly, dispatcher.readRepair != nil, let c = dispatcher.cluster else { return false }
+        return !c.allVerified
+    }
+
+    /// Brings `key` up to date from its other replicas when this node has not verified it
+    /// (a `--cluster` node catching up after a restart, a pause or lost contact): the
+    /// listener cannot flag an answer UNVERIFIED (MEMCACHED.md §1), so it answers what the
+    /// replicas hold. False when none of them answered: the caller answers a miss. A
+    /// memory-only listener's keys are the node's own (they are not replicated).
+    func repaired(_ key: [UInt8]) -> Bool {
+        guard !memoryOnly, dispatcher.mustRepairBeforeRead(namespace: namespace, key: key), let repair = dispatcher.readRepair else { return true }
+        return repair(ItemKey(namespace: namespace, key: key))
+    }
+
     /// Appends the `VALUE` line and data of `key` when it is a live item in memory; otherwise
     /// appends nothing and returns false.
     private func appendMemoryHit(key kb: UnsafeRawBufferPointer, cas: Bool, now: Int64, memo: inout NamespaceMemo,
                                  countHit: Bool = true, into out: inout [UInt8]) -> Bool {
+        if readsMayNeedRepair { return false } // a worker repairs and answers it (`retrieve`)
         var live = false
         let found = namespace.withUnsafeBytes { ns in
             store.withMemoryHit(namespace: ns, key: kb, now: now, memo: &memo, countHit: countHit) { v in
@@ -414,6 +434,10 @@ final class MemcachedListener: Sendable {
         let start = out.count
         for k in keys {
             if out.count - start > maxGetAnswer { return getTooLarge(from: start, into: &out) }
+            guard repaired(k) else {
+                if touch == nil { getMisses.add() }
+                continue
+            }
             if touch != nil {
                 if let v = try store.touchVersioned(k, namespace: namespace, expiry: touch!, tiers: tiers), v > 0 { touchHits.add() } else { touchMisses.add() }
             }

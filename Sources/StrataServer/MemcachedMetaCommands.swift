@@ -107,12 +107,16 @@ extension MemcachedListener {
         if m.number("N") == .invalid || m.number("R") == .invalid {
             return error("CLIENT_ERROR bad token in command line format", into: &out)
         }
-        if case .value(let t) = m.number("T") {
-            if try store.touchVersioned(m.key, namespace: namespace, expiry: expiry(t), tiers: tiers) != nil { touchHits.add() } else { touchMisses.add() }
-        } else if m.number("T") == .invalid {
+        if m.number("T") == .invalid {
             return error("CLIENT_ERROR bad token in command line format", into: &out)
         }
-        guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
+        // A key this node has not verified is read from its replicas first (`repaired`); none
+        // answering, it is a miss (and not touched: the copy here may be old).
+        let known = repaired(m.key)
+        if known, case .value(let t) = m.number("T") {
+            if try store.touchVersioned(m.key, namespace: namespace, expiry: expiry(t), tiers: tiers) != nil { touchHits.add() } else { touchMisses.add() }
+        }
+        guard known, let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
             getMisses.add()
             // N: the first client to miss wins the right to fill (W; Strata's read-through
             // lease on the key), the others are told someone is filling (Z). Answered as a hit

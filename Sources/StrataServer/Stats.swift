@@ -124,6 +124,9 @@ final class NodeStats: Sendable {
     let peersLost = Counter()
     let membershipChanges = Counter()
     let unverifiedAnswers = Counter()
+    /// memcached reads of keys a `--cluster` node had not verified: brought up to date from the
+    /// key's other replicas first, or — none answering — answered as misses.
+    let readRepairs = Counter(), readRepairFailures = Counter()
     /// INCR/DECR/TOUCH with VERIFIED_ONLY refused with UNVERIFIED (PROTOCOL.md §7.9).
     let unverifiedRefusals = Counter()
     /// Hinted handoff (`Handoff`): hints made (one per write and other replica), writes

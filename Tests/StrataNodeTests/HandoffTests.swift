@@ -190,6 +190,41 @@ final class HandoffTests: XCTestCase {
         for k in foreign { XCTAssertEqual(try reader.get(b(k))?.value, deleted.contains(k) ? nil : b("v1"), k) }
     }
 
+    /// The memcached listener cannot flag an answer UNVERIFIED, so a `--cluster` node that has
+    /// not verified a key reads it from the key's other replicas before answering it — and,
+    /// when none answers, answers a miss rather than its own possibly old copy (issue 17: no
+    /// client reads stale data after a fault; a memcached client is a client written without
+    /// Strata's cluster client).
+    func testAnUnverifiedNodesMemcachedReadsAreRepairedOrMisses() throws {
+        let cluster = try SyncCluster(count: 2, members: [])
+        let mports = [try MemcachedClientTests.freePort(), try MemcachedClientTests.freePort()]
+        for i in 0..<2 { try cluster.start(i, members: [0, 1], more: ["--memcached-port", String(mports[i])]) }
+        XCTAssertTrue(eventually(20, interval: 0.1) { cluster.verified(0) && cluster.verified(1) })
+        let writer = try cluster.client([0, 1]) { $0.ack = .all }
+        for k in ["r1", "r2"] { _ = try writer.set(b(k), b("v1")) }
+        cluster.kill(1)
+        let one = try cluster.client([0, 1]) { $0.ack = .one; $0.timeout = 0.5 }
+        for k in ["r1", "r2"] { _ = try one.set(b(k), b("v2")) }
+        // Node 0 stopped: node 1 comes back with v1 and can verify nothing.
+        let pid0 = try XCTUnwrap(cluster.nodes[0]).process.processIdentifier
+        kill(pid0, SIGSTOP)
+        defer { kill(pid0, SIGCONT) }
+        try cluster.start(1, members: [0, 1], more: ["--memcached-port", String(mports[1])])
+        let m1 = try TextSocket(port: mports[1], timeout: 10)
+        m1.send("get r1\r\n")
+        XCTAssertEqual(m1.line(), "END", "an unverified node whose peers do not answer answers a miss, not its old v1")
+        m1.send("mg r1 v\r\n")
+        XCTAssertEqual(m1.line(), "EN")
+        let s1 = try nodeStats(try cluster.connect(1))
+        XCTAssertGreaterThanOrEqual(s1["read_repair_failures"] as? Int ?? 0, 2, "\(s1)")
+        kill(pid0, SIGCONT)
+        // With node 0 back: the new value, read from it (or synced meanwhile) — never v1.
+        m1.send("get r2\r\n")
+        XCTAssertEqual(m1.line(), "VALUE r2 0 2")
+        XCTAssertEqual(m1.line(), "v2")
+        XCTAssertEqual(m1.line(), "END")
+    }
+
     /// SYNC_CHECK (§7.19): the answer names the entries the node lacks, to any requester.
     func testSyncCheckNamesWhatTheNodeLacks() throws {
         let cluster = try quietCluster(count: 2)

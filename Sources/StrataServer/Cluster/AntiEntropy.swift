@@ -352,6 +352,28 @@ final class AntiEntropy: @unchecked Sendable {
         return copied
     }
 
+    /// Brings `id` up to date from the key's other replicas, for a read this node answers while
+    /// it has not verified the key and cannot flag its answer UNVERIFIED (the memcached
+    /// listener, MEMCACHED.md §1): each replica's copy is taken here when newer (as a round's
+    /// pull would). True when at least one other replica answered (or there is none); false
+    /// when none could be reached — the caller then must not answer from its own copy. A new
+    /// connection per replica (HELLO, token, TLS as the rounds'): read repair runs only on a
+    /// node catching up after a restart, a pause or lost contact, and only for its unverified keys.
+    func repairForRead(_ id: ItemKey) -> Bool {
+        let others = view.replicaSet(namespace: id.namespace, key: id.key).filter { $0 != view.selfName }
+        guard !others.isEmpty else { return true }
+        var answered = false
+        for name in others {
+            guard let peer = NodeAddress.parse(name),
+                  let conn = try? NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true, tls: tls)
+            else { continue }
+            if (try? pull([id], from: conn)) != nil { answered = true }
+            conn.close()
+        }
+        if answered { stats.readRepairs.add() } else { stats.readRepairFailures.add() }
+        return answered
+    }
+
     /// Writes the peer's answer to a disk-tier GET of `id` here with its version; true when it
     /// took (nothing newer was here).
     private func took(_ id: ItemKey, _ f: Frame) throws -> Bool {

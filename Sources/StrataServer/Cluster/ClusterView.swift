@@ -287,6 +287,9 @@ final class ClusterView: @unchecked Sendable {
 
     /// Whether this node has caught up with every other node of the key's replica set (and
     /// with every former member it must catch up with: until then, with none of its keys).
+    /// Whether this node has caught up with every peer (then every key is verified). One atomic load.
+    var allVerified: Bool { everythingVerified.load(ordering: .relaxed) }
+
     func isVerified(namespace: [UInt8], key: [UInt8]) -> Bool {
         if everythingVerified.load(ordering: .relaxed) { return true }
         let set = replicaSet(namespace: namespace, key: key)

@@ -104,6 +104,7 @@ extension Node {
                              token: config.authToken, interval: config.syncInterval,
                              tls: config.clusterTLSCA.map { TLSClientConfiguration(caFile: $0, certificateFile: config.tlsCertificate, keyFile: config.tlsKey) })
         antiEntropy = ae
+        dispatcher.readRepair = { [ae] id in ae.repairForRead(id) }
         let token = config.authToken, tls = ae.tls
         let h = Handoff(view: c, stats: stats, log: log,
                         connect: { try NodeConnection(host: $0.host, port: $0.port, timeout: 2, token: token, hello: true, tls: tls) },
@@ -180,6 +181,8 @@ extension Node {
             NodeNumber("sync_digests_passed", .counter, "Digests made by a pass over every row (catching up, another member list, maintained digests not ready).", stats.syncDigestsPassed.load()),
             NodeNumber("peers_lost", .counter, "Times a peer went out of contact.", stats.peersLost.load()),
             NodeNumber("unverified_answers", .counter, "Answers flagged UNVERIFIED.", stats.unverifiedAnswers.load()),
+            NodeNumber("read_repairs", .counter, "memcached reads of keys this node had not verified, brought up to date from the key's other replicas first.", stats.readRepairs.load()),
+            NodeNumber("read_repair_failures", .counter, "memcached reads of keys this node had not verified that no other replica answered: answered as misses.", stats.readRepairFailures.load()),
             NodeNumber("unverified_refusals", .counter, "INCR/DECR/TOUCH/SET with VERIFIED_ONLY refused with UNVERIFIED: the node had not verified the key.", stats.unverifiedRefusals.load()),
             NodeNumber("handoff_hints", .counter, "Hints made: one per write applied to the disk tier and other replica of its key.", stats.handoffHints.load()),
             NodeNumber("handoff_checked", .counter, "Writes checked with peers (SYNC_CHECK).", stats.handoffChecked.load()),
