@@ -240,6 +240,9 @@ extension TieredCache {
                               loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
                               preEncoded: (ValueEncoding, [UInt8])?, flushedByCaller: Bool,
                               answered: Bool = false) throws -> (WriteResult, UInt64?) {
+        if !answered && log.failingWithKeptRecords {
+            throw StoreError(.diskFull, "disk full while writing (\(configuration.directory)): the durability log cannot be written and is retrying write-behind writes; nothing was changed")
+        }
         var incoming = 0
         if case .set(let value, _, _, let extended, _, _, _) = op { incoming = (preEncoded?.1.count ?? value.count) + extended.count }
         let promise = log.waitForRoom(bytes: incoming)

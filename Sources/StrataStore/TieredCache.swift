@@ -91,14 +91,23 @@ public final class TieredCache: @unchecked Sendable {
         // evicted lost the only copy), unless a kept write-behind write of the key is in the
         // failed batch too (the index holds it: memory then holds nothing, reads find it there).
         let undoClock = clock
+        // Memory is left alone when it holds a newer write than the failed one (a memory-only
+        // write made meanwhile never reaches the log, so it is in no failed batch: an outside
+        // review, dur11, saw such a SET undone by a refused DELETE's restore).
         log.undo = { w, keptToo in
             guard let id = w.item, let ns = registry.lookup(id.namespace) else { return }
             let loc = memory.locate(tag: ns.tag, key: id.key)
             var restore: ItemState? = nil
             if !keptToo, case .item(let s)? = w.memoryBefore { restore = s }
             let compressed = restore.flatMap { ns.compression?.encode($0.value) }
+            // What memory holds if nothing wrote the key since: the failed write's item, or nothing.
+            var wrote: UInt64? = nil
+            if case .put(_, let s, _, _) = w.kind, !s.tombstone { wrote = s.version }
             let now = undoClock.nowMicros()
             memory.with(loc, id.key) { shard, k in
+                if let cur = shard.peek(tag: ns.tag, key: k, hash: loc.hash, now: now, withValue: false), cur.state.version != wrote {
+                    return // written since: that write stands
+                }
                 _ = shard.delete(tag: ns.tag, key: k, hash: loc.hash)
                 if let s = restore { shard.put(tag: ns.tag, key: k, hash: loc.hash, item: s, now: now, compressed: compressed) }
             }

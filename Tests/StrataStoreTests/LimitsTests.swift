@@ -717,6 +717,55 @@ final class DiskLimitTests: XCTestCase {
         try check("once it can")
     }
 
+    /// A write made while a durable write waits for its failing log batch stands when that
+    /// write is undone (an outside review, dur11: a memory-only SET acknowledged meanwhile was
+    /// replaced by the refused DELETE's restore, 83 of 83 overlaps).
+    func testAWriteMadeWhileARefusedWriteWaitedStands() throws {
+        let failing = Counter()
+        let f = try StoreFixture { $0.logWritesFailForTests = {
+            guard failing.load() > 0 else { return false }
+            Thread.sleep(forTimeInterval: 0.3) // the batch takes a while to fail
+            return true
+        } }
+        _ = try f.store.set(bytes("k"), bytes("before"), options: SetOptions(tiers: .memory))
+        try f.store.sync()
+        failing.add(1)
+        let refused = Completion<StoreError?>()
+        let store: TieredCache = f.store
+        Thread.detachNewThread {
+            do { _ = try store.remove(bytes("k")); refused.fulfil(nil) } catch { refused.fulfil(error as? StoreError) }
+        }
+        Thread.sleep(forTimeInterval: 0.1)
+        _ = try f.store.set(bytes("k"), bytes("during"), options: SetOptions(tiers: .memory))
+        XCTAssertEqual(refused.wait()?.code, .diskFull)
+        XCTAssertEqual(try f.store.get(bytes("k"))?.value, bytes("during"), "the write made meanwhile stands")
+    }
+
+    /// While kept write-behind writes wait for the disk, a durable write is refused before it
+    /// changes anything — it would fail the same way after being visible for ~0.1 s (dur11: a
+    /// waiting DELETE made reads miss, and a write-behind DELETE meanwhile answered NOT_FOUND
+    /// and deleted nothing, the value coming back with the refusal).
+    func testADurableWriteIsRefusedAtOnceWhileKeptWritesWait() throws {
+        let failing = Counter()
+        let f = try StoreFixture { $0.logWritesFailForTests = { failing.load() > 0 } }
+        _ = try f.store.set(bytes("k"), bytes("v"))
+        try f.store.sync()
+        failing.add(1)
+        _ = try f.store.set(bytes("wb"), bytes("x"), options: SetOptions(writeBehind: true))
+        XCTAssertTrue(eventually { f.store.log.failingWithKeptRecords }, "the write-behind set is kept")
+        let t0 = monotonicSeconds()
+        XCTAssertThrowsError(try f.store.remove(bytes("k"))) { XCTAssertEqual(($0 as? StoreError)?.code, .diskFull, "\($0)") }
+        XCTAssertLessThan(monotonicSeconds() - t0, 0.05, "refused before it changed anything, not after a failed batch")
+        XCTAssertEqual(try f.store.get(bytes("k"))?.value, bytes("v"))
+        XCTAssertEqual(try f.store.remove(bytes("k"), writeBehind: true), .removed, "a write-behind delete still deletes")
+        XCTAssertNil(try f.store.get(bytes("k")))
+        failing.add(-1)
+        XCTAssertTrue(eventually { f.store.stats().writeBehindPending == 0 })
+        XCTAssertNil(try f.store.get(bytes("k")))
+        _ = try f.store.set(bytes("k"), bytes("again"))
+        XCTAssertEqual(try f.store.get(bytes("k"))?.value, bytes("again"), "durable writes work again")
+    }
+
     /// Durable writes copy what memory held only once memory may hold an item no other place
     /// holds at its version (the copy costs workload 2 a few per cent of CPU): after a memory-only
     /// write, a disk-only remove or flush, or a disk eviction — not on a store that only wrote both tiers.

@@ -252,6 +252,14 @@ final class DurabilityLog: @unchecked Sendable {
 
     // MARK: Writers
 
+    /// The last batch could not be written and kept write-behind records wait for the next try
+    /// (every `retryInterval`): a durable write now would fail the same way after changing
+    /// memory and the index for ~0.1 s — so it is refused before it changes anything (an outside
+    /// review, dur11: a delete waiting to be refused was visible, and a write-behind delete of
+    /// the key meanwhile answered NOT_FOUND and deleted nothing). Kept records come first in
+    /// `buffered` (they are appended again before anything newer).
+    var failingWithKeptRecords: Bool { cond.withLock { writeFailing && buffered.first?.answered == true } }
+
     /// Set while SQLite refuses the backlog for lack of space: new values are refused with it
     /// (removals still go through: they are what frees space).
     var refusal: StoreError? { cond.withLock { stuck } }
