@@ -298,14 +298,14 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         guard case .flushAll(let delay, _) = c else { return nil }
         let node = self.node, name = user.name, hash = user.tokenHash, ns = listener.namespace, peer = self.peer, id = self.id
         let auth = node.authEnabled
-        let fields = [("namespace", logSafe(ns)), ("protocol", "memcached"), ("conn", String(id)), ("delay", String(delay))]
+        let fields = [("namespace", logSafe(ns)), ("all", "0"), ("tiers", "0"), ("protocol", "memcached"), ("conn", String(id)), ("delay", String(delay))]
         return FlushAudit(mayRunNow: {
             let allowed = !auth || (node.credentials.current?.current(name, hash: hash)?.mayWrite(ns) ?? false)
             node.audit(allowed ? "flush_run" : "flush_dropped", user: name, peer: peer,
                        fields + (allowed ? [] : [("why", "the user was removed, its token changed, or it may no longer write this namespace")]))
             return allowed
         }, refused: { why in
-            node.audit("flush_refused", user: name, peer: peer, fields + [("why", logSafe(Array(why.utf8)))])
+            node.audit("flush_refused", user: name, peer: peer, fields + [("why", why)]) // quoted and escaped by the log
         })
     }
 

@@ -766,6 +766,26 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertEqual(try f.store.get(bytes("k"))?.value, bytes("again"), "durable writes work again")
     }
 
+    /// Tombstones are spared only while they are at most half the rows: a burst of deletes
+    /// past a count limit does not leave the disk holding no live item (an outside review,
+    /// cl21: 60 deletes under a limit of 40 kept 0 of 30 new writes, for the tombstones' 24 h).
+    func testABurstOfTombstonesDoesNotCrowdOutLiveItems() throws {
+        for eviction in [DiskEviction.lru, .oldest] {
+            let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1; $0.diskEviction = eviction
+                                       $0.expiredItemsLeaveTombstones = true }
+            let now = UInt64(f.clock.nowMicros())
+            for i in 0..<30 { _ = try f.store.remove(bytes("gone\(i)"), version: now + UInt64(i) + 1) }
+            f.clock.advance(seconds: 1)
+            for i in 0..<10 {
+                _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
+                f.clock.advance(seconds: 1)
+            }
+            try f.store.sync()
+            let live = try (0..<10).filter { try f.store.get(bytes("k\($0)"), tiers: .disk) != nil }.count
+            XCTAssertGreaterThanOrEqual(live, 5, "\(eviction): \(live) of 10 new writes kept")
+        }
+    }
+
     /// Durable writes copy what memory held only once memory may hold an item no other place
     /// holds at its version (the copy costs workload 2 a few per cent of CPU): after a memory-only
     /// write, a disk-only remove or flush, or a disk eviction — not on a store that only wrote both tiers.
