@@ -333,18 +333,26 @@ final class DiskLimitTests: XCTestCase {
     /// takes live items before tombstones, LRU or oldest first, and the idle age does not take
     /// them (an outside review, cl20: an evicted tombstone let a replica that missed the delete
     /// copy the deleted value back, 8 of 8 keys).
+    /// A store keeping tombstones for replicas under a count limit of 10: `deletes` tombstones,
+    /// then `sets` writes, a second apart, applied.
+    private func tombstonesThenWrites(_ eviction: DiskEviction, deletes: Int, sets: Int,
+                                      _ tweak: (inout StoreConfiguration) -> Void = { _ in }) throws -> StoreFixture {
+        let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1; $0.diskEviction = eviction
+                                   $0.expiredItemsLeaveTombstones = true; tweak(&$0) }
+        let now = UInt64(f.clock.nowMicros())
+        for i in 0..<deletes { _ = try f.store.remove(bytes("gone\(i)"), version: now + UInt64(i) + 1) }
+        f.clock.advance(seconds: 1)
+        for i in 0..<sets {
+            _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
+            f.clock.advance(seconds: 1)
+        }
+        try f.store.sync()
+        return f
+    }
+
     func testEvictionSparesTombstonesKeptForReplicas() throws {
         for eviction in [DiskEviction.lru, .oldest] {
-            let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1; $0.diskEviction = eviction
-                                       $0.expiredItemsLeaveTombstones = true; $0.diskAgeLimit = 30; $0.maintenanceInterval = 0.02 }
-            let now = UInt64(f.clock.nowMicros())
-            for i in 0..<3 { _ = try f.store.remove(bytes("gone\(i)"), version: now + UInt64(i) + 1) }
-            f.clock.advance(seconds: 1)
-            for i in 0..<20 {
-                _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
-                f.clock.advance(seconds: 1)
-            }
-            try f.store.sync()
+            let f = try tombstonesThenWrites(eviction, deletes: 3, sets: 20) { $0.diskAgeLimit = 30; $0.maintenanceInterval = 0.02 }
             XCTAssertEqual(f.store.stats().disk.items, 10, "\(eviction)")
             for i in 0..<3 {
                 guard case .tombstone = try f.store.read(bytes("gone\(i)"), tiers: .disk) else { return XCTFail("\(eviction): tombstone gone\(i) evicted") }
@@ -771,16 +779,7 @@ final class DiskLimitTests: XCTestCase {
     /// cl21: 60 deletes under a limit of 40 kept 0 of 30 new writes, for the tombstones' 24 h).
     func testABurstOfTombstonesDoesNotCrowdOutLiveItems() throws {
         for eviction in [DiskEviction.lru, .oldest] {
-            let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1; $0.diskEviction = eviction
-                                       $0.expiredItemsLeaveTombstones = true }
-            let now = UInt64(f.clock.nowMicros())
-            for i in 0..<30 { _ = try f.store.remove(bytes("gone\(i)"), version: now + UInt64(i) + 1) }
-            f.clock.advance(seconds: 1)
-            for i in 0..<10 {
-                _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk))
-                f.clock.advance(seconds: 1)
-            }
-            try f.store.sync()
+            let f = try tombstonesThenWrites(eviction, deletes: 30, sets: 10)
             let live = try (0..<10).filter { try f.store.get(bytes("k\($0)"), tiers: .disk) != nil }.count
             XCTAssertGreaterThanOrEqual(live, 5, "\(eviction): \(live) of 10 new writes kept")
         }
