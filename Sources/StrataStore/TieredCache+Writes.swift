@@ -240,7 +240,10 @@ extension TieredCache {
                               loc: MemoryTier.Location, tiers: Tiers, needs: ExistingNeed, callerVersion: UInt64?,
                               preEncoded: (ValueEncoding, [UInt8])?, flushedByCaller: Bool,
                               answered: Bool = false) throws -> (WriteResult, UInt64?) {
-        if !answered && log.failingWithKeptRecords {
+        // (Only while the disk is still short: once space is back the write goes on and its
+        // batch, with the kept records, is the next try — refusing it until the retry came cost
+        // writes DISK_FULL with room on the disk, an outside review, dur12.)
+        if !answered && log.failingWithKeptRecords && floor.isBelowNow {
             throw StoreError(.diskFull, "disk full while writing (\(configuration.directory)): the durability log cannot be written and is retrying write-behind writes; nothing was changed")
         }
         var incoming = 0

@@ -754,13 +754,16 @@ final class DiskLimitTests: XCTestCase {
     /// waiting DELETE made reads miss, and a write-behind DELETE meanwhile answered NOT_FOUND
     /// and deleted nothing, the value coming back with the refusal).
     func testADurableWriteIsRefusedAtOnceWhileKeptWritesWait() throws {
-        let failing = Counter()
-        let f = try StoreFixture { $0.logWritesFailForTests = { failing.load() > 0 } }
+        let failing = Counter(), full = Counter()
+        // A disk held full: log writes fail, and (once the write-behind set is kept) no space is free.
+        let f = try StoreFixture { $0.logWritesFailForTests = { failing.load() > 0 }
+                                   $0.freeSpaceProbe = { full.load() > 0 ? 0 : 1 << 40 } }
         _ = try f.store.set(bytes("k"), bytes("v"))
         try f.store.sync()
         failing.add(1)
         _ = try f.store.set(bytes("wb"), bytes("x"), options: SetOptions(writeBehind: true))
         XCTAssertTrue(eventually { f.store.log.failingWithKeptRecords }, "the write-behind set is kept")
+        full.add(1)
         let t0 = monotonicSeconds()
         XCTAssertThrowsError(try f.store.remove(bytes("k"))) { XCTAssertEqual(($0 as? StoreError)?.code, .diskFull, "\($0)") }
         XCTAssertLessThan(monotonicSeconds() - t0, 0.05, "refused before it changed anything, not after a failed batch")
@@ -768,6 +771,12 @@ final class DiskLimitTests: XCTestCase {
         XCTAssertEqual(try f.store.remove(bytes("k"), writeBehind: true), .removed, "a write-behind delete still deletes")
         XCTAssertNil(try f.store.get(bytes("k")))
         failing.add(-1)
+        full.add(-1)
+        // Space back, the kept writes not retried yet: a durable write goes on (dur12: it got
+        // DISK_FULL with room on the disk until the retry came).
+        let t1 = monotonicSeconds()
+        XCTAssertNoThrow(try f.store.set(bytes("k2"), bytes("right away")))
+        XCTAssertLessThan(monotonicSeconds() - t1, 1)
         XCTAssertTrue(eventually { f.store.stats().writeBehindPending == 0 })
         XCTAssertNil(try f.store.get(bytes("k")))
         _ = try f.store.set(bytes("k"), bytes("again"))

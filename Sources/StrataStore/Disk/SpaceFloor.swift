@@ -57,6 +57,9 @@ final class SpaceFloor: Sendable {
         self.pendingBound = pendingBound
     }
 
+    /// Whether the file system is below the floor now (read now: one `statvfs`).
+    var isBelowNow: Bool { floor > 0 && probe() < floor }
+
     /// Whether a value of `bytes` more fits above the floor (charged `footprint` × its bytes).
     func admits(_ bytes: Int) -> Bool {
         guard floor > 0 else { return true }
