@@ -190,6 +190,29 @@ final class HandoffTests: XCTestCase {
         for k in foreign { XCTAssertEqual(try reader.get(b(k))?.value, deleted.contains(k) ? nil : b("v1"), k) }
     }
 
+    /// A foreign write whose hints died with a SIGKILL of the node that took it (the key's
+    /// replicas were stopped) is hinted again when that node starts (an outside review, cl21:
+    /// 10 of 10 such writes never reached the replicas).
+    func testForeignWritesOfAKilledNodeAreHintedAgainAtItsStart() throws {
+        let cluster = try SyncCluster(count: 3, members: [])
+        let mports = try (0..<3).map { _ in try MemcachedClientTests.freePort() }
+        for i in 0..<3 { try cluster.start(i, members: [0, 1, 2], more: ["--memcached-port", String(mports[i])]) }
+        XCTAssertTrue(eventually(20, interval: 0.1) { (0..<3).allSatisfy(cluster.verified) })
+        let all = [0, 1, 2]
+        let foreign = Array((0..<200).map { "fk\($0)" }.filter { !cluster.replicaSet($0, all).contains(0) }.prefix(10))
+        let pids = [1, 2].map { cluster.nodes[$0]!.process.processIdentifier }
+        pids.forEach { kill($0, SIGSTOP) }
+        let m0 = try TextSocket(port: mports[0])
+        for k in foreign { m0.send("set \(k) 0 0 2\r\nv9\r\n"); XCTAssertEqual(m0.line(), "STORED") }
+        cluster.kill(0) // its hints were in memory
+        pids.forEach { kill($0, SIGCONT) }
+        try cluster.start(0, members: [0, 1, 2], more: ["--memcached-port", String(mports[0])])
+        XCTAssertTrue(eventually(20, interval: 0.2) {
+            foreign.allSatisfy { k in cluster.replicaSet(k, all).allSatisfy { i in (try? cluster.connect(i).get(b(k), tiers: 2))?.value == b("v9") } }
+        }, "the killed node's foreign writes never reached their replicas: \(((try? nodeStats(try cluster.connect(0))) ?? [:]).filter { $0.key.hasPrefix("handoff") || $0.key.hasPrefix("disk_items") || $0.key.hasPrefix("sync_digests") })")
+        XCTAssertEqual(try nodeStats(try cluster.connect(0))["foreign_writes"] as? Int, 0, "hinted again, not counted as new foreign writes")
+    }
+
     /// The memcached listener cannot flag an answer UNVERIFIED, so a `--cluster` node that has
     /// not verified a key reads it from the key's other replicas before answering it — and,
     /// when none answers, answers a miss rather than its own possibly old copy (issue 17: no

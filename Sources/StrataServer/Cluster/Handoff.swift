@@ -102,9 +102,11 @@ final class Handoff: @unchecked Sendable {
     /// This node applied a write of `version` to the disk tier (0: not known to the caller, as
     /// for the memcached listener's writes; looked up when sent): the key's other replicas get
     /// a hint — every replica when this node is none of them (a foreign write).
-    func accepted(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool = false) {
+    /// `relisted`: a row of such a key found at the start (`SyncDigests.foreignRow`), not a new
+    /// write — hinted again, not counted or logged as a foreign write.
+    func accepted(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool = false, relisted: Bool = false) {
         let (set, replica, mine) = view.hintTargets(namespace: namespace, key: key)
-        if !replica {
+        if !replica && !relisted {
             // Not this node's key by its own list: the client placed it by another placement
             // (twemproxy's or mcrouter's hashing in front of the memcached listener, one node
             // named two ways, a `dns:` list beside written names). Its replicas get it all the

@@ -113,6 +113,11 @@ extension Node {
                         dropped: { [ae] in ae.wake() })
         handoff = h
         dispatcher.handoff = h
+        // Rows of keys this node is no replica of, listed at the start: their hints again.
+        dispatcher.syncDigests?.foreignBelow = store.openedVersion
+        dispatcher.syncDigests?.foreignRow = { [h] ns, key, version, tombstone in
+            h.accepted(namespace: ns, key: key, version: version, tombstone: tombstone, relisted: true)
+        }
         h.start()
         ae.start()
         log.info("cluster", [("self", c.selfName), ("members", String(c.ring.members.count)), ("replicas", String(c.replicas)),

@@ -56,6 +56,14 @@ final class SyncDigests: DiskRowWatcher, @unchecked Sendable {
     private var foldedBelow: Int64 = 0
     private var recent: [Recent] = []
     private var recentNext = 0
+    /// Told of each row that appears (listed, or applied from the log) of a key this node
+    /// holds no replica of (a foreign write: a proxy's own placement) and of a version below
+    /// `foreignBelow` — written before this process started: its hints to the key's replicas
+    /// lived in memory and died with the process, so they are made again (an outside review,
+    /// cl21: such writes stayed on the one node for good after a SIGKILL). Newer writes were
+    /// hinted when taken. Called outside the lock.
+    var foreignRow: (@Sendable (_ namespace: [UInt8], _ key: [UInt8], _ version: UInt64, _ tombstone: Bool) -> Void)? = nil
+    var foreignBelow: UInt64 = 0
 
     init(domain: ClusterView.RingDomain, listDigest: UInt64, selfName: String, clock: any Clock, log: Logger,
          relist: @escaping @Sendable () -> Void) {
@@ -113,10 +121,13 @@ final class SyncDigests: DiskRowWatcher, @unchecked Sendable {
     func rowToggled(namespace: [UInt8], key: [UInt8], version: UInt64, tombstone: Bool, expiry: Int64,
                     appeared: Bool, listing byListing: Bool) {
         if VariantLineage.isDerived(key) { return } // node-local, as in `sharedTest`
+        var foreign = false
+        defer { if foreign, let f = foreignRow { f(namespace, key, version, tombstone) } }
         lock.withLock {
             guard !off, let masks = domain.pointMasks else { return }
             let pos = HashRing.position(key: key, namespace: namespace)
             let mask = masks[domain.ring.point(at: pos)]
+            if mask & selfBit == 0 && appeared && version < foreignBelow && foreignRow != nil { foreign = true }
             guard mask & selfBit != 0, mask & ~selfBit != 0 else { return } // held here and by a peer
             // Expired for sure once this whole second began (0: never).
             let slot = expiry == 0 ? 0 : expiry / 1_000_000 + 1
