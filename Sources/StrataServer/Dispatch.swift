@@ -57,7 +57,7 @@ final class Dispatcher: @unchecked Sendable {
     /// must first be repaired from the key's other replicas: a `--cluster` node that has not
     /// verified the key. One atomic load while everything is verified.
     func mustRepairBeforeRead(namespace: [UInt8], key: [UInt8]) -> Bool {
-        guard let c = cluster, readRepair != nil else { return false }
+        guard let c = cluster else { return false }
         return !c.isVerified(namespace: namespace, key: key)
     }
     /// Notices a pause before a read is answered (`Node.checkPause`); set with `cluster`.
