@@ -70,6 +70,15 @@ extension TieredCache {
         return try disk.read(namespace: namespace, key: key, withValue: false, countStats: false)?.state.version ?? 0
     }
 
+    /// The delete that tells a replica to drop its copy of one key older than a write a disk
+    /// limit removed here lately (`EvictedVersions`, a store with
+    /// `expiredItemsLeaveTombstones`): its version, and the removed write's. Nil when none is
+    /// remembered (whether the disk tier holds the key again is the caller's to check).
+    public func evictedDelete(_ key: [UInt8], namespace: [UInt8]) -> (deleteVersion: UInt64, evicted: UInt64)? {
+        guard let e = disk.evicted?.lookup(ItemKey(namespace: namespace, key: key)) else { return nil }
+        return (e.deleteVersion, e.version)
+    }
+
     /// What the disk tier holds for one key as a replica hands it on: the item (with the
     /// disk's copy of its value), its tombstone, or nothing. Memory-only items read as absent.
     public func syncRead(_ key: [UInt8], namespace: [UInt8]) throws -> ReadResult {

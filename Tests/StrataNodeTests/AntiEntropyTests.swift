@@ -169,6 +169,48 @@ final class AntiEntropyTests: XCTestCase {
         }
     }
 
+    /// A write a replica's disk limit evicted before the key's other replica (down when it was
+    /// made) received it does not let that replica's older copy come back (an outside review,
+    /// cl20: 8 of 8 keys read their old values for good): the evicting node refuses the older
+    /// copy and tells the returning node to drop it. And the evicted items are not copied back
+    /// to the node that evicted them, round after round (cl22: ~53 copies a second for good).
+    func testAnEvictedNewerWriteDoesNotLetAnOlderCopyBack() throws {
+        let cluster = try SyncCluster(count: 2, members: [])
+        let all = [0, 1]
+        try cluster.start(0, members: all, more: ["--disk-count-limit", "20"])
+        try cluster.start(1, members: all)
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
+        let keys = (0..<60).map { "ev\($0)" }.filter { cluster.replicaSet($0, all).first == 1 }.prefix(6) // node 0 a replica: disk only
+        XCTAssertEqual(keys.count, 6)
+        let writer = try cluster.client(all) { $0.ack = .all }
+        for k in keys { _ = try writer.set(b(k), b("old")) }
+        cluster.kill(1)
+        let one = try cluster.client(all) { $0.ack = .one; $0.timeout = 0.5 }
+        for k in keys { _ = try one.set(b(k), b("new")) }
+        let c0 = try cluster.connect(0)
+        for i in 0..<40 { _ = try one.set(b("filler\(i)"), b("x")) } // evicts the new values from node 0's disk
+        XCTAssertTrue(eventually(20, interval: 0.1) { keys.allSatisfy { (try? c0.get(b($0), tiers: 2)) == .some(nil) } },
+                      "node 0 evicted the new values")
+        try cluster.start(1, members: all)
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) }, "the nodes synced after the restart")
+        let c1 = try cluster.connect(1)
+        XCTAssertTrue(eventually(20, interval: 0.2) { keys.allSatisfy { (try? c1.get(b($0), tiers: 2)) == .some(nil) } },
+                      "node 1 still holds old values: \(keys.map { (try? c1.get(b($0), tiers: 2))?.map { String(decoding: $0.value, as: UTF8.self) } ?? "?" })")
+        Thread.sleep(forTimeInterval: 1.5) // more rounds (--sync-interval 0.5)
+        for (i, c) in [c0, c1].enumerated() {
+            for k in keys { XCTAssertNil(try c.get(b(k), tiers: 2), "\(k) on node \(i): the older copy came back") }
+        }
+        for k in keys.prefix(3) {
+            let r = try runCLI(["get", k, "--nodes", cluster.list(all), "--timeout", "1"])
+            XCTAssertEqual(r.code, 1, "\(k) read as \(String(decoding: r.out, as: UTF8.self)) \(r.err)")
+        }
+        // Node 0 holds 20 rows and takes nothing back from node 1, which holds every filler.
+        let pulled = try nodeStats(c0)["sync_pulled"] as? Int ?? -1, pushed = try nodeStats(c1)["sync_pushed"] as? Int ?? -1
+        Thread.sleep(forTimeInterval: 1.5)
+        XCTAssertEqual(try nodeStats(c0)["sync_pulled"] as? Int ?? -1, pulled, "evicted items were copied back to node 0")
+        XCTAssertEqual(try nodeStats(c1)["sync_pushed"] as? Int ?? -1, pushed, "evicted items were copied back to node 0")
+    }
+
     /// A namespace flush through a node that holds none of its keys still reaches the nodes
     /// that do (an outside review, cl20: `flush --ns Z --server A` exited 0 and Z's keys stayed
     /// readable on the other nodes for good — A made no mark for a namespace it did not know).

@@ -365,6 +365,52 @@ final class DiskLimitTests: XCTestCase {
         }
     }
 
+    /// On a store whose replicas compare versions (a `--cluster` node), a versioned write older
+    /// than one a disk limit removed — a replica's older copy, offered by anti-entropy, a hint
+    /// or a read repair — is refused as the row would have refused it, and so is a copy of the
+    /// removed write itself (an outside review, cl20: a count limit evicted a newer write and
+    /// the older copy of a replica that missed it was copied back and read for good; cl22: a
+    /// replica took every evicted item back from its peers, to evict it again). A newer write
+    /// is stored. The idle age counts as a limit. Without the tombstones kept for replicas
+    /// nothing is remembered.
+    func testACopyOfAnEvictedWriteOrAnOlderOneIsRefused() throws {
+        for eviction in [DiskEviction.lru, .oldest, nil] {
+            let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1; $0.diskEviction = eviction ?? .lru
+                                       $0.expiredItemsLeaveTombstones = true
+                                       if eviction == nil { $0.diskCountLimit = 0; $0.diskAgeLimit = 30; $0.maintenanceInterval = 0.02 } }
+            guard case .stored(let v) = try f.store.set(bytes("k"), bytes("new"), options: SetOptions(tiers: .disk)) else { return XCTFail() }
+            f.clock.advance(seconds: 2)
+            for i in 0..<20 { _ = try f.store.set(bytes("f\(i)"), bytes("v"), options: SetOptions(tiers: .disk)); f.clock.advance(seconds: 1) }
+            try f.store.sync()
+            if eviction == nil { f.clock.advance(seconds: 20) } // k past the idle age, the fillers not
+            XCTAssertTrue(try eventually(20, interval: 0.05) { try f.store.sync(); return try f.store.get(bytes("k"), tiers: .disk) == nil },
+                          "\(String(describing: eviction)): k was not removed")
+            XCTAssertEqual(f.store.evictedDelete(bytes("k"), namespace: [])?.evicted, v)
+            var older = SetOptions(tiers: .disk); older.version = v - 5
+            guard case .superseded(let current) = try f.store.set(bytes("k"), bytes("old"), options: older) else {
+                return XCTFail("\(String(describing: eviction)): an older copy than the evicted write was stored")
+            }
+            XCTAssertEqual(current, v)
+            guard case .superseded = try f.store.remove(bytes("k"), version: v - 5) else { return XCTFail("an older delete took") }
+            var same = SetOptions(tiers: .disk); same.version = v
+            guard case .superseded = try f.store.set(bytes("k"), bytes("new"), options: same) else {
+                return XCTFail("the evicted write itself was copied back (to be evicted again)")
+            }
+            XCTAssertNil(try f.store.get(bytes("k"), tiers: .disk))
+            var newer = SetOptions(tiers: .disk); newer.version = v + 1
+            guard case .stored = try f.store.set(bytes("k"), bytes("newer"), options: newer) else { return XCTFail("a newer copy was refused") }
+            XCTAssertEqual(try f.store.get(bytes("k"), tiers: .disk)?.value, bytes("newer"))
+        }
+        // A store without tombstones for replicas (a node without --cluster) remembers nothing.
+        let f = try StoreFixture { $0.diskCountLimit = 10; $0.diskEviction = .oldest }
+        guard case .stored(let v) = try f.store.set(bytes("k"), bytes("new"), options: SetOptions(tiers: .disk)) else { return XCTFail() }
+        for i in 0..<20 { _ = try f.store.set(bytes("f\(i)"), bytes("v"), options: SetOptions(tiers: .disk)) }
+        try f.store.sync()
+        XCTAssertNil(f.store.evictedDelete(bytes("k"), namespace: []))
+        var older = SetOptions(tiers: .disk); older.version = v - 5
+        guard case .stored = try f.store.set(bytes("k"), bytes("old"), options: older) else { return XCTFail() }
+    }
+
     /// A count limit lowered at a reopen holds without waiting for a write (maintenance trims),
     /// in eviction order: the oldest writes go first.
     func testACountLimitLoweredAtReopenHoldsWithoutWrites() throws {
@@ -399,6 +445,45 @@ final class DiskLimitTests: XCTestCase {
         let s = try db.statement("SELECT access FROM items WHERE key=?")
         s.bind(1, bytes(key))
         return try s.step() ? s.int(0) : -1
+    }
+
+    /// The memory of removed writes holds the newest `capacity` keys within `byteLimit` bytes,
+    /// the newest version of each, and forgets the oldest first.
+    func testEvictedVersionsAreBounded() {
+        let e = EvictedVersions(capacity: 100, byteLimit: 1_000)
+        for i in 0..<150 { e.record(ItemKey(namespace: [], key: bytes("k\(i)")), version: UInt64(i + 1), tombstone: false) }
+        XCTAssertEqual(e.count, 100)
+        XCTAssertNil(e.lookup(ItemKey(namespace: [], key: bytes("k49"))))
+        XCTAssertEqual(e.lookup(ItemKey(namespace: [], key: bytes("k50")))?.version, 51)
+        e.record(ItemKey(namespace: [], key: bytes("k50")), version: 10, tombstone: true) // older: kept as was
+        XCTAssertEqual(e.lookup(ItemKey(namespace: [], key: bytes("k50"))), EvictedVersions.Entry(version: 51, tombstone: false))
+        e.record(ItemKey(namespace: [], key: bytes("k50")), version: 900, tombstone: true)
+        XCTAssertEqual(e.lookup(ItemKey(namespace: [], key: bytes("k50")))?.deleteVersion, 900)
+        XCTAssertEqual(e.lookup(ItemKey(namespace: [], key: bytes("k51")))?.deleteVersion, 51) // one below a removed item's
+        for i in 0..<20 { e.record(ItemKey(namespace: [], key: [UInt8](repeating: UInt8(i), count: 100)), version: 5, tombstone: false) }
+        XCTAssertLessThanOrEqual(e.count, 10) // 1,000 bytes of keys
+        XCTAssertNotNil(e.lookup(ItemKey(namespace: [], key: [UInt8](repeating: 19, count: 100))))
+    }
+
+    /// A burst of small items far below the byte limit evicts nothing (an outside review, sec5:
+    /// under a 32–64 MiB limit, batches of thousands of 100 B rows were each counted as four
+    /// pages a row, and 70–98 % of the items were evicted with the directory at 5–20 % of the limit).
+    func testABurstOfSmallItemsFarBelowTheByteLimitEvictsNothing() throws {
+        let f = try StoreFixture { $0.diskByteLimit = 32 << 20 }
+        var rng = SplitMix(seed: 7)
+        let n = 3_000
+        let noise = (0..<(n + 100)).map { _ in UInt8(truncatingIfNeeded: rng.next()) } // incompressible
+        // The writer held, so the log's applier hands it all of them in one batch.
+        let hold = DispatchSemaphore(value: 0)
+        f.store.disk.enqueue(DiskJob(.barrier, inline: true) { _ in hold.wait() })
+        for i in 0..<n {
+            _ = try f.store.set(bytes("item-\(i)"), Array(noise[i..<i + 100]), options: SetOptions(tiers: .disk, writeBehind: true))
+        }
+        hold.signal()
+        try f.store.sync()
+        try f.store.sync()
+        XCTAssertEqual(f.store.stats().disk.evictions, 0)
+        XCTAssertEqual(f.store.stats().disk.items, n)
     }
 
     func testDiskByteLimitHoldsAtWriteTime() throws {

@@ -325,8 +325,17 @@ final class AntiEntropy: @unchecked Sendable {
             rest.removeFirst(min(page.bucketsCovered, rest.count))
         }
         contacted(peer.name)
-        let newerThere = theirs.filter { (ours[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
-        let newerHere = ours.filter { (theirs[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
+        var newerThere = theirs.filter { (ours[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
+        var newerHere = ours.filter { (theirs[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
+        // A copy there of a write a disk limit removed here is not taken (the store would
+        // refuse it: it would only be evicted again), and an older one is told to go: the
+        // removed write was newer (`pushRequest`, `EvictedVersions`).
+        newerThere.removeAll { id in
+            guard !id.key.isEmpty, ours[id] == nil, let e = store.evictedDelete(id.key, namespace: id.namespace),
+                  theirs[id]!.version <= e.evicted else { return false }
+            if !theirs[id]!.tombstone && theirs[id]!.version < e.deleteVersion { newerHere.append(id) }
+            return true
+        }
         // Flush marks first (the empty key): what they supersede is then neither pulled nor kept.
         var copied = 0
         for id in newerThere where id.key.isEmpty {
@@ -419,7 +428,10 @@ final class AntiEntropy: @unchecked Sendable {
         let peerIsOwner = view.replicaSet(namespace: id.namespace, key: id.key).first == peer.name
         switch try store.syncRead(id.key, namespace: id.namespace) {
         case .miss:
-            return nil
+            // Gone by a disk limit: a delete below the removed write makes an older copy
+            // there go, and leaves that write itself if the peer holds it (`EvictedVersions`).
+            guard let e = store.evictedDelete(id.key, namespace: id.namespace) else { return nil }
+            return (.delete(namespace: id.namespace, key: id.key, tiers: 0, version: e.deleteVersion, writeBehind: false), 0)
         case .tombstone(let v):
             return (.delete(namespace: id.namespace, key: id.key, tiers: 0, version: v, writeBehind: false), 0)
         case .hit(let item):

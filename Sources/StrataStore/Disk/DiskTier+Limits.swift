@@ -133,12 +133,15 @@ extension DiskTier {
             }
             for tombstones in spareTombstones ? [false, true] : [true] where removed < n {
                 let s = try db.prepared(tombstones
-                    ? "DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? ORDER BY id LIMIT ?)"
-                    : "DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? AND tombstone & 1 = 0 ORDER BY id LIMIT ?)")
+                    ? "DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? ORDER BY id LIMIT ?) RETURNING ns, key, version, tombstone"
+                    : "DELETE FROM items WHERE id IN (SELECT id FROM items WHERE version < ? AND tombstone & 1 = 0 ORDER BY id LIMIT ?) RETURNING ns, key, version, tombstone")
                 s.bind(1, spare)
                 s.bind(2, n - removed)
-                try s.run()
-                removed += db.changes
+                defer { s.reset() }
+                while try s.step() {
+                    removed += 1
+                    rememberEviction(nsID: s.int(0), key: s.bytes(1), version: s.int(2), marks: s.int(3))
+                }
             }
             return removed
         }
@@ -199,14 +202,24 @@ extension DiskTier {
         }
         var doomed = Array(order(candidates).prefix(n))
         if doomed.count < n { doomed += order(tombstones).prefix(n - doomed.count) }
-        let delete = try db.prepared("DELETE FROM items WHERE id=?")
+        let delete = try db.prepared("DELETE FROM items WHERE id=? RETURNING ns, key, version, tombstone")
         var removed = 0
         for (id, _) in doomed {
             delete.bind(1, id)
-            try delete.run()
-            removed += db.changes
+            defer { delete.reset() }
+            while try delete.step() {
+                removed += 1
+                rememberEviction(nsID: delete.int(0), key: delete.bytes(1), version: delete.int(2), marks: delete.int(3))
+            }
         }
         return removed
+    }
+
+    /// Remembers a row a limit removed (`EvictedVersions`, on a cluster node's store). Writer thread.
+    func rememberEviction(nsID: Int64, key: [UInt8], version: Int64, marks: Int64) {
+        guard let evicted, let name = registry.name(ofDiskID: nsID) else { return }
+        evicted.record(ItemKey(namespace: name, key: key), version: UInt64(bitPattern: version),
+                       tombstone: marks & Int64(ItemMarks.tombstone) != 0)
     }
 
     /// Gives free pages back to the file system (a quarter at a time, each moved page written

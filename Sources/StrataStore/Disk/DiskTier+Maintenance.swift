@@ -106,6 +106,7 @@ extension DiskTier {
                     recordAccess(nsID: s.int(1), key: s.bytes(7), now: now - seconds * 1_000_000)
                 } else {
                     doomed.append(id); aged += 1
+                    rememberEviction(nsID: s.int(1), key: s.bytes(7), version: s.int(6), marks: s.int(4))
                 }
             }
         }

@@ -171,6 +171,9 @@ final class DiskTier: @unchecked Sendable {
     var sweepCursor: Int64 = 0
     /// Picks the rows sampled for eviction (writer thread).
     var evictionSampler = SplitMix(seed: UInt64(truncatingIfNeeded: monotonicSeconds().bitPattern))
+    /// The writes the limits removed lately, on a store whose replicas compare versions
+    /// (`expiredItemsLeaveTombstones`); nil otherwise.
+    let evicted: EvictedVersions?
     var lastMaintenance = 0.0
 
     let queue = ConditionLock()
@@ -229,6 +232,7 @@ final class DiskTier: @unchecked Sendable {
         self.largeReads = ByteGate(limit: config.maxLargeReadBytes)
         self.clock = clock
         self.registry = registry
+        self.evicted = config.expiredItemsLeaveTombstones ? EvictedVersions() : nil
         self.codec = ValueCodec(level: config.compressionLevel)
         self.directory = config.directory
         self.dbPath = config.directory + "/" + Self.fileName

@@ -9,6 +9,19 @@ enum WriteOp: Sendable {
     case counter(delta: UInt64, decrement: Bool, initial: UInt64?, expiry: Int64, callerVersion: UInt64?)
 }
 
+extension WriteOp {
+    /// The version the caller gave the write (a replica's copy), nil for one the store versions.
+    var callerVersion: UInt64? {
+        switch self {
+        case let .set(_, _, _, _, _, v, _): return v
+        case let .remove(v, _): return v
+        case let .invalidate(v): return v
+        case let .touch(_, v): return v
+        case let .counter(_, _, _, _, v): return v
+        }
+    }
+}
+
 enum WriteResult: Sendable, Equatable {
     case set(SetOutcome)
     case remove(RemoveOutcome)
