@@ -9,7 +9,7 @@ extension MemcachedListener {
     /// memcached's general statistics, with the names clients and exporters read. Item and byte
     /// figures are the node's (the listener's tiers: disk when it writes to disk, else memory).
     func statsFields() -> [(String, String)] {
-        let s = store.stats()
+        let s = store.stats(includeNamespaces: false)
         var ru = rusage()
         getrusage(Int32(RUSAGE_SELF.rawValue), &ru)
         func secs(_ t: timeval) -> String {

@@ -31,7 +31,7 @@ extension Node {
     /// families — requests and latency by operation, images by format, memcached commands,
     /// namespaces — are written by each format itself.)
     func numbers() -> [NodeNumber] {
-        let s = store.stats()
+        let s = store.stats(includeNamespaces: false)
         return [
             NodeNumber("uptime_s", metric: "uptime_seconds", .gauge, "Seconds since the node started.", monotonicSeconds() - stats.started),
             NodeNumber("connections_current", .gauge, "Open client connections.", stats.connectionsCurrent.load(ordering: .relaxed)),

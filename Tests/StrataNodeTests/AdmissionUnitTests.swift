@@ -73,4 +73,17 @@ final class AdmissionUnitTests: XCTestCase {
         XCTAssertEqual(Array(got.prefix(2)), Array("no".utf8))
         XCTAssertEqual(read(client, &got, 8), 0, "then closed")
     }
+
+    /// memcached's exptime in the store's terms: seconds from now stay relative (counted from
+    /// the write's microsecond, not from the whole second: an outside review, dur13, saw
+    /// `touch k 2` keep the item 1.03–1.86 s); absolute times, 0 and negatives as memcached.
+    func testAMemcachedExptimeInSecondsFromNowIsExact() {
+        let now: Int64 = 1_800_000_000
+        XCTAssertEqual(MemcachedListener.expiry(2, nowUnixSeconds: now), .seconds(2))
+        XCTAssertEqual(MemcachedListener.expiry(2_592_000, nowUnixSeconds: now), .seconds(2_592_000))
+        XCTAssertEqual(MemcachedListener.expiry(now + 10, nowUnixSeconds: now), .at(unixMicros: (now + 10) * 1_000_000))
+        XCTAssertEqual(MemcachedListener.expiry(0, nowUnixSeconds: now), .storeDefault)
+        XCTAssertEqual(MemcachedListener.expiry(-1, nowUnixSeconds: now), .at(unixMicros: 1))
+        XCTAssertEqual(MemcachedListener.expiry(now - 10, nowUnixSeconds: now), .at(unixMicros: 1))
+    }
 }

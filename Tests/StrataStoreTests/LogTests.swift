@@ -269,6 +269,41 @@ final class LogFilesTests: XCTestCase {
         XCTAssertTrue(LogFiles.verify(directory: dir, applied: first).damage.contains { $0.contains("not a segment name") })
     }
 
+    /// A gap between segments holding records SQLite has not applied is damage at open too:
+    /// nothing from the gap on is replayed, the later segments are kept as `*.damaged-*`, and
+    /// the damage is reported (an outside review, dur13: the node replayed past a removed
+    /// middle segment, 19 acknowledged deletes came back, nothing was logged, and the next
+    /// `strata check` called the directory clean). A gap wholly before the applied position
+    /// loses nothing: the replay goes on.
+    func testAGapBetweenSegmentsStopsTheReplay() throws {
+        let dir = TempDir().path + "-log"
+        var (log, seen) = try open(dir, segmentBytes: 1 << 16)
+        var positions: [UInt64] = []
+        for i in 0..<60 { positions.append(try log.append([put(i, size: 4000)])) }
+        log.close()
+        let names = try segmentNames(dir)
+        XCTAssertGreaterThanOrEqual(names.count, 3)
+        let second = LogSegment.start(fromFileName: names[1])!, third = LogSegment.start(fromFileName: names[2])!
+        XCTAssertEqual(unlink(dir + "/" + names[1]), 0)
+        // Applied past the gap: nothing SQLite needs is missing.
+        let copy = TempDir().path + "-log"
+        try FileManager.default.copyItem(atPath: dir, toPath: copy)
+        (log, seen) = try open(copy, from: third, segmentBytes: 1 << 16)
+        XCTAssertTrue(log.report.damage.isEmpty, "\(log.report.damage)")
+        XCTAssertEqual(seen.count, positions.filter { $0 >= third }.count)
+        log.close()
+        // Applied before it: the records from the gap on are not replayed.
+        (log, seen) = try open(dir, from: positions[1], segmentBytes: 1 << 16)
+        XCTAssertEqual(log.report.damage.count, 1)
+        XCTAssertTrue(log.report.damage.first?.reason.contains("positions \(second)..<\(third) are missing") == true, "\(log.report.damage)")
+        XCTAssertEqual(seen.map { $0.0 }, positions.filter { $0 >= positions[1] && $0 < second })
+        let left = try segmentNames(dir)
+        XCTAssertTrue(left.contains { $0.hasPrefix(names[2]) && $0.contains(".damaged-") }, "\(left)")
+        let after = try log.append([put(99)])
+        XCTAssertGreaterThanOrEqual(after, positions.last!, "no position of a moved-aside record is used again")
+        log.close()
+    }
+
     /// A segment that cannot be made (here a directory stands in its place; on a full disk,
     /// ENOSPC) leaves the log as it was: appends go on in the current segment, and nothing
     /// written is lost. (The old `rotate` closed the file first and then every append failed

@@ -410,6 +410,12 @@ final class TieredCacheTests: XCTestCase {
         XCTAssertEqual(n.writes, 2)
         XCTAssertEqual(n.diskItems, 2)
         XCTAssertEqual(n.diskBytes, 2)
+        // The tiers' figures alone (memcached `stats`, STATS' numbers: on an event loop) build
+        // no entry per namespace, and are the same figures.
+        let tiers = f.store.stats(includeNamespaces: false)
+        XCTAssertTrue(tiers.namespaces.isEmpty)
+        XCTAssertEqual(tiers.memory.hits, 1)
+        XCTAssertEqual(tiers.disk.items, 2)
     }
 }
 

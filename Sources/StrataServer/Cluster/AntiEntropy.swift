@@ -296,7 +296,7 @@ final class AntiEntropy: @unchecked Sendable {
 
     /// 2^bits buckets, about 16 entries each (4 … 16 bits).
     private func bucketBits() -> UInt8 {
-        let items = max(1, store.stats().disk.items)
+        let items = max(1, store.stats(includeNamespaces: false).disk.items)
         var bits: UInt8 = SyncRequest.minBits
         while bits < SyncRequest.maxBits && (1 << Int(bits)) * 16 < items { bits += 1 }
         return bits

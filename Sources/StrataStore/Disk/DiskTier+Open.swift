@@ -40,6 +40,10 @@ extension DiskTier {
     }
 
     func openWriter() throws {
+        // SQLite opens a file cut short without a word and fails only on the first read of a
+        // missing page: found at open, the node would answer misses and I/O errors from it
+        // until the start-up quick_check moved it aside (an outside review, dur13).
+        if let reason = Self.cutShort(dbPath) { quarantineFiles(reason: reason) }
         do {
             writer = try openDatabase()
         } catch let e as SQLiteError where e.isCorruption {
@@ -77,6 +81,31 @@ extension DiskTier {
             PRAGMA user_version=3;
             COMMIT;
             """)
+    }
+
+    /// Why the database file at `path` is cut short — its header counts more pages than the
+    /// file holds — or nil (no file, no valid page count, or a WAL that may still fill it: a
+    /// checkpoint writes page 1 first, so a crash in one leaves a file shorter than its header
+    /// until the WAL is checkpointed again). Reads the first 100 bytes (SQLite's file format:
+    /// page size at 16, change counter at 24, page count at 28, valid-for at 92, big-endian).
+    static func cutShort(_ path: String) -> String? {
+        var st = stat()
+        if stat(path + "-wal", &st) == 0 && st.st_size > 0 { return nil }
+        guard stat(path, &st) == 0, st.st_size >= 100 else { return nil }
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        var h = [UInt8](repeating: 0, count: 100)
+        guard h.withUnsafeMutableBytes({ pread(fd, $0.baseAddress, 100, 0) }) == 100,
+              h.prefix(16).elementsEqual(Array("SQLite format 3\0".utf8)) else { return nil }
+        func be32(_ at: Int) -> UInt64 { h[at..<at + 4].reduce(0) { $0 << 8 | UInt64($1) } }
+        let rawPageSize = UInt64(h[16]) << 8 | UInt64(h[17])
+        let pageSize = rawPageSize == 1 ? 65_536 : rawPageSize
+        let pages = be32(28)
+        guard pageSize >= 512, pages > 0, be32(24) == be32(92) else { return nil }
+        let size = UInt64(st.st_size)
+        guard size < pages * pageSize else { return nil }
+        return "the file is cut short: its header counts \(pages) pages of \(pageSize) bytes (\(pages * pageSize)), the file holds \(size)"
     }
 
     /// Moves the database files aside with a timestamped name and reports it.
