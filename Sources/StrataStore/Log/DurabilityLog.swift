@@ -115,7 +115,10 @@ final class DurabilityLog: @unchecked Sendable {
     /// The last batch could not be written (a full disk): writers do not wait for log room
     /// meanwhile (`waitForRoom`) — the backlog cannot drain, and kept write-behind records
     /// hold it up (an outside review, dur8: every write hung while 2.5 MB of them were kept).
-    var writeFailing = false
+    var writeFailing = false { didSet { writeFailingSeen.store(writeFailing, ordering: .relaxed) } }
+    /// `writeFailing` and `stuck != nil` as lock-free hints, so every durable write does not
+    /// take the log's lock to learn that nothing is failing (`failingWithKeptRecords`, `refusal`).
+    let writeFailingSeen = Atomic<Bool>(false), stuckSeen = Atomic<Bool>(false)
     static let retryInterval = 0.1
     /// When `close` began: kept write-behind records are retried for `stopPatience` after it,
     /// then given up (logged).
@@ -131,7 +134,7 @@ final class DurabilityLog: @unchecked Sendable {
     var applierSignalled = false
     var applierGaveUp = false
     /// Why the applier cannot go on (a full disk), until a batch applies again.
-    var stuck: StoreError?
+    var stuck: StoreError? { didSet { stuckSeen.store(stuck != nil, ordering: .relaxed) } }
 
     /// Commits writes to SQLite and records `end` as the applied position in the same
     /// transaction (no position when nil: writes applied ahead of their turn); nil on success.
@@ -258,11 +261,13 @@ final class DurabilityLog: @unchecked Sendable {
     /// review, dur11: a delete waiting to be refused was visible, and a write-behind delete of
     /// the key meanwhile answered NOT_FOUND and deleted nothing). Kept records come first in
     /// `buffered` (they are appended again before anything newer).
-    var failingWithKeptRecords: Bool { cond.withLock { writeFailing && buffered.first?.answered == true } }
+    var failingWithKeptRecords: Bool {
+        writeFailingSeen.load(ordering: .relaxed) && cond.withLock { writeFailing && buffered.first?.answered == true }
+    }
 
     /// Set while SQLite refuses the backlog for lack of space: new values are refused with it
     /// (removals still go through: they are what frees space).
-    var refusal: StoreError? { cond.withLock { stuck } }
+    var refusal: StoreError? { stuckSeen.load(ordering: .relaxed) ? cond.withLock { stuck } : nil }
 
     /// Whether a writer of a record of about `bytes` would pass `waitForRoom` without waiting
     /// now (a hint: others may fill the room first).
