@@ -197,6 +197,19 @@ public final class Node: @unchecked Sendable {
             store.close()
             throw error
         }
+        // Cluster settings without a cluster take no effect: said once, so a cluster left out
+        // by mistake (an empty `cluster` in the config file) is noticed (an operator's review).
+        if config.cluster.isEmpty && config.clusterSource == nil {
+            let defaults = NodeConfiguration()
+            let unused = [("--replicas", config.replicas != defaults.replicas), ("--sync-interval", config.syncInterval != defaults.syncInterval),
+                          ("--cluster-refresh", config.clusterRefresh != defaults.clusterRefresh),
+                          ("--max-flush-marks-per-user", config.maxFlushMarksPerUser != defaults.maxFlushMarksPerUser)]
+                .filter(\.1).map(\.0)
+            if !unused.isEmpty {
+                log.warn("cluster_settings_unused", [("settings", unused.joined(separator: ",")),
+                                                     ("effect", "no effect without --cluster (a node without a cluster)")])
+            }
+        }
         let d = Dispatcher(store: store)
         d.cluster = cluster
         if cluster != nil { d.flushMarks = FlushMarks(store: store, directory: config.dataDirectory, log: log,

@@ -198,6 +198,17 @@ final class CLIEdgeTests: XCTestCase {
         // 0 for the disk limit is no limit: the node starts and stores.
         let node = try NodeProcess(dataDir: TempDir().path, extra: ["--disk-limit", "0"])
         XCTAssertEqual(try cli(node, ["set", "k", "v"]).code, 0)
+        XCTAssertFalse(node.stderr.contains("cluster_settings_unused"), node.stderr)
+    }
+
+    /// Cluster settings on a node without `--cluster` start it, with one warning naming them
+    /// (an operator's review: an empty `cluster` in a config file left `replicas: 3` without effect, silently).
+    func testClusterSettingsWithoutAClusterAreNamedInAWarning() throws {
+        let node = try NodeProcess(dataDir: TempDir().path, extra: ["--replicas", "3", "--sync-interval", "5"])
+        XCTAssertEqual(try cli(node, ["set", "k", "v"]).code, 0)
+        let line = node.stderr.split(separator: "\n").first { $0.contains("event=cluster_settings_unused") }
+        XCTAssertNotNil(line, node.stderr)
+        XCTAssertTrue(line?.contains("--replicas,--sync-interval") == true, String(line ?? ""))
     }
 
     func testCheckLeavesAStoppedNodesDirectoryAsItWas() throws {
