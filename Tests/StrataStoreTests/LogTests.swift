@@ -304,6 +304,40 @@ final class LogFilesTests: XCTestCase {
         log.close()
     }
 
+    /// A segment cut short or damaged that SQLite has applied wholly (the next one starts at or
+    /// before the applied position) loses nothing: the replay goes on to the later segments'
+    /// unapplied records (an outside review, dur14: a cut applied segment set aside every later
+    /// one — 20 of 20 acknowledged deletes undone). Before the applied position it is damage.
+    func testDamageInAWhollyAppliedSegmentDoesNotStopTheReplay() throws {
+        for cut in [true, false] {
+            let dir = TempDir().path + "-log"
+            var (log, seen) = try open(dir, segmentBytes: 1 << 16)
+            var positions: [UInt64] = []
+            for i in 0..<60 { positions.append(try log.append([put(i, size: 4000)])) }
+            log.close()
+            let names = try segmentNames(dir)
+            let second = LogSegment.start(fromFileName: names[1])!, third = LogSegment.start(fromFileName: names[2])!
+            let path = dir + "/" + names[1]
+            if cut {
+                XCTAssertEqual(truncate(path, off_t((third - second) / 2)), 0)
+            } else {
+                try flipByte(path, at: 32 + 100, mask: 0x10)
+            }
+            let copy = TempDir().path + "-log"
+            try FileManager.default.copyItem(atPath: dir, toPath: copy)
+            (log, seen) = try open(copy, from: third, segmentBytes: 1 << 16)
+            XCTAssertTrue(log.report.damage.isEmpty, "cut \(cut): \(log.report.damage)")
+            XCTAssertEqual(seen.map { $0.0 }, positions.filter { $0 >= third }, "cut \(cut)")
+            XCTAssertFalse(try segmentNames(copy).contains { $0.contains(".damaged-") })
+            let next = try log.append([put(99)])
+            XCTAssertGreaterThan(next, positions.last!)
+            log.close()
+            (log, seen) = try open(dir, from: second, segmentBytes: 1 << 16)
+            XCTAssertEqual(log.report.damage.count, 1, "cut \(cut): records SQLite did not have are damaged")
+            log.close()
+        }
+    }
+
     /// A segment that cannot be made (here a directory stands in its place; on a full disk,
     /// ENOSPC) leaves the log as it was: appends go on in the current segment, and nothing
     /// written is lost. (The old `rotate` closed the file first and then every append failed

@@ -223,7 +223,7 @@ final class DurabilityLog: @unchecked Sendable {
         if !replayed.isEmpty {
             // Writes acknowledged before the last stop and not yet in SQLite (after a crash, or a
             // stop that did not wait for the applier): they are applied before the node answers.
-            log("level=info event=log_replayed records=\(replayed.count) bytes=\(files.end - self.applied)")
+            log("level=info event=log_replayed records=\(replayed.count) bytes=\(replayed.last!.end - replayed.first!.position)")
         }
     }
 

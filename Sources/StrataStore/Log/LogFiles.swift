@@ -356,6 +356,17 @@ final class LogFiles: @unchecked Sendable {
                 }
                 report.truncatedBytes += bytes.count - offset
             case .tornTail(let offset), .damaged(let offset, _):
+                if i + 1 < starts.count && starts[i + 1] <= from {
+                    // Damage (or a cut) in a segment SQLite has applied wholly — the next one
+                    // starts at or before the applied position: nothing from it is needed, and
+                    // the replay goes on (`strata check` still reports it). Treated as damage, it
+                    // set aside every later segment and their unapplied records (an outside
+                    // review, dur14: 20 of 20 acknowledged deletes undone by a cut applied segment).
+                    segments.append(start)
+                    end = start + UInt64(max(0, offset - LogSegment.headerBytes))
+                    tailAppendable = false
+                    continue
+                }
                 // Damage (or a record cut short with segments after it, which no crash makes):
                 // the whole records before it were replayed and stay; a copy of the segment as
                 // found is kept for the operator, the segment is cut at the damage, every later
@@ -374,6 +385,11 @@ final class LogFiles: @unchecked Sendable {
                 tailAppendable = false
                 return report
             case .badHeader(let reason):
+                if i + 1 < starts.count && starts[i + 1] <= from { // wholly applied, as above
+                    segments.append(start)
+                    tailAppendable = false
+                    continue
+                }
                 report.damage.append((path, 0, reason))
                 end = max(end, highestEnd(starts))
                 quarantine(starts[i...], clock: clock)
