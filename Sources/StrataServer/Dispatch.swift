@@ -167,7 +167,7 @@ final class Dispatcher: @unchecked Sendable {
         let response: Frame
         switch result {
         case .hit(let item): response = hitResponse(item, f)
-        case .miss: response = Responses.status(to: f, .notFound, cas: missVersion(g.namespace))
+        case .miss: response = Responses.status(to: f, .notFound, cas: missVersion(g.namespace, g.key))
         case .tombstone(let v): response = Responses.status(to: f, .notFound, cas: v)
         }
         guard let l = lease else { return response }
@@ -177,10 +177,13 @@ final class Dispatcher: @unchecked Sendable {
     /// The version a GET miss carries (PROTOCOL.md §7.4): on a `--cluster` node, the flush mark
     /// in force for the namespace — so a cluster client weighing it against another replica's
     /// copy sees that a flush is newer than a copy that replica still holds (an outside review,
-    /// cl19: a replica resuming from a pause served values of a namespace flushed meanwhile);
-    /// else 0.
-    func missVersion(_ namespace: [UInt8]) -> UInt64 {
-        flushMarks?.floor(namespace) ?? 0
+    /// cl19: a replica resuming from a pause served values of a namespace flushed meanwhile) —
+    /// or, when newer, the delete below a write of the key the disk limit removed here
+    /// (`EvictedVersions`: cl23, a returning replica's older copy read over the evicting
+    /// owner's miss); else 0.
+    func missVersion(_ namespace: [UInt8], _ key: [UInt8]) -> UInt64 {
+        guard let marks = flushMarks else { return 0 }
+        return max(marks.floor(namespace) ?? 0, store.evictedDelete(key, namespace: namespace)?.deleteVersion ?? 0)
     }
 
     static func setOptions(_ s: SetRequest) -> SetOptions {
@@ -239,7 +242,7 @@ final class Dispatcher: @unchecked Sendable {
                 case .hit(let i):
                     item = i
                     if g.touch != nil { originalChanged(ItemKey(namespace: g.namespace, key: g.key)) }
-                case .miss: return quiet ? nil : Responses.status(to: f, .notFound, cas: missVersion(g.namespace))
+                case .miss: return quiet ? nil : Responses.status(to: f, .notFound, cas: missVersion(g.namespace, g.key))
                 // The tombstone's version lets a cluster client see that a delete is the newest write.
                 case .tombstone(let v): return quiet ? nil : Responses.status(to: f, .notFound, cas: v)
                 }

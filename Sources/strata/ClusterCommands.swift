@@ -330,7 +330,9 @@ func reportEverywhere(_ report: ClusterDeleteReport, done: String, key: String) 
     for f in report.failures { printErr("warning: not on \(f)") }
     if report.found { return 0 }
     if report.existenceUnknown {
-        printErr("\(done) where the nodes answered; whether \(key) existed is unknown (a node that may hold it did not answer)")
+        printErr(report.failures.isEmpty
+            ? "\(done); whether \(key) existed is unknown (a node had the request from another of its nodes first)"
+            : "\(done) where the nodes answered; whether \(key) existed is unknown (a node that may hold it did not answer)")
         return 0
     }
     printErr("not found: \(key)")

@@ -311,6 +311,27 @@ final class MemoryLimitTests: XCTestCase {
 }
 
 final class DiskLimitTests: XCTestCase {
+    /// LRU eviction counts a read the memory tier served as a use (it never reaches the row's
+    /// access time): an item read only from memory is not the first to leave the disk (an
+    /// outside review, sec6: 0 of 400 such items kept; 400 of 400 when read from disk).
+    func testAReadFromMemoryCountsForDiskEviction() throws {
+        let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1 }
+        for i in 0..<10 {
+            _ = try f.store.set(bytes("k\(i)"), bytes("v"))
+            f.clock.advance(seconds: 1)
+        }
+        f.clock.advance(seconds: 120)
+        let hit = try f.store.get(bytes("k0")) // from memory
+        XCTAssertEqual(hit?.value, bytes("v"))
+        XCTAssertEqual(f.store.stats().disk.hits, 0, "served by the memory tier")
+        f.clock.advance(seconds: 1)
+        _ = try f.store.set(bytes("new"), bytes("v"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        XCTAssertEqual(f.store.stats().disk.items, 10)
+        XCTAssertNotNil(try f.store.get(bytes("k0"), tiers: .disk), "the item read from memory was evicted from disk")
+        XCTAssertNil(try f.store.get(bytes("k1"), tiers: .disk))
+    }
+
     func testDiskCountLimitEvictsLeastRecentlyUsed() throws {
         let f = try StoreFixture { $0.diskCountLimit = 10; $0.accessResolution = 1 }
         for i in 0..<10 {
