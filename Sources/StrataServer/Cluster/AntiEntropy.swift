@@ -341,7 +341,7 @@ final class AntiEntropy: @unchecked Sendable {
         for id in newerThere where id.key.isEmpty {
             if try dispatcher.takeFlushMark(namespace: id.namespace, version: theirs[id]!.version) { copied += 1; stats.syncPulled.add() }
         }
-        return try copied + pull(newerThere.filter { !$0.key.isEmpty }, from: conn) + push(newerHere, to: peer, conn)
+        return try copied + pull(newerThere.filter { !$0.key.isEmpty }, from: conn) + push(newerHere, to: peer, conn, dropRefused: true)
     }
 
     /// The most keys one pipelined batch of copies carries (pushes also stop at `batchBytes`
@@ -400,13 +400,15 @@ final class AntiEntropy: @unchecked Sendable {
     /// Writes this node's copies of `ids` (items or tombstones) to the peer with their
     /// versions, pipelined in batches (also hinted handoff's copy); returns how many the peer
     /// took (it held nothing newer).
+    /// `dropRefused` (a round's pushes, after it took the peer's flush marks): a copy the peer
+    /// refuses as older than what it holds goes here too (`refused`).
     @discardableResult
-    func push(_ ids: [ItemKey], to peer: NodeAddress, _ conn: NodeConnection) throws -> Int {
+    func push(_ ids: [ItemKey], to peer: NodeAddress, _ conn: NodeConnection, dropRefused: Bool = false) throws -> Int {
         var copied = 0
         var batch: [Request] = [], sent: [(ItemKey, UInt64)] = [], bytes = 0
         func flush() throws {
             for (f, (id, version)) in zip(try conn.callAll(batch), sent) {
-                if try pushed(f) { copied += 1 } else { try refused(id, version, f) }
+                if try pushed(f) { copied += 1 } else if dropRefused { try refused(id, version, f) }
             }
             batch = []; sent = []; bytes = 0
         }
@@ -447,14 +449,21 @@ final class AntiEntropy: @unchecked Sendable {
         }
     }
 
-    /// A pushed item (`version`; 0 for anything else) the peer refused as older than what it
-    /// holds: when that is newer than the peer can hand back — a write its disk limit removed
-    /// (`EvictedVersions`), a flush mark — this node's copy is stale, and goes here too, at once
+    /// A pushed item (`version`; 0 for anything else) the peer refused, in a round, as older
+    /// than what it holds: when that is newer than the peer can hand back — a write its disk
+    /// limit removed (`EvictedVersions`) — this node's copy is stale, and goes here too, at once
     /// (a delete one below). Else a returning replica served the older value, unflagged, until
-    /// the other node's round told it to drop it (an outside review, cl23: 0.2–4.8 s).
+    /// the other node's round told it to drop it (an outside review, cl23: 0.2–4.8 s). Not for
+    /// hints: a round takes the peer's flush marks before it pushes, a hint does not, and a
+    /// copy a flush superseded is for the sweep to remove (its tombstones expire at once;
+    /// one kept here differed from the passes in the maintained digests for a day).
     private func refused(_ id: ItemKey, _ version: UInt64, _ f: Frame) throws {
         guard version > 0, f.statusCode == .superseded, f.cas > version + 1 else { return }
-        if case .removed = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: f.cas - 1) {
+        if dispatcher.flushMarks?.superseding(id.namespace, version) != nil { return } // the sweep's
+        // The tombstone expires at once, as a flush sweep's: the answer may be a flush mark this
+        // node has not taken yet (its bucket not among those compared), and a tombstone kept a
+        // day under a mark differs from the passes in the maintained digests all that time.
+        if case .removed = try store.remove(id.key, namespace: id.namespace, tiers: .all, version: f.cas - 1, tombstoneLifetime: 0) {
             dispatcher.leases.revoke(id)
             dispatcher.originalChanged(id)
             stats.syncPulled.add()
