@@ -46,7 +46,7 @@ extension Connection {
                     case .success(let out):
                         node.dispatcher.setDone(s, out)
                         resp = Dispatcher.setResponse(out, f)
-                    case .failure(let e): resp = Responses.error(to: f, status(for: e), e.message)
+                    case .failure(let e): resp = Responses.error(to: f, node.dispatcher.refusalStatus(for: e), e.message)
                     }
                     stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
                     if loop.isCurrentThread { completed(resp, scope) } else { loop.execute { [self] in completed(resp, scope) } }
@@ -54,7 +54,7 @@ extension Connection {
                 node.scheduleLogFlush(on: loop)
             } catch let e as StoreError {
                 release(scope)
-                send(Responses.error(to: f, status(for: e), e.message))
+                send(Responses.error(to: f, node.dispatcher.refusalStatus(for: e), e.message))
                 stats.recordOp(f.opcode, micros: (monotonicSeconds() - started) * 1e6)
             } catch {
                 release(scope)

@@ -33,6 +33,15 @@ func status(for e: StoreError) -> Status {
     }
 }
 
+extension Dispatcher {
+    /// The status answering a store error, counting the refusals for lack of disk space
+    /// (STATS `disk_full_refusals`: a full disk shows in the metrics, an operator's review).
+    func refusalStatus(for e: StoreError) -> Status {
+        if e.code == .diskFull { stats?.diskFullRefusals.add(1, ordering: .relaxed) }
+        return status(for: e)
+    }
+}
+
 /// A class, not a struct: it is reached through `node.dispatcher` for every request, and a
 /// struct holding several class references would be copied (retained and released) each time.
 final class Dispatcher: @unchecked Sendable {
@@ -406,7 +415,7 @@ final class Dispatcher: @unchecked Sendable {
             // The store's own BUSY (a capacity bound: flush marks, write-behind) counts as the
             // node's BUSY answers do.
             if e.code == .busy { stats?.busyRefusals.add(1, ordering: .relaxed) }
-            return Responses.error(to: f, status(for: e), e.message)
+            return Responses.error(to: f, refusalStatus(for: e), e.message)
         } catch {
             return Responses.error(to: f, .serverError, "\(error)")
         }

@@ -236,7 +236,7 @@ final class MemcachedListener: Sendable {
         do {
             return try run(c, into: &out, flushAudit: flushAudit, mayTakeLeases: mayTakeLeases)
         } catch let e as StoreError {
-            error(Self.serverError(e), noreply: c.noreply, into: &out)
+            error(serverErrorLine(e), noreply: c.noreply, into: &out)
         } catch {
             self.error("SERVER_ERROR \(error)", noreply: c.noreply, into: &out)
         }
@@ -271,13 +271,13 @@ final class MemcachedListener: Sendable {
                 case .success: done(s.noreply ? nil : "NOT_STORED")
                 case .failure(let e):
                     serverErrors.add()
-                    done(s.noreply ? nil : Self.serverError(e))
+                    done(s.noreply ? nil : serverErrorLine(e))
                 }
             }
             return .submitted
         } catch let e as StoreError {
             written(s.key)
-            return .failed(Self.serverError(e))
+            return .failed(serverErrorLine(e))
         } catch {
             return .failed("SERVER_ERROR \(error)")
         }
@@ -319,6 +319,12 @@ final class MemcachedListener: Sendable {
     /// delete leaves a tombstone that anti-entropy and handoff spread (PROTOCOL.md §9).
     func deleteVersion(_ explicit: UInt64?) -> UInt64? {
         explicit ?? (dispatcher.cluster != nil && tiers.contains(.disk) ? store.nextVersion() : nil)
+    }
+
+    /// `serverError`, counting the refusals for lack of disk space (STATS `disk_full_refusals`).
+    func serverErrorLine(_ e: StoreError) -> String {
+        if e.code == .diskFull { dispatcher.stats?.diskFullRefusals.add(1, ordering: .relaxed) }
+        return Self.serverError(e)
     }
 
     static func serverError(_ e: StoreError) -> String {

@@ -52,6 +52,7 @@ extension Node {
             NodeNumber("output_peak_bytes", .gauge, "The most unsent response bytes across connections since the node started.", outputBudget.peakBytes),
             NodeNumber("output_held_requests", .counter, "Requests held back while unsent output was over --max-output-bytes.", outputBudget.heldRequests.load(ordering: .relaxed)),
             NodeNumber("busy_refusals", .counter, "Requests answered BUSY.", stats.busyRefusals.load(ordering: .relaxed)),
+            NodeNumber("disk_full_refusals", .counter, "Writes refused for lack of disk space (DISK_FULL; memcached SERVER_ERROR out of memory storing object).", stats.diskFullRefusals.load(ordering: .relaxed)),
             NodeNumber("loop_disk_reads", .counter, "GETs (and memcached get keys) whose disk-tier read ran on their event loop (the files were in the page cache).", stats.loopDiskReads.load(ordering: .relaxed)),
             NodeNumber("malformed_frames", .counter, "Frames refused as malformed or too large.", stats.malformedFrames.load(ordering: .relaxed)),
             NodeNumber("output_cap_cutoffs", .counter, "Connections cut off for not reading their answers.", stats.outputCapCutoffs.load(ordering: .relaxed)),

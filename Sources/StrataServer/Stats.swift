@@ -61,6 +61,9 @@ final class NodeStats: Sendable {
     let bytesOut = Atomic<Int>(0)
     let bufferedBytes = Atomic<Int>(0)
     let busyRefusals = Atomic<Int>(0)
+    /// Writes refused for lack of disk space: DISK_FULL (binary), `SERVER_ERROR out of memory
+    /// storing object` (memcached).
+    let diskFullRefusals = Atomic<Int>(0)
     /// GETs whose disk read ran on their event loop (`NodeConfiguration.diskReadsOnLoop`).
     let loopDiskReads = Atomic<Int>(0)
     let malformedFrames = Atomic<Int>(0)

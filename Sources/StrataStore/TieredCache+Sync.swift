@@ -79,6 +79,16 @@ extension TieredCache {
         return (e.deleteVersion, e.version)
     }
 
+    /// The writes a disk limit removed lately (`EvictedVersions`, a store with
+    /// `expiredItemsLeaveTombstones`) that `include` takes, as the entries they were: anti-entropy
+    /// lists them beside `forEachSyncEntry`'s when it compares keys with a peer (not in its
+    /// digests). A key the disk tier holds again is the caller's to leave out.
+    public func evictedSyncEntries(include: ([UInt8], [UInt8]) -> Bool) -> [SyncEntry] {
+        (disk.evicted?.entries(include) ?? []).map {
+            SyncEntry(namespace: $0.0.namespace, key: $0.0.key, version: $0.1.version, tombstone: $0.1.tombstone)
+        }
+    }
+
     /// What the disk tier holds for one key as a replica hands it on: the item (with the
     /// disk's copy of its value), its tombstone, or nothing. Memory-only items read as absent.
     public func syncRead(_ key: [UInt8], namespace: [UInt8]) throws -> ReadResult {

@@ -267,10 +267,9 @@ extension TieredCache {
                 onDisk = try disk.read(namespace: namespace, key: key, withValue: needValue, countStats: false)?.state
             }
             existing = Self.newest(mem, onDisk)
-            // A copy of a write a disk limit removed here, or of an older one, is refused as
-            // the row would have refused it (`EvictedVersions`: a replica's older copy coming
-            // back; the same write copied back by anti-entropy only to be evicted again).
-            if let cv = op.callerVersion, let e = disk.evicted?.lookup(id), cv <= e.version, (existing?.version ?? 0) < e.version {
+            // A copy of a write older than one a disk limit removed here is refused as the row
+            // would have refused it (`EvictedVersions`: a replica's older copy coming back).
+            if let cv = op.callerVersion, let e = disk.evicted?.lookup(id), cv < e.version, (existing?.version ?? 0) < e.version {
                 existing = ItemState(value: [], flags: 0, extended: [], expiry: 0, version: e.version, marks: ItemMarks.tombstone)
             }
         }

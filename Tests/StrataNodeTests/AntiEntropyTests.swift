@@ -220,6 +220,38 @@ final class AntiEntropyTests: XCTestCase {
         XCTAssertEqual(try nodeStats(c1)["sync_pushed"] as? Int ?? -1, pushed, "evicted items were copied back to node 0")
     }
 
+    /// A key the owner's limits evicted while a replica still holds it is decided from the
+    /// replica's copy: the client brings the owner up to date first, and the owner takes that
+    /// very write back (an outside review, cl24: the owner refused it and decided incr, add,
+    /// replace and cas as if the key were absent — 12–14 of 14 increments lost).
+    func testAnOwnerThatEvictedAKeyDecidesFromTheReplicasCopy() throws {
+        let cluster = try SyncCluster(count: 2, members: [])
+        let all = [0, 1]
+        try cluster.start(0, members: all, more: ["--disk-count-limit", "20", "--memory-count-limit", "16"])
+        try cluster.start(1, members: all)
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
+        let keys = (0..<60).map { "ctr\($0)" }.filter { cluster.replicaSet($0, all).first == 0 }.prefix(3)
+        XCTAssertEqual(keys.count, 3)
+        let writer = try cluster.client(all) { $0.ack = .all }
+        for k in keys { _ = try writer.set(b(k), b("5")) }
+        for i in 0..<200 { _ = try writer.set(b("filler\(i)"), b("x")) }
+        let c0 = try cluster.connect(0)
+        XCTAssertTrue(eventually(20, interval: 0.1) {
+            keys.allSatisfy { (try? c0.get(b($0), tiers: 2)) == .some(nil) && (try? c0.get(b($0), tiers: 1)) == .some(nil) }
+        }, "node 0 evicted the counters from both tiers")
+        for k in keys {
+            XCTAssertEqual(try writer.counter(b(k), delta: 1), 6, "\(k): decided as if absent")
+        }
+        let r = try runCLI(["set", keys.first!, "other", "--mode", "add", "--nodes", cluster.list(all)])
+        XCTAssertEqual(r.code, 1, "add over a present key: \(String(decoding: r.out, as: UTF8.self)) \(r.err)")
+        // Anti-entropy still copies nothing back and forth for the evicted fillers.
+        Thread.sleep(forTimeInterval: 1.0)
+        let pulled = try nodeStats(c0)["sync_pulled"] as? Int ?? -1, pushed = try nodeStats(cluster.connect(1))["sync_pushed"] as? Int ?? -1
+        Thread.sleep(forTimeInterval: 1.5)
+        XCTAssertEqual(try nodeStats(c0)["sync_pulled"] as? Int ?? -1, pulled, "evicted items were copied back to node 0")
+        XCTAssertEqual(try nodeStats(cluster.connect(1))["sync_pushed"] as? Int ?? -1, pushed, "evicted items were pushed back to node 0")
+    }
+
     /// A namespace flush through a node that holds none of its keys still reaches the nodes
     /// that do (an outside review, cl20: `flush --ns Z --server A` exited 0 and Z's keys stayed
     /// readable on the other nodes for good — A made no mark for a namespace it did not know).

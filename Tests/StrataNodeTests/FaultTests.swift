@@ -110,6 +110,8 @@ final class FaultTests: XCTestCase {
         XCTAssertEqual(refused, .diskFull, "a full filesystem is reported as DISK_FULL")
         XCTAssertGreaterThan(acked.count, 10)
         try c.ping()
+        // The refusal shows in STATS (and /metrics: strata_disk_full_refusals_total).
+        XCTAssertGreaterThanOrEqual(try nodeStats(c)["disk_full_refusals"] as? Int ?? 0, 1)
         // Reads keep working, from disk.
         for (k, v) in acked { XCTAssertEqual(try c.get(k, tiers: 2)?.value, v) }
         // Space comes back: writes succeed again.

@@ -308,9 +308,20 @@ final class AntiEntropy: @unchecked Sendable {
                            members: UInt64, shared: @escaping ([UInt8], [UInt8]) -> Bool) throws -> Int {
         let wanted = Set(buckets)
         var ours: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
-        try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: { ns, key in
+        let include = { (ns: [UInt8], key: [UInt8]) in
             wanted.contains(ClusterView.bucket(namespace: ns, key: key, bits: bits)) && shared(ns, key)
-        }) { e in ours[ItemKey(namespace: e.namespace, key: e.key)] = (e.version, e.tombstone) }
+        }
+        try dispatcher.forEachSyncEntry(maxVersion: maxVersion, include: include) { e in
+            ours[ItemKey(namespace: e.namespace, key: e.key)] = (e.version, e.tombstone)
+        }
+        // Writes a disk limit removed here count as held (`EvictedVersions`): the same write
+        // there is not copied back here to be evicted again, an older copy there is told to go
+        // (`pushRequest`), a newer one comes here as usual.
+        let floors = dispatcher.flushMarks?.floors() ?? FlushMarks.Floors()
+        for e in store.evictedSyncEntries(include: include) where e.version <= maxVersion && !floors.hides(e) {
+            let id = ItemKey(namespace: e.namespace, key: e.key)
+            if ours[id] == nil { ours[id] = (e.version, e.tombstone) }
+        }
         var theirs: [ItemKey: (version: UInt64, tombstone: Bool)] = [:]
         var rest = buckets.map { UInt32($0) }
         while !rest.isEmpty {
@@ -325,17 +336,8 @@ final class AntiEntropy: @unchecked Sendable {
             rest.removeFirst(min(page.bucketsCovered, rest.count))
         }
         contacted(peer.name)
-        var newerThere = theirs.filter { (ours[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
-        var newerHere = ours.filter { (theirs[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
-        // A copy there of a write a disk limit removed here is not taken (the store would
-        // refuse it: it would only be evicted again), and an older one is told to go: the
-        // removed write was newer (`pushRequest`, `EvictedVersions`).
-        newerThere.removeAll { id in
-            guard !id.key.isEmpty, ours[id] == nil, let e = store.evictedDelete(id.key, namespace: id.namespace),
-                  theirs[id]!.version <= e.evicted else { return false }
-            if !theirs[id]!.tombstone && theirs[id]!.version < e.deleteVersion { newerHere.append(id) }
-            return true
-        }
+        let newerThere = theirs.filter { (ours[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
+        let newerHere = ours.filter { (theirs[$0.key]?.version ?? 0) < $0.value.version }.map(\.key)
         // Flush marks first (the empty key): what they supersede is then neither pulled nor kept.
         var copied = 0
         for id in newerThere where id.key.isEmpty {

@@ -103,9 +103,20 @@ extension Dispatcher {
         }
         var byBucket: [Int: [SyncKeyEntry]] = [:]
         for b in s.buckets { byBucket[Int(b)] = [] }
-        try forEachSyncEntry(maxVersion: s.maxVersion, include: { ns, key in
+        let include = { (ns: [UInt8], key: [UInt8]) in
             byBucket[ClusterView.bucket(namespace: ns, key: key, bits: s.bucketBits)] != nil && shared(ns, key)
-        }) { e in
+        }
+        var listed = Set<ItemKey>()
+        try forEachSyncEntry(maxVersion: s.maxVersion, include: include) { e in
+            listed.insert(ItemKey(namespace: e.namespace, key: e.key))
+            byBucket[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)]?
+                .append(SyncKeyEntry(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone))
+        }
+        // Writes a disk limit removed here, listed as held (`EvictedVersions`, as in
+        // `AntiEntropy.reconcile`): a peer holding the same write pushes nothing.
+        let floors = flushMarks?.floors() ?? FlushMarks.Floors()
+        for e in store.evictedSyncEntries(include: include) where e.version <= s.maxVersion && !floors.hides(e) {
+            guard !listed.contains(ItemKey(namespace: e.namespace, key: e.key)) else { continue }
             byBucket[ClusterView.bucket(namespace: e.namespace, key: e.key, bits: s.bucketBits)]?
                 .append(SyncKeyEntry(namespace: e.namespace, key: e.key, version: e.version, tombstone: e.tombstone))
         }
@@ -131,7 +142,9 @@ extension Dispatcher {
         // A write a flush superseded counts as held.
         let floors = flushMarks?.floors() ?? FlushMarks.Floors()
         for (i, e) in s.entries.enumerated() where e.version >= floors.floor(e.namespace) {
-            if try store.syncVersion(e.key, namespace: e.namespace) < e.version { lacking.append(i) }
+            // A write a disk limit removed here counts as held too (`EvictedVersions`).
+            let held = max(try store.syncVersion(e.key, namespace: e.namespace), store.evictedDelete(e.key, namespace: e.namespace)?.evicted ?? 0)
+            if held < e.version { lacking.append(i) }
         }
         return Responses.syncCheck(to: f, lacking: lacking)
     }

@@ -8,10 +8,13 @@ import StrataCore
 /// made) copy its older value back once it returned (an outside review, cl20): the row that
 /// would have refused the older copy was gone; and a replica whose limit was below its share
 /// of the keys took every evicted item back from its peers, round after round, only to evict
-/// it again (cl22: ~53 copies a second for good). The store refuses a versioned write of a
-/// remembered eviction's version or older (SUPERSEDED, as the row itself would have refused
-/// an older one), and anti-entropy and hinted handoff tell a replica holding an older copy to
-/// drop it (`deleteVersion`).
+/// it again (cl22: ~53 copies a second for good). The store refuses a versioned write older
+/// than a remembered eviction (SUPERSEDED, as the row itself would have); the evicted write
+/// itself may come back (a client bringing the key's owner up to date before it decides a
+/// counter or a conditional write: refused, the owner decided them as if the key were absent —
+/// cl24). Anti-entropy lists remembered evictions as entries when it compares keys (so a peer
+/// holding the same write copies nothing either way), and it and hinted handoff tell a replica
+/// holding an older copy to drop it (`deleteVersion`).
 ///
 /// Bounded: the newest `capacity` evictions, at most `byteLimit` bytes of keys and namespaces;
 /// the oldest are forgotten first. Held in memory only: a restart forgets them (the window is
@@ -63,6 +66,12 @@ final class EvictedVersions: @unchecked Sendable {
 
     /// The newest remembered eviction of `id`.
     func lookup(_ id: ItemKey) -> Entry? { lock.withLock { entries[id] } }
+
+    /// Every remembered eviction `include` (namespace, key) takes. Costs a pass over them
+    /// (at most `capacity`) under the lock.
+    func entries(_ include: ([UInt8], [UInt8]) -> Bool) -> [(ItemKey, Entry)] {
+        lock.withLock { entries.filter { include($0.key.namespace, $0.key.key) }.map { ($0.key, $0.value) } }
+    }
 
     var count: Int { lock.withLock { entries.count } }
 
