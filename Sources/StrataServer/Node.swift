@@ -210,6 +210,11 @@ public final class Node: @unchecked Sendable {
                                                      ("effect", "no effect without --cluster (a node without a cluster)")])
             }
         }
+        // Peers authenticate with the node token; with credentials alone they cannot (an
+        // outside review found only AUTH_FAILED contact losses, nothing at start).
+        if (!config.cluster.isEmpty || config.clusterSource != nil) && config.credentialsFile != nil && config.authToken == nil {
+            log.warn("cluster_without_token", [("effect", "peers authenticate with --auth-token-file's token: without it they cannot sync (AUTH_FAILED); give every node the same --auth-token-file")])
+        }
         let d = Dispatcher(store: store)
         d.cluster = cluster
         if cluster != nil { d.flushMarks = FlushMarks(store: store, directory: config.dataDirectory, log: log,

@@ -105,7 +105,7 @@ func parseBool(_ v: String, name: String) throws -> Bool {
     }
 }
 
-/// The largest value any node takes (`--max-item` at most 4194240 KiB: a frame's length is 32
+/// The largest value any node takes (`--max-item` at most 4,294,901,759 B, 4 GiB less 64 KiB and one byte: a frame's length is 32
 /// bits and frames may be 64 KiB larger than the value).
 let largestValue = Int(UInt32.max) - (64 << 10)
 
@@ -129,7 +129,7 @@ func readValueFromStdin(limit: Int? = nil) throws -> [UInt8] {
             throw ClientError(.server, "TOO_LARGE: the value on standard input is larger than the node's --max-item (\(limit) bytes); nothing was sent", status: .tooLarge)
         }
         guard value.count + n <= largestValue else {
-            throw UsageError(message: "the value on standard input is larger than \(largestValue) bytes (4194240KiB), the most any node takes (its --max-item); nothing was sent")
+            throw UsageError(message: "the value on standard input is larger than \(largestValue) bytes (4 GiB less 64 KiB and one byte), the most any node takes (its --max-item); nothing was sent")
         }
         value.append(contentsOf: buf[0..<n])
     }

@@ -205,7 +205,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     if let v = try size("max-item") {
         // A frame's body length is 32 bits, and frames may be 64 KiB larger than the value.
         guard v > 0 && v <= largestValue else {
-            throw UsageError(message: "--max-item must be 1B…4194240KiB (a frame's length is 32 bits), got '\(s["max-item"]!)'")
+            throw UsageError(message: "--max-item must be 1B…4294901759B (4 GiB less 64 KiB and one byte: a frame's length is 32 bits), got '\(s["max-item"]!)'")
         }
         c.maxItem = v
     }
@@ -369,6 +369,11 @@ func readToken(_ path: String) throws -> [UInt8] {
     var bytes = [UInt8](data)
     while let last = bytes.last, last == 10 || last == 13 { bytes.removeLast() }
     guard !bytes.isEmpty else { throw UsageError(message: "the auth token file '\(path)' is empty") }
+    // One line: `strata credentials hash` hashes a file's first line, so a second one made a
+    // token whose hash no credentials file could hold (an outside review).
+    guard !bytes.contains(10) && !bytes.contains(13) else {
+        throw UsageError(message: "the auth token file '\(path)' holds more than one line: a token is one line")
+    }
     return bytes
 }
 

@@ -187,7 +187,7 @@ final class CLIEdgeTests: XCTestCase {
         for (args, says) in [(["--output-cap", "0"], "--output-cap must be at least 64KiB"),
                              (["--frame-timeout", "0"], "--frame-timeout must be more than 0"),
                              (["--disk-limit", "1"], "--disk-limit must be 0 (no limit) or at least 1MiB"),
-                             (["--max-item", "5GiB"], "--max-item must be 1B…4194240KiB"),
+                             (["--max-item", "5GiB"], "--max-item must be 1B…4294901759B"),
                              (["--advertise", "n1:7400"], "--advertise needs --cluster"),
                              (["--memcached-memory-only"], "--memcached-memory-only needs --memcached-port"),
                              (["--metrics-host", "nohost"], "--metrics-host needs --metrics-port")] {
@@ -195,6 +195,12 @@ final class CLIEdgeTests: XCTestCase {
             XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
             XCTAssertTrue(r.err.contains(says), "\(args): \(r.err)")
         }
+        // A token file of two lines: refused, not a token no credentials hash matches.
+        let twoLines = TempDir().path + "-token"
+        try Data("first\nsecond\n".utf8).write(to: URL(fileURLWithPath: twoLines))
+        let r2 = try runCLI(["serve", "--port", "0", "--data", TempDir().path, "--auth-token-file", twoLines])
+        XCTAssertEqual(r2.code, 2, r2.err)
+        XCTAssertTrue(r2.err.contains("holds more than one line"), r2.err)
         // 0 for the disk limit is no limit: the node starts and stores.
         let node = try NodeProcess(dataDir: TempDir().path, extra: ["--disk-limit", "0"])
         XCTAssertEqual(try cli(node, ["set", "k", "v"]).code, 0)

@@ -123,6 +123,9 @@ final class CredentialsTests: XCTestCase {
         try Data(CredentialsUnitTests.file(users)).write(to: URL(fileURLWithPath: path))
         let node = try NodeProcess(dataDir: dir.path + "/data", port: p,
                                    extra: ["--credentials", path, "--cluster", "127.0.0.1:\(p)", "--max-flush-marks-per-user", "3"])
+        // A cluster node with credentials and no node token: its peers could not authenticate,
+        // and it says so at start.
+        XCTAssertTrue(eventually(5, interval: 0.1) { node.stderr.contains("event=cluster_without_token") }, node.stderr)
         let rw = try node.connect(token: b("t-rw"))
         for i in 0..<3 {
             let ns = b("tenant-\(i)")
