@@ -444,7 +444,22 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     if name == "get" && o.string("--ttl") != nil {
         throw UsageError(message: "get --ttl needs --or-run (to change a key's TTL, use strata touch KEY --ttl S)")
     }
+    try checkBeforeConnecting(name, o)
     let conn = try NodeConnection(host: host, port: port, timeout: timeout, token: token, tls: tls)
     defer { conn.close() }
     return try spec.run(o, conn)
+}
+
+/// The options the commands read once connected, checked before: a bad one is a usage error
+/// (exit 2) whether the node is up or not — not "cannot connect" (exit 3) while it is down (an
+/// outside review, nu4). The commands check them again where they use them.
+func checkBeforeConnecting(_ name: String, _ o: ParsedOptions) throws {
+    _ = try tiersOption(o)
+    _ = try ttlArg(o)
+    _ = try nsArg(o)
+    if let f = try o.int("--flags"), f > Int(UInt32.max) || f < 0 { throw UsageError(message: "--flags must fit in 32 bits") }
+    if name == "set" { _ = try setModeArg(o) }
+    if name == "incr" || name == "decr", o.positionals.count > 1, UInt64(o.positionals[1]) == nil {
+        throw UsageError(message: "BY must be a non-negative integer, got '\(o.positionals[1])'")
+    }
 }

@@ -207,6 +207,18 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertFalse(node.stderr.contains("cluster_settings_unused"), node.stderr)
     }
 
+    /// A bad option of a client command is a usage error (exit 2) with the node down as with it
+    /// up — checked before connecting, not "cannot connect" (exit 3; an outside review, nu4).
+    func testBadClientOptionsAreUsageErrorsWithTheNodeDown() throws {
+        let down = "127.0.0.1:\(try MemcachedClientTests.freePort())"
+        for args in [["set", "k", "v", "--ttl", "-1"], ["set", "k", "v", "--flags", "4294967296"], ["get", "k", "--tiers", "foo"],
+                     ["incr", "k", "abc"], ["set", "k", "v", "--mode", "sometimes"]] {
+            let r = try runCLI(args + ["--server", down])
+            XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
+        }
+        XCTAssertEqual(try runCLI(["get", "k", "--server", down, "--timeout", "1"]).code, 3, "a good command with the node down")
+    }
+
     /// Cluster settings on a node without `--cluster` start it, with one warning naming them
     /// (an operator's review: an empty `cluster` in a config file left `replicas: 3` without effect, silently).
     func testClusterSettingsWithoutAClusterAreNamedInAWarning() throws {
