@@ -120,6 +120,8 @@ final class NodeStats: Sendable {
     let syncPushed = Counter()
     /// Invalid images a `--validate-images` node did not take from a peer, or a peer did not take from this node.
     let syncInvalidImages = Counter()
+    /// Values a peer held that were over this node's largest stored item, or this node's over a peer's (not copied).
+    let syncTooLarge = Counter()
     let syncBucketsDiffering = Counter()
     /// Digests (ours for a round, or a SYNC_DIGEST answer) taken from `SyncDigests`, and made by a pass over the rows.
     let syncDigestsMaintained = Counter(), syncDigestsPassed = Counter()

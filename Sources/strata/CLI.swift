@@ -35,7 +35,8 @@ commands:
 Client commands talk to one node (--server) or a cluster (--nodes H:P,H:P,…).
 
 `strata <command> --help` describes each command.
-Exit codes: 0 ok, 1 not found (or a conditional set not stored), 2 bad usage, 3 connection or server error.
+Exit codes: 0 ok, 1 not found (or a conditional set not stored; with --nodes, del and invalidate exit 0
+when whether the key existed is unknown: README), 2 bad usage, 3 connection or server error.
 """
 
 func printOut(_ s: String) {

@@ -252,6 +252,29 @@ final class AntiEntropyTests: XCTestCase {
         XCTAssertEqual(try nodeStats(cluster.connect(1))["sync_pushed"] as? Int ?? -1, pushed, "evicted items were pushed back to node 0")
     }
 
+    /// A value a peer holds that is over this node's largest stored item (a smaller disk limit)
+    /// is not copied here, and the rounds go on: one such item kept the node unverified for as
+    /// long as the peer held it (an outside review, cl25: `sync_failed … value_too_large` every second).
+    func testAValueTooLargeForANodesDiskBudgetDoesNotFailItsRounds() throws {
+        let cluster = try SyncCluster(count: 2, members: [])
+        let all = [0, 1]
+        try cluster.start(0, members: all, more: ["--disk-limit", "1MiB"])
+        try cluster.start(1, members: all)
+        XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
+        var rng = SplitMix(seed: 3)
+        let big = (0..<20_000).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        let c1 = try cluster.connect(1)
+        XCTAssertEqual(try c1.set(SetRequest(key: b("big"), value: big)).statusCode, .ok)
+        let c0 = try cluster.connect(0)
+        XCTAssertTrue(eventually(20, interval: 0.2) { ((try? nodeStats(c0))?["sync_too_large"] as? Int ?? 0) + ((try? nodeStats(c1))?["sync_too_large"] as? Int ?? 0) > 0 },
+                      "the big value was offered to node 0")
+        let failures = try nodeStats(c0)["sync_failures"] as? Int ?? -1
+        Thread.sleep(forTimeInterval: 1.5) // rounds every 0.5 s
+        XCTAssertEqual(try nodeStats(c0)["sync_failures"] as? Int ?? -1, failures, "node 0's rounds fail on the big value")
+        XCTAssertTrue(cluster.verified(0), "node 0 unverified for a value it cannot hold")
+        XCTAssertEqual(try c1.get(b("big"), tiers: 2)?.value, big, "node 1 keeps it")
+    }
+
     /// A namespace flush through a node that holds none of its keys still reaches the nodes
     /// that do (an outside review, cl20: `flush --ns Z --server A` exited 0 and Z's keys stayed
     /// readable on the other nodes for good — A made no mark for a namespace it did not know).

@@ -389,7 +389,17 @@ final class AntiEntropy: @unchecked Sendable {
             var o = SetOptions(expiry: item.expiresAt == 0 ? .never : .at(unixMicros: item.expiresAt), flags: item.flags,
                                extended: item.extended, tiers: owner ? .all : .disk, version: item.version)
             o.stale = item.stale; o.negative = item.negative
-            guard case .stored = try store.set(id.key, item.value, namespace: id.namespace, options: o) else { return false }
+            let outcome: SetOutcome
+            do {
+                outcome = try store.set(id.key, item.value, namespace: id.namespace, options: o)
+            } catch let e as StoreError where e.code == .valueTooLarge {
+                // More than this node's disk budget takes (a peer with a larger limit holds it):
+                // not taken, and not a failed round — one such item kept the node unverified for
+                // as long as the peer held it (an outside review, cl25).
+                stats.syncTooLarge.add()
+                return false
+            }
+            guard case .stored = outcome else { return false }
             // A replica keeps no memory copy: one promoted by an earlier read is older now.
             if !owner { _ = try? store.remove(id.key, namespace: id.namespace, tiers: .memory) }
         }
@@ -479,6 +489,12 @@ final class AntiEntropy: @unchecked Sendable {
         // then flagged its reads UNVERIFIED for a peer it could reach).
         if f.statusCode == .invalidImage {
             stats.syncInvalidImages.add()
+            return false
+        }
+        // A peer whose disk budget is smaller refuses a value over its largest (TOO_LARGE): not
+        // taken, and no failure of the round either.
+        if f.statusCode == .tooLarge {
+            stats.syncTooLarge.add()
             return false
         }
         try NodeConnection.check(f, allow: [.ok, .notFound, .superseded])

@@ -180,6 +180,7 @@ extension Node {
             NodeNumber("sync_pulled", .counter, "Items and tombstones anti-entropy copied from peers.", stats.syncPulled.load()),
             NodeNumber("sync_pushed", .counter, "Items and tombstones copied to peers (anti-entropy and handoff).", stats.syncPushed.load()),
             NodeNumber("sync_invalid_images", .counter, "Copies of invalid images a node with --validate-images did not take (pulled here, or refused by the peer).", stats.syncInvalidImages.load()),
+            NodeNumber("sync_too_large", .counter, "Copies not made because the value was over the receiving node's largest stored item (its disk budget; pulled here, or refused by the peer).", stats.syncTooLarge.load()),
             NodeNumber("sync_buckets_differing", .counter, "Buckets whose digests differed in rounds.", stats.syncBucketsDiffering.load()),
             NodeNumber("sync_us", .counter, "Microseconds spent in anti-entropy rounds.", stats.syncMicros.load()),
             NodeNumber("sync_digests_maintained", .counter, "Digests (a round's own, or a SYNC_DIGEST answer) taken from the maintained digests.", stats.syncDigestsMaintained.load()),
