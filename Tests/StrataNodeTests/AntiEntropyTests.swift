@@ -177,7 +177,7 @@ final class AntiEntropyTests: XCTestCase {
     func testAnEvictedNewerWriteDoesNotLetAnOlderCopyBack() throws {
         let cluster = try SyncCluster(count: 2, members: [])
         let all = [0, 1]
-        try cluster.start(0, members: all, more: ["--disk-count-limit", "20"])
+        try cluster.start(0, members: all, more: ["--disk-count-limit", "20", "--disk-evict", "oldest"]) // write order: the new values go first
         try cluster.start(1, members: all)
         XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
         let keys = (0..<60).map { "ev\($0)" }.filter { cluster.replicaSet($0, all).first == 1 }.prefix(6) // node 0 a replica: disk only
@@ -188,7 +188,7 @@ final class AntiEntropyTests: XCTestCase {
         let one = try cluster.client(all) { $0.ack = .one; $0.timeout = 0.5 }
         for k in keys { _ = try one.set(b(k), b("new")) }
         let c0 = try cluster.connect(0)
-        for i in 0..<40 { _ = try one.set(b("filler\(i)"), b("x")) } // evicts the new values from node 0's disk
+        for i in 0..<120 { _ = try one.set(b("filler\(i)"), b("x")) } // evicts the new values from node 0's disk
         XCTAssertTrue(eventually(20, interval: 0.1) { keys.allSatisfy { (try? c0.get(b($0), tiers: 2)) == .some(nil) } },
                       "node 0 evicted the new values")
         // Its miss carries the version below the evicted write (PROTOCOL.md §7.4), so a client
