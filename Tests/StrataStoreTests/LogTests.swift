@@ -269,6 +269,20 @@ final class LogFilesTests: XCTestCase {
         XCTAssertTrue(LogFiles.verify(directory: dir, applied: first).damage.contains { $0.contains("not a segment name") })
     }
 
+    /// A closed log of 60 records of 4,000 bytes in 64 KiB segments (three or more): its
+    /// directory, the records' positions, the segment files' names, and where the second and
+    /// third segments start.
+    func threeSegments() throws -> (String, [UInt64], [String], UInt64, UInt64) {
+        let dir = TempDir().path + "-log"
+        let (log, _) = try open(dir, segmentBytes: 1 << 16)
+        var positions: [UInt64] = []
+        for i in 0..<60 { positions.append(try log.append([put(i, size: 4000)])) }
+        log.close()
+        let names = try segmentNames(dir)
+        XCTAssertGreaterThanOrEqual(names.count, 3)
+        return (dir, positions, names, LogSegment.start(fromFileName: names[1])!, LogSegment.start(fromFileName: names[2])!)
+    }
+
     /// A gap between segments holding records SQLite has not applied is damage at open too:
     /// nothing from the gap on is replayed, the later segments are kept as `*.damaged-*`, and
     /// the damage is reported (an outside review, dur13: the node replayed past a removed
@@ -276,14 +290,8 @@ final class LogFilesTests: XCTestCase {
     /// `strata check` called the directory clean). A gap wholly before the applied position
     /// loses nothing: the replay goes on.
     func testAGapBetweenSegmentsStopsTheReplay() throws {
-        let dir = TempDir().path + "-log"
-        var (log, seen) = try open(dir, segmentBytes: 1 << 16)
-        var positions: [UInt64] = []
-        for i in 0..<60 { positions.append(try log.append([put(i, size: 4000)])) }
-        log.close()
-        let names = try segmentNames(dir)
-        XCTAssertGreaterThanOrEqual(names.count, 3)
-        let second = LogSegment.start(fromFileName: names[1])!, third = LogSegment.start(fromFileName: names[2])!
+        let (dir, positions, names, second, third) = try threeSegments()
+        var (log, seen): (LogFiles, [(UInt64, LogRecord)])
         XCTAssertEqual(unlink(dir + "/" + names[1]), 0)
         // Applied past the gap: nothing SQLite needs is missing.
         let copy = TempDir().path + "-log"
@@ -310,13 +318,8 @@ final class LogFilesTests: XCTestCase {
     /// one — 20 of 20 acknowledged deletes undone). Before the applied position it is damage.
     func testDamageInAWhollyAppliedSegmentDoesNotStopTheReplay() throws {
         for cut in [true, false] {
-            let dir = TempDir().path + "-log"
-            var (log, seen) = try open(dir, segmentBytes: 1 << 16)
-            var positions: [UInt64] = []
-            for i in 0..<60 { positions.append(try log.append([put(i, size: 4000)])) }
-            log.close()
-            let names = try segmentNames(dir)
-            let second = LogSegment.start(fromFileName: names[1])!, third = LogSegment.start(fromFileName: names[2])!
+            let (dir, positions, names, second, third) = try threeSegments()
+            var (log, seen): (LogFiles, [(UInt64, LogRecord)])
             let path = dir + "/" + names[1]
             if cut {
                 XCTAssertEqual(truncate(path, off_t((third - second) / 2)), 0)
