@@ -81,7 +81,8 @@ public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
                 }
                 guard !path.isEmpty else { throw ClientError(.protocolViolation, "\(option) entry '\(item)' must be file:PATH") }
                 guard let text = readSmallFile(path).map({ String(decoding: $0, as: UTF8.self) }) else {
-                    throw ClientError(.connection, "\(option) entry '\(item)': cannot read \(path)")
+                    // A missing or unreadable list is a setting to fix (exit 2), as for the other files.
+                    throw ClientError(.protocolViolation, "\(option) entry '\(item)': cannot read \(path)")
                 }
                 nodes += try parseList(text, option: option, inFile: path)
                 continue

@@ -108,7 +108,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         while !closed && !readPaused && input.count - inputStart < readTarget() {
             let r: IOResult
             do { r = try receive(scratch) } catch {
-                close(reason: "read: \(error)")
+                close(reason: "\(error)")
                 return
             }
             guard case .done(let n) = r else { break }

@@ -118,7 +118,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         while !closed && !busyInputFull && held.isEmpty && input.count - inputStart <= bound {
             let r: IOResult
             do { r = try receive(scratch) } catch {
-                close(reason: "read: \(error)")
+                close(reason: "\(error)")
                 return
             }
             guard case .done(let n) = r else { break }

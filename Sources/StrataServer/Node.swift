@@ -366,6 +366,12 @@ public final class Node: @unchecked Sendable {
     /// SHUTTING_DOWN and is closed), closes connections and the listening sockets, hands on the
     /// cluster's pending hints (up to `drainTime` more), flushes write-behind writes,
     /// checkpoints and closes the store.
+    /// A signal that came while the node drains: logged (`shutdown_in_progress`), nothing else.
+    public func signalWhileDraining(_ name: String) {
+        log.warn("shutdown_in_progress", [("signal", name), ("drain_time", String(config.drainTime)),
+                                          ("in_flight", String(workers.outstanding))])
+    }
+
     public func shutdown() {
         guard !drainFlag.exchange(true, ordering: .relaxed) else { return }
         log.info("draining", [("in_flight", String(workers.outstanding))])

@@ -86,9 +86,13 @@ func timeoutOption(_ o: ParsedOptions, default d: Double) throws -> Double {
     return t == 0 ? maxSeconds : t
 }
 
-/// `v` as a number of seconds (0 … `maxSeconds`, finite), or a usage error naming `name`.
+/// `v` as a number of seconds (0 … `maxSeconds`, decimal digits with at most one point: no
+/// sign, exponent or hexadecimal form), or a usage error naming `name`.
 func parseSeconds(_ v: String, name: String) throws -> Double {
-    guard let n = Double(v), n.isFinite, n >= 0, n <= maxSeconds else {
+    let decimal = v.utf8.contains { $0 >= 0x30 && $0 <= 0x39 }
+        && v.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E }
+        && v.utf8.filter { $0 == 0x2E }.count <= 1
+    guard decimal, let n = Double(v), n.isFinite, n >= 0, n <= maxSeconds else {
         throw UsageError(message: "\(name) must be a number of seconds from 0 to 2147483647, got '\(v)'")
     }
     return n

@@ -167,6 +167,16 @@ func serveCommand(_ args: [String]) throws -> Int32 {
         if sig == SIGHUP { node.reload(); node.reloadTLS(); continue }
         break
     }
+    // A signal during the drain is logged, not acted on: the drain finishes and the node
+    // exits (SIGKILL stops it at once; what it acknowledged survives that too).
+    let waitSet = set
+    _ = startThread(name: "signals") {
+        var later: Int32 = 0, s = waitSet
+        while true {
+            sigwait(&s, &later)
+            node.signalWhileDraining(later == SIGHUP ? "SIGHUP" : later == SIGINT ? "SIGINT" : "SIGTERM")
+        }
+    }
     node.shutdown()
     return 0
 }

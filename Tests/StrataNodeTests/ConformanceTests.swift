@@ -226,6 +226,9 @@ final class ConformanceTests: XCTestCase {
         XCTAssertEqual(String(decoding: f.value, as: UTF8.self), "the node is shutting down")
         XCTAssertTrue(peerCloses(late, within: 2))
         XCTAssertLessThan(Date().timeIntervalSince(started), 3, "told at once, not at the end of the drain")
+        // A second signal during the drain is logged, not silently dropped (an outside review).
+        kill(node.process.processIdentifier, SIGTERM)
+        XCTAssertTrue(eventually(5) { node.stderr.contains("event=shutdown_in_progress signal=SIGTERM") }, node.stderr)
         XCTAssertEqual(node.terminate(), 0)
     }
 

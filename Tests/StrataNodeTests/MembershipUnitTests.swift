@@ -26,7 +26,7 @@ final class MembershipUnitTests: XCTestCase {
             do { _ = try NodeAddress.parseList(list, option: "--cluster"); return nil } catch { return error as? ClientError }
         }
         let missing = try XCTUnwrap(failure("file:\(dir.path)/nope"))
-        XCTAssertEqual(missing.kind, .connection)
+        XCTAssertEqual(missing.kind, .protocolViolation, "a missing list file is a usage error (exit 2)")
         XCTAssertTrue(missing.message.contains("cannot read \(dir.path)/nope"), missing.message)
         XCTAssertEqual(failure("file:")?.kind, .protocolViolation)
         try "file:\(path)\n".write(toFile: dir.path + "/nested", atomically: true, encoding: .utf8)
