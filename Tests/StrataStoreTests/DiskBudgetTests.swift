@@ -412,6 +412,24 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(gate.inUse, 0)
     }
 
+    /// A compressible value takes its turn at the large reads' bound by its decoded size: 3 MiB
+    /// of zeros stored in a few KiB is told to `largeReadDone` (the node counts it as output
+    /// before the next large read) and leaves the gate as it found it (an outside review, px4).
+    func testACompressibleLargeValueIsALargeReadByItsDecodedSize() throws {
+        let told = Counter(), calls = Counter()
+        let f = try StoreFixture { $0.maxLargeReadBytes = 8 << 20; $0.largeReadDone = { told.add($0); calls.add() } }
+        let zeros = [UInt8](repeating: 0, count: 3 << 20)
+        _ = try f.store.set(bytes("zeros"), zeros, options: SetOptions(tiers: .disk))
+        _ = try f.store.set(bytes("small"), bytes("s"), options: SetOptions(tiers: .disk))
+        try f.store.sync()
+        XCTAssertEqual(try f.store.get(bytes("small"), tiers: .disk)?.value, bytes("s"))
+        XCTAssertEqual(calls.load(), 0, "a small value is no large read")
+        XCTAssertEqual(try f.store.get(bytes("zeros"), tiers: .disk)?.value, zeros)
+        XCTAssertEqual(calls.load(), 1)
+        XCTAssertEqual(told.load(), 3 << 20)
+        XCTAssertEqual(f.store.disk.largeReads.inUse, 0)
+    }
+
     /// `logHasRoom` says when a write would wait for the applier (the node then hands sets to
     /// a worker instead of blocking its event loop).
     func testLogHasRoomTurnsFalseAtTheLimitAndBackWhenApplied() throws {
