@@ -231,8 +231,11 @@ final class MemcachedListener: Sendable {
                  mayTakeLeases: Bool = true) -> Bool {
         count(c)
         // Whatever the outcome, a write revokes the key's read-through lease (a fill loaded
-        // before it must not land) and drops its image variants, as binary writes do.
-        defer { keysWritten(by: c).forEach(written) }
+        // before it must not land) and drops its image variants, as binary writes do. A touch
+        // (touch, gat, mg T) does so itself, when it touched something, at once: a touch that
+        // found nothing wrote nothing, and an `mg … T N/R` keeps the lease it takes after its
+        // touch (an outside review, mc10: the next client got W too).
+        defer { if !Self.touchesOnly(c) { keysWritten(by: c).forEach(written) } }
         do {
             return try run(c, into: &out, flushAudit: flushAudit, mayTakeLeases: mayTakeLeases)
         } catch let e as StoreError {
@@ -296,6 +299,15 @@ final class MemcachedListener: Sendable {
             default: return []
             }
         default: return []
+        }
+    }
+
+    /// Whether `c` writes only by touching (touch, gat/gats, mg with T).
+    static func touchesOnly(_ c: MemcachedCommand) -> Bool {
+        switch c {
+        case .touch, .gat: return true
+        case .meta(let m): return m.verb == .get
+        default: return false
         }
     }
 
@@ -370,10 +382,13 @@ final class MemcachedListener: Sendable {
             }
         case .touch(let key, let exptime, let noreply):
             let v = try store.touchVersioned(key, namespace: namespace, expiry: expiry(exptime), tiers: tiers)
-            if v != nil { touchHits.add() } else { touchMisses.add() }
+            if v != nil { touchHits.add(); written(key) } else { touchMisses.add() }
             reply(v != nil ? "TOUCHED" : "NOT_FOUND", noreply)
-        case .flushAll(let delay, let noreply):
+        case .flushAll(let asked, let noreply):
             let generation = flushGeneration.add(1, ordering: .relaxed).newValue
+            // A delay over 30 days is a Unix time, as an exptime (memcached's realtime()); one
+            // already past flushes now (an outside review, mc10: it waited ~57 years).
+            let delay = asked > MemcachedExpiry.relativeLimit ? max(0, asked - store.clock.nowSeconds()) : asked
             if delay > 0 {
                 DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(min(delay, Int64(Int32.max))))) { [self] in
                     guard flushGeneration.load(ordering: .relaxed) == generation else { return } // replaced
@@ -432,7 +447,10 @@ final class MemcachedListener: Sendable {
                 continue
             }
             if touch != nil {
-                if let v = try store.touchVersioned(k, namespace: namespace, expiry: touch!, tiers: tiers), v > 0 { touchHits.add() } else { touchMisses.add() }
+                if let v = try store.touchVersioned(k, namespace: namespace, expiry: touch!, tiers: tiers), v > 0 {
+                    touchHits.add()
+                    written(k)
+                } else { touchMisses.add() }
             }
             // gat/gats keys count under touch only (above), as memcached counts them.
             if let item = try store.get(k, namespace: namespace, tiers: tiers), !item.negative {

@@ -85,17 +85,18 @@ extension MemcachedListener {
     }
 
     /// " f.. c.. …" for the flags of `m` among `allowed`, in the order they were sent.
-    func returnFlags(_ m: MemcachedMeta, item: CacheItem?, allowed: String) -> String {
+    /// `gone`: with no item, the CAS of a write whose item has already expired (`c` that, `t0`).
+    func returnFlags(_ m: MemcachedMeta, item: CacheItem?, allowed: String, gone: UInt64? = nil) -> String {
         var s = ""
         for f in m.flags where allowed.utf8.contains(f.letter) {
             switch f.letter {
             case UInt8(ascii: "b"): s += " b"
             case UInt8(ascii: "k"): s += " k" + String(decoding: m.has("b") ? Base64.encode(m.key) : m.key, as: UTF8.self)
             case UInt8(ascii: "O"): s += " O" + String(decoding: f.token, as: UTF8.self)
-            case UInt8(ascii: "c"): if let i = item { s += " c\(i.version)" }
+            case UInt8(ascii: "c"): if let i = item { s += " c\(i.version)" } else if let g = gone { s += " c\(g)" }
             case UInt8(ascii: "f"): if let i = item { s += " f\(i.flags)" }
             case UInt8(ascii: "s"): if let i = item { s += " s\(i.value.count)" }
-            case UInt8(ascii: "t"): if let i = item { s += " t\(ttl(i))" }
+            case UInt8(ascii: "t"): if let i = item { s += " t\(ttl(i))" } else if gone != nil { s += " t0" }
             default: break
             }
         }
@@ -114,7 +115,11 @@ extension MemcachedListener {
         // answering, it is a miss (and not touched: the copy here may be old).
         let known = repaired(m.key)
         if known, case .value(let t) = m.number("T") {
-            if try store.touchVersioned(m.key, namespace: namespace, expiry: expiry(t), tiers: tiers) != nil { touchHits.add() } else { touchMisses.add() }
+            // The touch revokes the key's lease now, before this command takes one (below).
+            if try store.touchVersioned(m.key, namespace: namespace, expiry: expiry(t), tiers: tiers) != nil {
+                touchHits.add()
+                written(m.key)
+            } else { touchMisses.add() }
         }
         guard known, let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
             getMisses.add()
@@ -172,7 +177,7 @@ extension MemcachedListener {
         case let e where (e.uint64 ?? 0) > 0: o.version = e.uint64
         default: return ("CLIENT_ERROR bad token in command line format", nil)
         }
-        if let t = m.token("M"), t.count != 1 { return ("CLIENT_ERROR invalid mode for ms", nil) }
+        if let t = m.token("M"), t.count != 1 { return ("CLIENT_ERROR incorrect length for M token", nil) }
         let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "S")
         var verb: MemcachedStoreVerb
         switch mode {
@@ -181,7 +186,7 @@ extension MemcachedListener {
         case UInt8(ascii: "R"), UInt8(ascii: "r"): verb = .replace
         case UInt8(ascii: "A"), UInt8(ascii: "a"): verb = .append
         case UInt8(ascii: "P"), UInt8(ascii: "p"): verb = .prepend
-        default: return ("CLIENT_ERROR invalid mode for ms", nil)
+        default: return ("CLIENT_ERROR invalid mode for ms M token", nil)
         }
         if cas.uint64 != nil {
             guard verb == .set else { return ("CLIENT_ERROR C with a mode other than set is not supported", nil) }
@@ -299,13 +304,13 @@ extension MemcachedListener {
             return error("CLIENT_ERROR bad token in command line format", into: &out)
         }
         // A mode is one character (memcached refuses `M`, `MIncr`).
-        if let t = m.token("M"), t.count != 1 { return error("CLIENT_ERROR invalid mode for ma", into: &out) }
+        if let t = m.token("M"), t.count != 1 { return error("CLIENT_ERROR incorrect length for M token", into: &out) }
         let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "I")
         let increment: Bool
         switch mode {
         case UInt8(ascii: "I"), UInt8(ascii: "i"), UInt8(ascii: "+"): increment = true
         case UInt8(ascii: "D"), UInt8(ascii: "d"), UInt8(ascii: "-"): increment = false
-        default: return error("CLIENT_ERROR invalid mode for ma", into: &out)
+        default: return error("CLIENT_ERROR invalid mode for ma M token", into: &out)
         }
         var start: UInt64? = nil
         var exp: Expiry = .storeDefault
@@ -337,11 +342,14 @@ extension MemcachedListener {
             error("CLIENT_ERROR cannot increment or decrement non-numeric value", into: &out)
         case .superseded:
             error("SERVER_ERROR superseded", into: &out) // never: ma names no version
-        case .value(let v, _):
+        case .value(let v, let version):
             (increment ? incrHits : decrHits).add()
             let wantsItem = m.flags.contains { "ct".utf8.contains($0.letter) }
             let item = wantsItem ? try store.get(m.key, namespace: namespace, tiers: tiers) : nil
-            let flags = returnFlags(m, item: item, allowed: "bkcOt")
+            // No item: made already expired (`N` with a past or negative time) or gone since —
+            // the counter's own CAS and 0 seconds left (an outside review, mc10: c and t were
+            // left out).
+            let flags = returnFlags(m, item: item, allowed: "bkcOt", gone: version)
             // q: a success is not answered, with v too (as memcached).
             if quiet { return }
             if m.has("v") {

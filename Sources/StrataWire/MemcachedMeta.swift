@@ -92,7 +92,7 @@ extension MemcachedParser {
         }
         var key = Array(buf[tokens[1]])
         if flags.contains(where: { $0.letter == 0x62 }) { // b: the key is base64
-            guard let k = Base64.decode(key), !k.isEmpty, k.count <= Self.maxKey else { return fail("CLIENT_ERROR key decode failed") }
+            guard let k = Base64.decode(key), !k.isEmpty, k.count <= Self.maxKey else { return fail("CLIENT_ERROR error decoding key") }
             key = k
         } else if !Self.validKey(buf, tokens[1]) {
             return fail("CLIENT_ERROR bad command line format")

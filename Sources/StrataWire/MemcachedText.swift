@@ -179,6 +179,9 @@ public struct MemcachedParser: Sendable {
         // it before they validate the rest, and then send no error either).
         func fail(_ m: String, noreply: Bool = false) -> MemcachedParse { .error(m, consumed: lineBytes, swallow: 0, close: false, noreply: noreply) }
         let noreply = tokens.count > 1 && Self.equals(buf, tokens.last!, "noreply")
+        // As memcached's handlers: a last token `noreply` silences the command's errors even
+        // where it stands in an argument's place (`incr k noreply`).
+        let lastIsNoreply = noreply
         let name = text(first)
         switch name {
         case "get", "gets":
@@ -192,7 +195,7 @@ public struct MemcachedParser: Sendable {
             return done(.get(keys: keys, cas: name == "gets"))
         case "gat", "gats":
             guard tokens.count >= 3 else { return fail("ERROR") }
-            guard let e = Self.int64(buf, tokens[1]) else { return fail("CLIENT_ERROR invalid exptime argument") }
+            guard let e = Self.int64(buf, tokens[1], plus: true) else { return fail("CLIENT_ERROR invalid exptime argument") }
             var keys: [[UInt8]] = []
             for t in tokens.dropFirst(2) {
                 guard Self.validKey(buf, t) else { return fail(Self.badFormat) }
@@ -216,14 +219,14 @@ public struct MemcachedParser: Sendable {
                 // No length to go by (negative, not a number, past 2^63): where the block ends
                 // cannot be known, so nothing after it can be trusted to be a command: close.
                 guard let l = claimed, l >= 0 else { return .error(Self.badFormat, consumed: lineBytes, swallow: 0, close: true) }
-                return .error(Self.badFormat, consumed: lineBytes, swallow: Self.blockBytes(l), close: false, noreply: noreply)
+                return .error(Self.badFormat, consumed: lineBytes, swallow: Self.blockBytes(l), close: false, noreply: lastIsNoreply)
             }
             guard let length = claimed, length >= 0, Self.validKey(buf, tokens[1]),
-                  let flags = Self.uint64(buf, tokens[2]), flags <= UInt64(UInt32.max) else { return refuse() }
-            guard let exptime = Self.int64(buf, tokens[3]) else { return refuse() }
+                  let flags = Self.unsigned(buf, tokens[2]), flags <= UInt64(UInt32.max) else { return refuse() }
+            guard let exptime = Self.int64(buf, tokens[3], plus: true) else { return refuse() }
             var cas: UInt64?
             if verb == .cas {
-                guard let c = Self.uint64(buf, tokens[5]) else { return refuse() }
+                guard let c = Self.unsigned(buf, tokens[5]) else { return refuse() }
                 cas = c
             }
             let data: Range<Int>
@@ -247,21 +250,21 @@ public struct MemcachedParser: Sendable {
         case "incr", "decr":
             guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
             let noreply = tokens.count == 4 && noreply
-            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat, noreply: noreply) }
-            guard let d = Self.delta(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid numeric delta argument", noreply: noreply) }
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat, noreply: lastIsNoreply) }
+            guard let d = Self.delta(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid numeric delta argument", noreply: lastIsNoreply) }
             return done(.arithmetic(key: line(tokens[1]), delta: d, increment: name == "incr", noreply: tokens.count == 4 && noreply))
         case "touch":
             guard tokens.count == 3 || tokens.count == 4 else { return fail("ERROR") }
             let noreply = tokens.count == 4 && noreply
-            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat, noreply: noreply) }
-            guard let e = Self.int64(buf, tokens[2]) else { return fail("CLIENT_ERROR invalid exptime argument", noreply: noreply) }
+            guard Self.validKey(buf, tokens[1]) else { return fail(Self.badFormat, noreply: lastIsNoreply) }
+            guard let e = Self.int64(buf, tokens[2], plus: true) else { return fail("CLIENT_ERROR invalid exptime argument", noreply: lastIsNoreply) }
             return done(.touch(key: line(tokens[1]), exptime: e, noreply: tokens.count == 4 && noreply))
         case "flush_all":
             guard tokens.count <= 3 else { return fail("ERROR") }
             var delay: Int64 = 0
             let args = tokens.count - 1 - (noreply ? 1 : 0)
             if args == 1 {
-                guard let d = Self.int64(buf, tokens[1]), d >= 0, d <= Int64(1) << 31 else { return fail(Self.badFormat, noreply: noreply) }
+                guard let d = Self.int64(buf, tokens[1], plus: true), d >= 0, d <= Int64(1) << 31 else { return fail(Self.badFormat, noreply: noreply) }
                 delay = d
             } else if args > 1 { return fail("ERROR") }
             return done(.flushAll(delay: delay, noreply: noreply))
@@ -277,7 +280,7 @@ public struct MemcachedParser: Sendable {
             guard tokens.count == 2 || tokens.count == 3 else { return fail("ERROR") }
             // verbosity <level> [noreply]: the level a number, as memcached's safe_strtoul.
             let levelOmitted = tokens.count == 2 && noreply // `verbosity noreply`
-            guard levelOmitted || (Self.uint64(buf, tokens[1]).map { $0 <= UInt64(UInt32.max) }) == true else { return fail(Self.badFormat, noreply: noreply) }
+            guard levelOmitted || (Self.unsigned(buf, tokens[1]).map { $0 <= UInt64(UInt32.max) }) == true else { return fail(Self.badFormat, noreply: noreply) }
             return done(.verbosity(noreply: noreply))
         case "quit":
             return done(.quit)
@@ -406,9 +409,24 @@ public struct MemcachedParser: Sendable {
         return uint64(buf, start..<r.upperBound)
     }
 
-    /// An optional '-' then decimal digits, fitting in a signed 64-bit integer.
-    static func int64(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>) -> Int64? {
+    /// A number as memcached's `safe_strtoul` takes it (flags, a CAS unique, a verbosity
+    /// level): an optional '+', then decimal digits; "-" followed only by zeros is 0.
+    static func unsigned(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>) -> UInt64? {
         guard !r.isEmpty else { return nil }
+        if buf[r.lowerBound] == 0x2B { return uint64(buf, (r.lowerBound + 1)..<r.upperBound) }
+        if buf[r.lowerBound] == 0x2D { return uint64(buf, (r.lowerBound + 1)..<r.upperBound) == 0 ? 0 : nil }
+        return uint64(buf, r)
+    }
+
+    /// An optional '-' (or, with `plus`, '+': memcached's `safe_strtol` for exptimes and a
+    /// flush delay; never for a data block's length) then decimal digits, fitting in a signed
+    /// 64-bit integer.
+    static func int64(_ buf: UnsafeRawBufferPointer, _ r: Range<Int>, plus: Bool = false) -> Int64? {
+        guard !r.isEmpty else { return nil }
+        if plus && buf[r.lowerBound] == 0x2B {
+            guard r.count > 1, buf[r.lowerBound + 1] != 0x2D, buf[r.lowerBound + 1] != 0x2B else { return nil }
+            return int64(buf, (r.lowerBound + 1)..<r.upperBound)
+        }
         if buf[r.lowerBound] == 0x2D {
             guard let m = uint64(buf, (r.lowerBound + 1)..<r.upperBound), m <= UInt64(Int64.max) + 1 else { return nil }
             return m == UInt64(Int64.max) + 1 ? Int64.min : -Int64(m)

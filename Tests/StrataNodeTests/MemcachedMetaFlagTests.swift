@@ -25,6 +25,85 @@ final class MemcachedMetaFlagTests: XCTestCase {
         XCTAssertEqual(mc.line(), "EN")
     }
 
+    /// An `mg … T` with N or R (or of a stale item) keeps the lease it takes: its own touch
+    /// revokes what was held before, not the win it hands out, so the next client gets Z; a
+    /// touch that found nothing revokes no lease (an outside review, mc10: two refillers).
+    func testATouchingMgKeepsItsWinAndAMissedTouchRevokesNothing() throws {
+        let dir = TempDir()
+        let (node, a) = try startMemcachedNode(dir)
+        defer { node.terminate() }
+        let b = try TextSocket(port: try XCTUnwrap(node.memcachedPort))
+        // Stale: md I, then A reads with T.
+        a.send("ms s 1 T100\r\nx\r\nmd s I\r\nmg s T30 v\r\n")
+        XCTAssertEqual(a.line(), "HD")
+        XCTAssertEqual(a.line(), "HD")
+        XCTAssertEqual(a.line(), "VA 1 W X")
+        XCTAssertEqual(a.line(), "x")
+        b.send("mg s v\r\n")
+        XCTAssertEqual(b.line(), "VA 1 Z X", "A holds the refill")
+        XCTAssertEqual(b.line(), "x")
+        // Miss with N and T.
+        a.send("mg m N30 T30 v\r\n")
+        XCTAssertEqual(a.line(), "VA 0 W")
+        XCTAssertEqual(a.line(), "")
+        b.send("mg m N30 v\r\n")
+        XCTAssertEqual(b.line(), "VA 0 Z")
+        XCTAssertEqual(b.line(), "")
+        // Refresh window with R and T.
+        a.send("ms r 1 T10\r\nx\r\nmg r R30 T5 v\r\n")
+        XCTAssertEqual(a.line(), "HD")
+        XCTAssertEqual(a.line(), "VA 1 W")
+        XCTAssertEqual(a.line(), "x")
+        b.send("mg r R30 v\r\n")
+        XCTAssertEqual(b.line(), "VA 1 Z")
+        XCTAssertEqual(b.line(), "x")
+        // A touch that finds nothing leaves the lease on the missing key alone.
+        a.send("mg n N30 v\r\ntouch n 100\r\n")
+        XCTAssertEqual(a.line(), "VA 0 W")
+        XCTAssertEqual(a.line(), "")
+        XCTAssertEqual(a.line(), "NOT_FOUND")
+        b.send("mg n N30 v\r\n")
+        XCTAssertEqual(b.line(), "VA 0 Z")
+        XCTAssertEqual(b.line(), "")
+        // A touch that did touch still revokes: the next miss-or-stale reader wins again.
+        a.send("touch s 100\r\n")
+        XCTAssertEqual(a.line(), "TOUCHED")
+        b.send("mg s v\r\n")
+        XCTAssertEqual(b.line(), "VA 1 W X")
+        XCTAssertEqual(b.line(), "x")
+    }
+
+    /// `ma` with N in the past makes a counter that has already expired: the c and t asked for
+    /// are still returned — its CAS, 0 seconds left (an outside review, mc10).
+    func testMaOfAnAlreadyExpiredCounterReturnsItsCasAndTTL() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir)
+        defer { node.terminate() }
+        mc.send("ma k N-1 v t c k O1\r\n")
+        let line = mc.line()
+        let parts = line.split(separator: " ")
+        XCTAssertEqual(parts.first, "VA", line)
+        XCTAssertTrue(parts.contains("t0"), line)
+        XCTAssertTrue(parts.contains { $0.hasPrefix("c") && UInt64($0.dropFirst()).map { $0 > 0 } == true }, line)
+        XCTAssertTrue(parts.contains("kk") && parts.contains("O1"), line)
+        XCTAssertEqual(mc.line(), "0")
+        mc.send("mg k v\r\n")
+        XCTAssertEqual(mc.line(), "EN", "already expired")
+    }
+
+    /// `flush_all` with a delay over 30 days takes it as a Unix time, as an exptime: one in the
+    /// past flushes now (an outside review, mc10: it was read as seconds from now).
+    func testFlushAllWithAnAbsoluteTimeInThePastFlushesNow() throws {
+        let dir = TempDir()
+        let (node, mc) = try startMemcachedNode(dir)
+        defer { node.terminate() }
+        mc.send("set k 0 0 1\r\na\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        mc.send("flush_all \(Int(Date().timeIntervalSince1970) - 10)\r\n")
+        XCTAssertEqual(mc.line(), "OK")
+        XCTAssertTrue(eventually(5) { mc.send("get k\r\n"); return mc.line() == "END" }, "flushed at once")
+    }
+
     func testEGivesTheItemItsCasWhenNewerAndIsRefusedOtherwise() throws {
         let dir = TempDir()
         let (node, mc) = try startMemcachedNode(dir)
