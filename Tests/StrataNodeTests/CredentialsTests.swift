@@ -111,6 +111,30 @@ final class CredentialsTests: XCTestCase {
         XCTAssertEqual(try admin.get(b("k"), namespace: b("other"))?.value, b("theirs"))
     }
 
+    /// Two cluster nodes with credentials and no node token: the one started first saw its
+    /// peer down (connection refused) and then refused (AUTH_FAILED) — it logs
+    /// `peer_contact_lost` again when the reason changes (an outside review, op7: its only
+    /// line named the refused connection).
+    func testAPeerLostForANewReasonIsLoggedAgain() throws {
+        let dir = TempDir()
+        let path = dir.path + "/users.json"
+        try Data(CredentialsUnitTests.file(Self.users)).write(to: URL(fileURLWithPath: path))
+        let p1 = try MemcachedClientTests.freePort(), p2 = try MemcachedClientTests.freePort()
+        let cluster = "127.0.0.1:\(p1),127.0.0.1:\(p2)"
+        let first = try NodeProcess(dataDir: dir.path + "/a", port: p1,
+                                    extra: ["--credentials", path, "--cluster", cluster, "--sync-interval", "0.3"])
+        XCTAssertTrue(eventually(10, interval: 0.1) { first.stderr.contains("event=peer_contact_lost") }, first.stderr)
+        let second = try NodeProcess(dataDir: dir.path + "/b", port: p2,
+                                     extra: ["--credentials", path, "--cluster", cluster, "--sync-interval", "0.3"])
+        defer { second.terminate() }
+        XCTAssertTrue(eventually(15, interval: 0.2) {
+            first.stderr.split(separator: "\n").contains { $0.contains("event=peer_contact_lost") && $0.contains("AUTH") }
+        }, first.stderr)
+        XCTAssertEqual(first.stderr.split(separator: "\n").filter { $0.contains("event=peer_contact_lost") }.count, 2,
+                       "once per reason, not once per round: \(first.stderr)")
+        first.terminate()
+    }
+
     /// A readwrite user on a cluster node makes at most `--max-flush-marks-per-user` flush
     /// marks: past it its FLUSH of a namespace without one is BUSY (nothing flushed), while
     /// another user and an admin still flush, and the user's flush of a namespace it holds a

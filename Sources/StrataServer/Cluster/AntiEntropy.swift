@@ -73,8 +73,13 @@ final class AntiEntropy: @unchecked Sendable {
     static let formerPatience: Double = 30
     /// Peers whose last round failed (touched by the sync thread only).
     private var outOfContact: Set<String> = []
-    /// Why the last connection to each peer failed (for the `peer_contact_lost` line).
-    private var connectFailure: [String: String] = [:]
+    /// Why the last connection to each peer failed (for the `peer_contact_lost` line), and the
+    /// kind of that failure (a refused connection, AUTH_FAILED, …).
+    private var connectFailure: [String: (message: String, kind: String)] = [:]
+    /// The kind of failure the last `peer_contact_lost` line named for each peer out of contact:
+    /// a different one is logged again (an outside review, op7: a node that first saw its peer
+    /// down never said that the peer later refused its token).
+    private var loggedFailure: [String: String] = [:]
 
     init(view: ClusterView, store: TieredCache, dispatcher: Dispatcher, log: Logger, stats: NodeStats,
          token: [UInt8]?, interval: Double, timeout: Double = 2, tls: TLSClientConfiguration? = nil) {
@@ -145,6 +150,7 @@ final class AntiEntropy: @unchecked Sendable {
     /// unverified until this round (which starts after this call) finishes.
     private func contacted(_ peer: String) {
         connectFailure[peer] = nil
+        loggedFailure[peer] = nil
         if outOfContact.remove(peer) != nil {
             view.unverify(peer: peer)
             log.info("peer_contact_regained", [("peer", peer)])
@@ -155,10 +161,13 @@ final class AntiEntropy: @unchecked Sendable {
     private func lost(_ failed: [String], of peers: Int) {
         let isolated = failed.count * 2 > peers
         for p in failed {
-            if outOfContact.insert(p).inserted {
-                stats.peersLost.add()
+            let kind = connectFailure[p]?.kind ?? "round"
+            let first = outOfContact.insert(p).inserted
+            if first { stats.peersLost.add() }
+            if first || loggedFailure[p] != kind {
+                loggedFailure[p] = kind
                 log.warn("peer_contact_lost", [("peer", p), ("isolated", isolated ? "1" : "0"),
-                                               ("error", connectFailure[p] ?? "the round failed (see sync_failed)")])
+                                               ("error", connectFailure[p]?.message ?? "the round failed (see sync_failed)")])
             }
             if isolated { view.unverify(peer: p) }
         }
@@ -169,7 +178,8 @@ final class AntiEntropy: @unchecked Sendable {
     func round(_ peer: NodeAddress) -> Bool {
         let conn: NodeConnection
         do { conn = try NodeConnection(host: peer.host, port: peer.port, timeout: timeout, token: token, hello: true, tls: tls) } catch {
-            connectFailure[peer.name] = "\(error)"
+            let kind = (error as? ClientError).map { "\($0.kind) \($0.status.map { "\($0)" } ?? "")" } ?? "\(type(of: error))"
+            connectFailure[peer.name] = ("\(error)", kind)
             return false
         }
         defer { conn.close() }
