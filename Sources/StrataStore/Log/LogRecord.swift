@@ -226,3 +226,15 @@ extension Array where Element == UInt8 {
     mutating func storeBE(_ v: UInt32, at i: Int) { for k in 0..<4 { self[i + k] = UInt8((v >> UInt32(24 - 8 * k)) & 0xFF) } }
     mutating func storeBE(_ v: UInt64, at i: Int) { for k in 0..<8 { self[i + k] = UInt8((v >> UInt64(56 - 8 * k)) & 0xFF) } }
 }
+
+extension LogRecord {
+    /// Bytes the record takes in the log (header + body).
+    var encodedSize: Int {
+        switch self {
+        case .put(let p): return LogRecord.headerBytes + 1 + 1 + p.namespace.count + 2 + p.key.count + 8 + 8 + 4 + 1 + 1 + 4 + 2 + p.extended.count + p.stored.count
+        case let .delete(ns, key): return LogRecord.headerBytes + 1 + 1 + ns.count + 2 + key.count
+        case .flushNamespace(let ns): return LogRecord.headerBytes + 2 + ns.count
+        case .flushAll: return LogRecord.headerBytes + 2
+        }
+    }
+}
