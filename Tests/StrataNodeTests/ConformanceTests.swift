@@ -285,7 +285,7 @@ final class ConformanceTests: XCTestCase {
         _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(silent, $0, &len) } }
         let port = UInt16(bigEndian: addr.sin_port)
         let started = Date()
-        let r = try runCLI(["get", "k", "--server", "127.0.0.1:\(port)", "--timeout", "1e-9"])
+        let r = try runCLI(["get", "k", "--server", "127.0.0.1:\(port)", "--timeout", "0.000000001"])
         XCTAssertEqual(r.code, 3, r.err)
         XCTAssertLessThan(Date().timeIntervalSince(started), 5, "it timed out rather than waiting for good")
     }
