@@ -43,7 +43,7 @@ extension Connection: OutputConnection {
     /// the node's output bound holds it), so the input buffer cannot grow without bound, and
     /// stops for good at end of stream (a level-triggered EOF would otherwise wake the loop
     /// forever).
-    var readPaused: Bool { peerFinished || closeAfterFlush || deferredFull || heldByOutput }
+    var readPaused: Bool { peerFinished || closeAfterFlush || deferredFull || heldByOutput || waitsForBufferRoom }
 
     // MARK: Timers and closing
 
@@ -81,6 +81,7 @@ extension Connection: OutputConnection {
             return
         }
         if let first = deferred.first, mayStart(first.request) { resume() }
+        updateInterest() // a read paused for buffer room (`waitsForBufferRoom`) resumes
     }
 
     /// SIGTERM: tells the peer why the connection ends, then closes.

@@ -105,7 +105,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         readWantsWrite = false
         let scratch = node.scratch(for: loop)
         var sawEOF = false
-        while !closed && !readPaused && input.count - inputStart < readTarget() {
+        while !closed && !readPaused && !waitsForBufferRoom && input.count - inputStart < readTarget() {
             let r: IOResult
             do { r = try receive(scratch) } catch {
                 close(reason: "\(error)")

@@ -46,7 +46,7 @@ extension MemcachedConnection: OutputConnection {
     /// wait behind a batch on a worker (so the input cannot grow without bound; below that the
     /// socket stays registered, which spares two `epoll_ctl` calls per durable set), while the
     /// connection is finishing, and for good at end of stream.
-    var readPaused: Bool { peerFinished || closeAfterFlush || !held.isEmpty || busyInputFull }
+    var readPaused: Bool { peerFinished || closeAfterFlush || !held.isEmpty || busyInputFull || waitsForBufferRoom }
 
     /// A batch is on a worker (or a set awaits its log write) and `busyReadAhead` bytes of
     /// input already wait behind it.
@@ -121,6 +121,7 @@ extension MemcachedConnection: OutputConnection {
             process()
             finish()
         }
+        updateInterest() // a read paused for buffer room (`waitsForBufferRoom`) resumes
     }
 
     func closeForShutdown() { closeWithNotice(.shuttingDown, "the node is shutting down", reason: "shutdown") }

@@ -115,7 +115,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         let scratch = node.scratch(for: loop)
         // A complete command always fits in this much (the longest line, a max item, CRLF).
         let bound = node.config.maxItem + (64 << 10) + 4096
-        while !closed && !busyInputFull && held.isEmpty && input.count - inputStart <= bound {
+        while !closed && !busyInputFull && held.isEmpty && !waitsForBufferRoom && input.count - inputStart <= bound {
             let r: IOResult
             do { r = try receive(scratch) } catch {
                 close(reason: "\(error)")

@@ -110,6 +110,19 @@ extension OutputConnection {
         }
     }
 
+    /// `--max-buffered-bytes` holds for requests still arriving too (an outside review, sec7:
+    /// 8–128 connections each part-way through a 32 MiB frame took the buffered bytes to 2 GiB
+    /// past a 1 GiB bound): a connection with input not yet run reads no more while the node's
+    /// buffered bytes — the others' and what this one holds now — are past the bound and other
+    /// connections hold some of them (alone, it reads on: a frame larger than the bound still
+    /// arrives). The rest waits in its socket; `checkTimers` re-arms the read each tick, and
+    /// a frame left waiting past `--frame-timeout` closes its connection as any slow frame.
+    var waitsForBufferRoom: Bool {
+        guard input.count > inputStart else { return false }
+        let others = node.stats.bufferedBytes.load(ordering: .relaxed) - accounted
+        return others > 0 && others + (input.count - inputStart) + heldBytes + output.count > node.config.maxBufferedBytes
+    }
+
     /// Brings the node's buffered bytes (input + held requests + output) up to date with this
     /// connection.
     func updateAccounting() {

@@ -1,0 +1,81 @@
+import Foundation
+import XCTest
+import StrataClient
+import StrataCore
+import TestSupport
+import StrataWire
+
+/// `--max-buffered-bytes` bounds requests still arriving, not only new ones (an outside
+/// review, sec7: 8–128 connections each part-way through a 32 MiB frame, never finished,
+/// took `buffered_bytes` to 1.1–2.2 GiB past the 1 GiB default — a readonly user could do it,
+/// since a frame is read before it is refused). A connection with part of a request buffered
+/// reads no more of it while the node is past the bound and others hold bytes too; the
+/// node still answers PING, and the held requests finish once there is room.
+final class BufferedBoundTests: XCTestCase {
+    private func bufferedBytes(_ c: NodeConnection) -> Int { ((try? nodeStats(c)["buffered_bytes"] as? Int) ?? 0) ?? 0 }
+
+    /// Samples `buffered_bytes` for `seconds` and returns the largest.
+    private func peak(_ c: NodeConnection, seconds: Double) -> Int {
+        var most = 0
+        let end = monotonicSeconds() + seconds
+        while monotonicSeconds() < end {
+            most = max(most, bufferedBytes(c))
+            usleep(20_000)
+        }
+        return most
+    }
+
+    func testFramesPartWayInStopAtTheBound() throws {
+        let bound = 4 << 20
+        let node = try NodeProcess(dataDir: TempDir().path + "/data",
+                                   extra: ["--memcached-port", "0", "--max-buffered-bytes", "4MiB", "--frame-timeout", "4"])
+        defer { node.terminate() }
+        let admin = try node.connect()
+        // Six binary clients send 3 MiB of a 6 MiB SET, six memcached clients 3 MiB of a 6 MiB
+        // set's data block: 36 MiB if every byte sent were buffered.
+        let frame = Request.set(SetRequest(key: b("large"), value: [UInt8](repeating: 1, count: 6 << 20))).frame(id: 1).encoded()
+        let half = Array(frame[0..<(3 << 20)])
+        var binary: [NodeConnection] = []
+        var text: [TextSocket] = []
+        for _ in 0..<6 { binary.append(try node.connect()) }
+        for _ in 0..<6 { text.append(try TextSocket(port: try XCTUnwrap(node.memcachedPort), timeout: 30)) }
+        let block = [UInt8]("set large 0 0 \(6 << 20)\r\n".utf8) + [UInt8](repeating: 2, count: 3 << 20)
+        let sent = Counter()
+        for c in binary {
+            nonisolated(unsafe) let conn = c // one thread sends on it
+            Thread.detachNewThread { _ = try? conn.sendRaw(half); sent.add() }
+        }
+        for t in text {
+            nonisolated(unsafe) let sock = t
+            Thread.detachNewThread { sock.send(block); sent.add() }
+        }
+        // The node buffers up to the bound (plus a read or two); the rest stays in the sockets.
+        XCTAssertTrue(eventually(10, interval: 0.05) { self.bufferedBytes(admin) >= bound }, "the partial frames are not counted")
+        let most = peak(admin, seconds: 2)
+        XCTAssertLessThanOrEqual(most, bound + (1 << 20), "buffered bytes peaked at \(most >> 10) KiB over a \(bound >> 10) KiB bound")
+        // A well-behaved client is still answered.
+        let other = try node.connect()
+        XCTAssertEqual(try other.call(.ping).statusCode, .ok)
+        XCTAssertEqual(try other.call(.get(GetRequest(key: b("k")))).statusCode, .busy, "past the bound, as before")
+        // The held requests are cut at the frame timeout; the node returns under the bound and
+        // serves again.
+        XCTAssertTrue(eventually(15, interval: 0.05) { self.bufferedBytes(admin) < bound })
+        withExtendedLifetime((binary, text)) {}
+        XCTAssertEqual(try other.call(.set(SetRequest(key: b("k"), value: b("v")))).statusCode, .ok)
+        XCTAssertEqual(try other.get(b("k"))?.value, b("v"))
+    }
+
+    /// A frame larger than the bound, alone on the node, still arrives whole and is answered
+    /// (OK, or BUSY when its own bytes put the node past the bound) — not left waiting for
+    /// room that never comes until the frame timeout cuts it.
+    func testAFrameLargerThanTheBoundIsAnsweredWhenAlone() throws {
+        let node = try NodeProcess(dataDir: TempDir().path + "/data", extra: ["--max-buffered-bytes", "1MiB", "--frame-timeout", "30"])
+        defer { node.terminate() }
+        let c = try node.connect()
+        let started = monotonicSeconds()
+        let r = try c.set(SetRequest(key: b("big"), value: [UInt8](repeating: 7, count: 3 << 20)))
+        XCTAssertTrue(r.statusCode == .ok || r.statusCode == .busy, "\(r.statusCode)")
+        XCTAssertLessThan(monotonicSeconds() - started, 10, "answered, not held to the frame timeout")
+        XCTAssertEqual(try c.call(.ping).statusCode, .ok)
+    }
+}
