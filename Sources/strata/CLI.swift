@@ -138,8 +138,11 @@ func checkCommand(_ args: [String]) throws -> Int32 {
     printOut("bad rows      \(r.badRows)")
     printOut("integrity     \(r.integrity.prefix(5).joined(separator: "; "))")
     printOut("schema        \(r.schemaVersion)\(r.schemaProblem.map { " — " + $0 } ?? "")\(r.note.map { " — " + $0 } ?? "")")
+    // Records after damage cannot be read, so are not counted; the next open does not replay
+    // them either (an outside review, dur15: "0 not yet in SQLite" read as nothing lost).
     printOut("log           \(r.logSegments) segments, \(r.logRecords) records, \(r.logUnapplied) not yet in SQLite (replayed at the next open)"
-             + (r.logTornBytes > 0 ? ", \(r.logTornBytes) bytes of a write cut short by a crash at the end (cut at the next open)" : ""))
+             + (r.logTornBytes > 0 ? ", \(r.logTornBytes) bytes of a write cut short by a crash at the end (cut at the next open)" : "")
+             + (r.logDamage.isEmpty ? "" : "; records after the damage below are not counted and will not be replayed"))
     for d in r.logDamage.prefix(10) { printOut("log damage    \(d)") }
     if r.isClean { printOut("clean"); return 0 }
     printErr("strata check: problems found in \(dir)")

@@ -187,6 +187,37 @@ final class CrashTests: XCTestCase {
         XCTAssertEqual(try again.get(Array("k0".utf8))?.value, Array("v".utf8), "what SQLite holds stays")
     }
 
+    /// Outside review dur15 G1: every segment removed — or the whole `log` directory — after
+    /// SQLite had applied part of the log was "clean" to `check` and silent at open (the
+    /// node always keeps its tail segment, so no crash does this). Both now report it.
+    func testARemovedLogIsReported() throws {
+        for removeDirectory in [false, true] {
+            let dir = TempDir()
+            var config = StoreConfiguration(directory: dir.path)
+            let store = try TieredCache(configuration: config)
+            for i in 0..<200 { _ = try store.set(Array("k\(i)".utf8), Array("v".utf8)) }
+            store.close()
+            XCTAssertTrue(try TieredCache.check(directory: dir.path).isClean)
+            let log = dir.path + "/log"
+            if removeDirectory {
+                try FileManager.default.removeItem(atPath: log)
+            } else {
+                for f in try FileManager.default.contentsOfDirectory(atPath: log) { try FileManager.default.removeItem(atPath: log + "/" + f) }
+            }
+            let report = try TieredCache.check(directory: dir.path)
+            XCTAssertFalse(report.isClean, "removed directory: \(removeDirectory)")
+            XCTAssertTrue(report.logDamage.contains { $0.contains("the log was removed") || $0.contains("before the position SQLite has applied") },
+                          "\(report.logDamage)")
+            let lines = LogSink()
+            config.log = { lines.append($0) }
+            let again = try TieredCache(configuration: config)
+            XCTAssertTrue(lines.all.contains { $0.contains("event=log_shorter_than_applied log_end=0") }, "\(lines.all)")
+            XCTAssertEqual(try again.get(Array("k0".utf8))?.value, Array("v".utf8), "what SQLite holds stays")
+            again.close()
+            XCTAssertTrue(try TieredCache.check(directory: dir.path).isClean, "reported once: the log goes on from the applied position")
+        }
+    }
+
     /// Outside review ver4 (dur3 F6): `check` called a directory whose `log` is a file clean
     /// (the node refuses to start), and blamed a damaged header for a database whose pages were
     /// all in a removed WAL (the node starts it afresh from the log).

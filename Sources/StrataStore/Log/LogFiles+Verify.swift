@@ -52,6 +52,11 @@ extension LogFiles {
             case .badHeader(let reason): v.damage.append("\(path): \(reason)")
             }
         }
+        // No segment at all while SQLite applied records from the log: removed by hand (the
+        // node always keeps its tail segment; an outside review, dur15, removed them all).
+        if starts.isEmpty, applied > 0, !handledDamage, v.damage.isEmpty {
+            v.damage.append("\(directory): holds no log segment, but SQLite has applied the log up to \(applied): the log was removed; writes acknowledged after \(applied), if any, are lost")
+        }
         // The log ends before what SQLite applied from it: the last segment was cut short (an
         // outside review truncated it to 0 bytes and `check` called the directory clean).
         if let e = expected, e < applied, !handledDamage, v.damage.isEmpty {

@@ -74,13 +74,14 @@ final class LogFiles: @unchecked Sendable {
         if mkdir(directory, 0o755) != 0 && errno != EEXIST {
             throw StoreError(.directory, "cannot create \(directory): \(String(cString: strerror(errno)))")
         }
-        let hadSegments = !Self.segmentStarts(in: directory).isEmpty
         report = try replay(from: from, clock: clock, visit: visit)
         // New records never take a position SQLite has already applied, nor one a damaged
         // (moved aside) segment used. Without damage, a log that ends before the applied
-        // position was cut short (no crash does that): reported.
+        // position was cut short or removed — no crash does that: the tail segment always
+        // stays (`removeSegments` keeps one) — and is reported (an outside review, dur15: a
+        // removed `log` directory went unnoticed).
         if end < from {
-            if report.damage.isEmpty && hadSegments { report.endsBeforeApplied = end }
+            if report.damage.isEmpty { report.endsBeforeApplied = end }
             end = from; tailAppendable = false
         }
         try openTail()
