@@ -1,8 +1,8 @@
 /// Incremental frame decoder (PROTOCOL.md §2.2). Pure: bytes in, frames out, no I/O.
 ///
 /// `decode` looks at the bytes not yet consumed and returns a frame and how many bytes it
-/// used, or nil when the frame is not complete yet (consuming nothing). The header is
-/// checked as soon as its 32 bytes are present, so an oversized or inconsistent frame is
+/// used, or nil when the frame is not complete yet (consuming nothing). The magic is checked
+/// from the first byte, the rest of the header as soon as its 32 bytes are present, so an oversized or inconsistent frame is
 /// refused before anything is allocated from its claimed lengths. Unknown opcodes and
 /// protocol versions are not the decoder's business: the frame is well formed and the
 /// dispatcher answers it.
@@ -47,7 +47,14 @@ public struct FrameDecoder: Sendable {
 
     /// One frame from the front of `bytes`, or nil if incomplete.
     public func decode(_ bytes: UnsafeRawBufferPointer) throws(WireError) -> (frame: Frame, consumed: Int)? {
-        guard bytes.count >= Wire.headerSize else { return nil }
+        guard bytes.count >= Wire.headerSize else {
+            // The magic is checked from the first byte: a client of another protocol that sends
+            // a short line (memcached's `get foo`) is answered at once, not at the frame timeout.
+            if let first = bytes.first, first != magic {
+                throw WireError(.malformed, "bad magic 0x\(String(first, radix: 16)) (expected 0x\(String(magic, radix: 16)))", fatal: true)
+            }
+            return nil
+        }
         let h = UnsafeRawBufferPointer(rebasing: bytes[0..<Wire.headerSize])
         let body = try checkHeader(h)
         let total = Wire.headerSize + body

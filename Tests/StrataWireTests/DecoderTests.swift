@@ -55,6 +55,19 @@ final class DecoderTests: XCTestCase {
         }
     }
 
+    /// The magic is checked from the first byte (an outside review, sec7: a memcached client's
+    /// `get foo\r\n` waited for the frame timeout); a right first byte waits for the header.
+    func testBadMagicIsRefusedFromTheFirstByte() {
+        XCTAssertThrowsError(try decoder.decode(Array("get foo\r\n".utf8))) { e in
+            let w = e as! WireError
+            XCTAssertEqual(w.status, .malformed)
+            XCTAssertTrue(w.fatal)
+            XCTAssertEqual(w.message, "bad magic 0x67 (expected 0x53)")
+        }
+        XCTAssertNil(try decoder.decode([Wire.requestMagic, 1, 0x10]))
+        XCTAssertNil(try decoder.decode([UInt8]()))
+    }
+
     func testBodyLengthOfAllOnesIsRefusedFromTheHeaderAlone() {
         var header = Array(sample(1).prefix(32))
         header[12] = 0xFF; header[13] = 0xFF; header[14] = 0xFF; header[15] = 0xFF
