@@ -26,6 +26,27 @@ extension MemcachedListener {
         }
         return repair(ItemKey(namespace: namespace, key: key))
     }
+
+    /// What an `incr`/`decr`/`touch`, a conditional store (`add`, `replace`, `cas`, `append`,
+    /// `prepend`) or a meta counter or conditional write answers instead of deciding from a
+    /// possibly old copy: nil when it may decide here. On a `--cluster` node that has not
+    /// verified the key — or whose limits evicted a write of it another replica may still
+    /// hold — the key is first brought up to date from its other replicas (as reads are:
+    /// `repaired`), so the decision is made on the newest copy any of them holds (an outside
+    /// review, cl24/cl25: increments lost, `add` storing over a replica's value); when none of
+    /// them answers, nothing is done and the command is refused.
+    func unverifiedRefusal(_ key: [UInt8]) -> String? {
+        guard !memoryOnly, dispatcher.cluster != nil else { return nil }
+        let evicted = store.evictedDelete(key, namespace: namespace) != nil
+        guard evicted || dispatcher.mustRepairBeforeRead(namespace: namespace, key: key) else { return nil }
+        guard let repair = dispatcher.readRepair, repair(ItemKey(namespace: namespace, key: key)) else {
+            if dispatcher.readRepair == nil { dispatcher.stats?.readRepairFailures.add() }
+            return Self.unverifiedLine
+        }
+        return nil
+    }
+
+    static let unverifiedLine = "SERVER_ERROR unverified: this node has not caught up with the key's other replicas, and none of them answered; nothing was done, retry"
 }
 
 /// What a memcached connection audits about a `flush_all` beyond the line written when it was

@@ -230,14 +230,17 @@ final class MemcachedListener: Sendable {
     func execute(_ c: MemcachedCommand, into out: inout [UInt8], flushAudit: FlushAudit? = nil,
                  mayTakeLeases: Bool = true) -> Bool {
         count(c)
-        // Whatever the outcome, a write revokes the key's read-through lease (a fill loaded
-        // before it must not land) and drops its image variants, as binary writes do. A touch
-        // (touch, gat, mg T) does so itself, when it touched something, at once: a touch that
-        // found nothing wrote nothing, and an `mg … T N/R` keeps the lease it takes after its
-        // touch (an outside review, mc10: the next client got W too).
-        defer { if !Self.touchesOnly(c) { keysWritten(by: c).forEach(written) } }
+        // A write that changed the key revokes its read-through lease (a fill loaded before it
+        // must not land), drops its image variants and is handed on, as binary writes do: a
+        // store that stored, a counter that counted, any delete (it is meant to invalidate,
+        // and leaves a tombstone to hand on). A refused or no-op write keeps the lease (an
+        // outside review, mc11: an `add` answered NOT_STORED let a second client win the
+        // refill). A touch never revokes — the value a fill loaded is still the value — and
+        // hands itself on where it touched something (`touched`).
+        var changed = false
+        defer { if changed { keysWritten(by: c).forEach(written) } }
         do {
-            return try run(c, into: &out, flushAudit: flushAudit, mayTakeLeases: mayTakeLeases)
+            return try run(c, into: &out, flushAudit: flushAudit, mayTakeLeases: mayTakeLeases, changed: &changed)
         } catch let e as StoreError {
             error(serverErrorLine(e), noreply: c.noreply, into: &out)
         } catch {
@@ -266,9 +269,9 @@ final class MemcachedListener: Sendable {
         count(.store(s))
         do {
             try store.submitSet(s.key, s.value, namespace: namespace, options: o, quickCompletion: true, flushLater: true) { [self] result in
-                written(s.key)
                 switch result {
                 case .success(.stored):
+                    written(s.key)
                     totalItems.add()
                     done(s.noreply ? nil : "STORED")
                 case .success: done(s.noreply ? nil : "NOT_STORED")
@@ -279,7 +282,6 @@ final class MemcachedListener: Sendable {
             }
             return .submitted
         } catch let e as StoreError {
-            written(s.key)
             return .failed(serverErrorLine(e))
         } catch {
             return .failed("SERVER_ERROR \(error)")
@@ -302,15 +304,6 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    /// Whether `c` writes only by touching (touch, gat/gats, mg with T).
-    static func touchesOnly(_ c: MemcachedCommand) -> Bool {
-        switch c {
-        case .touch, .gat: return true
-        case .meta(let m): return m.verb == .get
-        default: return false
-        }
-    }
-
     /// Whether a command changes anything (a readonly user's are refused): every command that
     /// writes keys, flush_all, and mg with N or R (a lease: the promise to fill the key).
     func writes(_ c: MemcachedCommand) -> Bool {
@@ -320,10 +313,15 @@ final class MemcachedListener: Sendable {
     }
 
     func written(_ key: [UInt8]) {
-        let id = ItemKey(namespace: namespace, key: key)
-        dispatcher.leases.revoke(id)
-        dispatcher.originalChanged(id)
-        // The key's other replicas on a cluster node (the version is looked up when sent).
+        dispatcher.leases.revoke(ItemKey(namespace: namespace, key: key))
+        touched(key)
+    }
+
+    /// A touch that touched the key (touch, gat, mg T), and the rest of every write: the key's
+    /// image variants dropped (as a binary TOUCH does) and the write handed on to the key's
+    /// other replicas on a cluster node (the version is looked up when sent). No lease revoked.
+    func touched(_ key: [UInt8]) {
+        dispatcher.originalChanged(ItemKey(namespace: namespace, key: key))
         dispatcher.replicated(namespace, key, 0, tiers: tiers)
     }
 
@@ -347,7 +345,8 @@ final class MemcachedListener: Sendable {
         }
     }
 
-    private func run(_ c: MemcachedCommand, into out: inout [UInt8], flushAudit: FlushAudit?, mayTakeLeases: Bool) throws -> Bool {
+    private func run(_ c: MemcachedCommand, into out: inout [UInt8], flushAudit: FlushAudit?, mayTakeLeases: Bool,
+                     changed: inout Bool) throws -> Bool {
         func reply(_ s: String, _ noreply: Bool) { if !noreply { MemcachedResponse.line(s, into: &out) } }
         switch c {
         case .get(let keys, let cas):
@@ -355,20 +354,26 @@ final class MemcachedListener: Sendable {
         case .gat(let exptime, let keys, let cas):
             try retrieve(keys, cas: cas, touch: expiry(exptime), into: &out)
         case .store(let s):
+            if s.verb != .set, let refused = unverifiedRefusal(s.key) { error(refused, noreply: s.noreply, into: &out); return true }
             let answer = try storeCommand(s)
+            changed = answer == "STORED"
             if answer.hasPrefix("SERVER_ERROR") { error(answer, noreply: s.noreply, into: &out) } else { reply(answer, s.noreply) }
         case .tooLarge(let key, _, _, let noreply):
             try unlinkAfterTooLarge(key)
+            changed = true
             error("SERVER_ERROR object too large for cache", noreply: noreply, into: &out)
         case .delete(let key, let noreply):
+            changed = true
             let r = try store.remove(key, namespace: namespace, tiers: tiers, version: deleteVersion(nil))
             if r == .removed { deleteHits.add() } else { deleteMisses.add() }
             reply(r == .removed ? "DELETED" : "NOT_FOUND", noreply)
         case .arithmetic(let key, let delta, let increment, let noreply):
+            if let refused = unverifiedRefusal(key) { error(refused, noreply: noreply, into: &out); return true }
             let r = increment ? try store.increment(key, by: delta, namespace: namespace, tiers: tiers)
                               : try store.decrement(key, by: delta, namespace: namespace, tiers: tiers)
             switch r {
             case .value(let v, _):
+                changed = true
                 (increment ? incrHits : decrHits).add()
                 reply(String(v), noreply)
             case .notFound:
@@ -381,8 +386,9 @@ final class MemcachedListener: Sendable {
                 reply("SERVER_ERROR superseded", noreply) // never: the text protocol names no version
             }
         case .touch(let key, let exptime, let noreply):
+            if let refused = unverifiedRefusal(key) { error(refused, noreply: noreply, into: &out); return true }
             let v = try store.touchVersioned(key, namespace: namespace, expiry: expiry(exptime), tiers: tiers)
-            if v != nil { touchHits.add(); written(key) } else { touchMisses.add() }
+            if v != nil { touchHits.add(); touched(key) } else { touchMisses.add() }
             reply(v != nil ? "TOUCHED" : "NOT_FOUND", noreply)
         case .flushAll(let asked, let noreply):
             let generation = flushGeneration.add(1, ordering: .relaxed).newValue
@@ -422,7 +428,7 @@ final class MemcachedListener: Sendable {
         case .quit:
             return false
         case .meta(let m):
-            try meta(m, into: &out, mayTakeLeases: mayTakeLeases)
+            try meta(m, into: &out, mayTakeLeases: mayTakeLeases, changed: &changed)
         }
         return true
     }
@@ -449,7 +455,7 @@ final class MemcachedListener: Sendable {
             if touch != nil {
                 if let v = try store.touchVersioned(k, namespace: namespace, expiry: touch!, tiers: tiers), v > 0 {
                     touchHits.add()
-                    written(k)
+                    touched(k)
                 } else { touchMisses.add() }
             }
             // gat/gats keys count under touch only (above), as memcached counts them.

@@ -8,10 +8,12 @@ import StrataWire
 extension MemcachedListener {
     /// `mayTakeLeases`: false for a user who may not write the listener's namespace (a
     /// readonly user): a stale item is served with X but no W/Z — a lease is a promise to fill.
-    func meta(_ m: MemcachedMeta, into out: inout [UInt8], mayTakeLeases: Bool = true) throws {
+    /// `changed`: set when the command changed the key (an `ms` that stored, an `ma` that
+    /// counted, an `md` that was not refused): `execute` then revokes its lease and hands it on.
+    func meta(_ m: MemcachedMeta, into out: inout [UInt8], mayTakeLeases: Bool = true, changed: inout Bool) throws {
         if let refusal = Self.unsupported(m) { return error(refusal, into: &out) }
         do {
-            try runMeta(m, into: &out, mayTakeLeases: mayTakeLeases)
+            try runMeta(m, into: &out, mayTakeLeases: mayTakeLeases, changed: &changed)
         } catch let e as StoreError where e.code == .invalidArgument {
             // A bad E version (too far ahead of the node's clock), a bad key: the client's.
             error("CLIENT_ERROR \(e.message)", into: &out)
@@ -39,7 +41,7 @@ extension MemcachedListener {
         return nil
     }
 
-    private func runMeta(_ m: MemcachedMeta, into out: inout [UInt8], mayTakeLeases: Bool) throws {
+    private func runMeta(_ m: MemcachedMeta, into out: inout [UInt8], mayTakeLeases: Bool, changed: inout Bool) throws {
         let quiet = m.has("q")
         switch m.verb {
         case .noop:
@@ -47,17 +49,24 @@ extension MemcachedListener {
         case .get:
             try metaGet(m, quiet: quiet, into: &out, mayTakeLeases: mayTakeLeases)
         case .set:
+            // A mode other than set, or C: decided from this node's copy (`unverifiedRefusal`).
+            if m.token("M").map({ $0 != [UInt8(ascii: "S")] && $0 != [UInt8(ascii: "s")] }) == true || m.number("C") != .absent,
+               let refused = unverifiedRefusal(m.key) { return error(refused, into: &out) }
             let (code, item) = try metaSet(m)
+            changed = code == "HD"
             if code.hasPrefix("SERVER_ERROR") || code.hasPrefix("CLIENT_ERROR") { return error(code, into: &out) }
             if quiet && code == "HD" { return }
             MemcachedResponse.line(code + returnFlags(m, item: item, allowed: "bkcOs"), into: &out)
         case .delete:
+            if m.number("C") != .absent, let refused = unverifiedRefusal(m.key) { return error(refused, into: &out) }
             let code = try metaDelete(m)
+            changed = code == "HD" || code == "NF"
             if code.hasPrefix("CLIENT_ERROR") { return error(code, into: &out) }
             if quiet && (code == "HD" || code == "NF") { return }
             MemcachedResponse.line(code + returnFlags(m, item: nil, allowed: "bkO"), into: &out)
         case .arithmetic:
-            try metaArithmetic(m, quiet: quiet, into: &out)
+            if let refused = unverifiedRefusal(m.key) { return error(refused, into: &out) }
+            changed = try metaArithmetic(m, quiet: quiet, into: &out)
         case .debug:
             guard let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
                 MemcachedResponse.line("EN", into: &out)
@@ -114,11 +123,18 @@ extension MemcachedListener {
         // A key this node has not verified is read from its replicas first (`repaired`); none
         // answering, it is a miss (and not touched: the copy here may be old).
         let known = repaired(m.key)
+        // R is judged on the TTL the item had before this command's own touch (T): otherwise
+        // `mg k R30 T100` of an item with 10 s left never won its refresh (an outside review, mc11).
+        var inRefreshWindow = false
+        if known, case .value(let r) = m.number("R"), m.number("T") != .absent,
+           let before = try store.get(m.key, namespace: namespace, tiers: tiers), !before.negative, before.expiresAt != nil {
+            inRefreshWindow = ttl(before) < r
+        }
         if known, case .value(let t) = m.number("T") {
-            // The touch revokes the key's lease now, before this command takes one (below).
+            // A touch revokes no lease (`touched`): a win handed out before stands.
             if try store.touchVersioned(m.key, namespace: namespace, expiry: expiry(t), tiers: tiers) != nil {
                 touchHits.add()
-                written(m.key)
+                touched(m.key)
             } else { touchMisses.add() }
         }
         guard known, let item = try store.get(m.key, namespace: namespace, tiers: tiers), !item.negative else {
@@ -140,7 +156,7 @@ extension MemcachedListener {
         var flags = returnFlags(m, item: item, allowed: "bkcfOstv")
         // A stale (invalidated) item is served with X, and one client wins its refill (W);
         // R<seconds>: so is an item that expires within that many seconds.
-        var recache = item.stale
+        var recache = item.stale || inRefreshWindow
         if case .value(let r) = m.number("R"), item.expiresAt != nil, ttl(item) < r { recache = true }
         // Not for a user who may not fill it (outside review sec3: a readonly user's plain `mg`
         // of stale items took every lease, and no writer could refresh them).
@@ -297,20 +313,22 @@ extension MemcachedListener {
         }
     }
 
-    private func metaArithmetic(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws {
+    /// True when the counter changed.
+    @discardableResult
+    private func metaArithmetic(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws -> Bool {
         let delta = m.number("D"), initial = m.number("J"), vivify = m.number("N")
         guard delta != .invalid, initial != .invalid, vivify != .invalid,
               delta == .absent || delta.uint64 != nil, initial == .absent || initial.uint64 != nil else {
-            return error("CLIENT_ERROR bad token in command line format", into: &out)
+            error("CLIENT_ERROR bad token in command line format", into: &out); return false
         }
         // A mode is one character (memcached refuses `M`, `MIncr`).
-        if let t = m.token("M"), t.count != 1 { return error("CLIENT_ERROR incorrect length for M token", into: &out) }
+        if let t = m.token("M"), t.count != 1 { error("CLIENT_ERROR invalid or duplicate flag", into: &out); return false }
         let mode = m.token("M").flatMap { $0.first } ?? UInt8(ascii: "I")
         let increment: Bool
         switch mode {
         case UInt8(ascii: "I"), UInt8(ascii: "i"), UInt8(ascii: "+"): increment = true
         case UInt8(ascii: "D"), UInt8(ascii: "d"), UInt8(ascii: "-"): increment = false
-        default: return error("CLIENT_ERROR invalid mode for ma M token", into: &out)
+        default: error("CLIENT_ERROR invalid mode for ma M token", into: &out); return false
         }
         var start: UInt64? = nil
         var exp: Expiry = .storeDefault
@@ -320,7 +338,7 @@ extension MemcachedListener {
         }
         let d = delta.uint64 ?? 1
         let cas = m.number("C")
-        guard cas == .absent || cas.uint64 != nil else { return error("CLIENT_ERROR bad token in command line format", into: &out) }
+        guard cas == .absent || cas.uint64 != nil else { error("CLIENT_ERROR bad token in command line format", into: &out); return false }
         let r: CounterOutcome
         if let c = cas.uint64 {
             // C: only while the item's CAS is still c (EX when not, NF without one).
@@ -328,7 +346,7 @@ extension MemcachedListener {
             case .outcome(let o): r = o
             case .mismatch:
                 MemcachedResponse.line("EX" + returnFlags(m, item: nil, allowed: "bkO"), into: &out) // a failure: shown even with q
-                return
+                return false
             }
         } else {
             r = increment ? try store.increment(m.key, by: d, namespace: namespace, tiers: tiers, initial: start, expiry: exp)
@@ -351,7 +369,7 @@ extension MemcachedListener {
             // left out).
             let flags = returnFlags(m, item: item, allowed: "bkcOt", gone: version)
             // q: a success is not answered, with v too (as memcached).
-            if quiet { return }
+            if quiet { return true }
             if m.has("v") {
                 let digits = String(v)
                 MemcachedResponse.line("VA \(digits.utf8.count)" + flags, into: &out)
@@ -359,7 +377,9 @@ extension MemcachedListener {
             } else {
                 MemcachedResponse.line("HD" + flags, into: &out)
             }
+            return true
         }
+        return false
     }
 
     enum CasCounter { case outcome(CounterOutcome), mismatch }

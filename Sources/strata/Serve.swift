@@ -124,12 +124,16 @@ func serveCommand(_ args: [String]) throws -> Int32 {
 
     var config = NodeConfiguration()
     config.insecure = insecure
-    do { try apply(settings, to: &config) } catch let e as UsageError {
-        // A value from the environment or the file is named as the operator wrote it.
-        for (name, source) in sources where e.message.hasPrefix("--\(name) ") {
-            throw UsageError(message: "\(source) (--\(name))" + e.message.dropFirst(name.count + 2))
+    // A setting from the environment or the file is named as the operator wrote it — in value
+    // errors and in the node's own checks (`--x needs --y`; an outside review, op7).
+    func named(_ message: String) -> String? {
+        for (name, source) in sources where message.hasPrefix("--\(name) ") || message.hasPrefix("--\(name):") {
+            return "\(source) (--\(name))" + message.dropFirst(name.count + 2)
         }
-        throw e
+        return nil
+    }
+    do { try apply(settings, to: &config) } catch let e as UsageError {
+        throw named(e.message).map { UsageError(message: $0) } ?? e
     }
 
     // Signals are blocked before any thread starts, so every thread inherits the mask and
@@ -141,7 +145,10 @@ func serveCommand(_ args: [String]) throws -> Int32 {
     sigaddset(&set, SIGHUP)
     pthread_sigmask(SIG_BLOCK, &set, nil)
 
-    let node = try Node(config: config)
+    let node: Node
+    do { node = try Node(config: config) } catch let e as NodeError where e.exitCode == 2 {
+        throw named(e.message).map { NodeError(exitCode: 2, $0) } ?? e
+    }
     try node.start()
     let listenHost = config.host.contains(":") ? "[\(config.host)]" : config.host // an IPv6 address in brackets
     printOut("strata \(Node.version) listening on \(listenHost):\(config.tlsOnly ? node.tlsPort! : node.port), data in \(config.dataDirectory)")

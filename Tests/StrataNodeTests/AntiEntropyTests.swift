@@ -220,17 +220,15 @@ final class AntiEntropyTests: XCTestCase {
         XCTAssertEqual(try nodeStats(c1)["sync_pushed"] as? Int ?? -1, pushed, "evicted items were copied back to node 0")
     }
 
-    /// A key the owner's limits evicted while a replica still holds it is decided from the
-    /// replica's copy: the client brings the owner up to date first, and the owner takes that
-    /// very write back (an outside review, cl24: the owner refused it and decided incr, add,
-    /// replace and cas as if the key were absent — 12–14 of 14 increments lost).
-    func testAnOwnerThatEvictedAKeyDecidesFromTheReplicasCopy() throws {
+    /// Two nodes; node 0 (count limits 20 on disk, 16 in memory) owns three keys set to "5" by
+    /// a client with ack all, then evicts them from both tiers under 200 fillers; node 1 keeps them.
+    private func evictingOwner(prefix: String, more: [String] = []) throws -> (SyncCluster, [String], ClusterClient) {
         let cluster = try SyncCluster(count: 2, members: [])
         let all = [0, 1]
-        try cluster.start(0, members: all, more: ["--disk-count-limit", "20", "--memory-count-limit", "16"])
+        try cluster.start(0, members: all, more: ["--disk-count-limit", "20", "--memory-count-limit", "16"] + more)
         try cluster.start(1, members: all)
         XCTAssertTrue(eventually(20, interval: 0.1) { all.allSatisfy(cluster.verified) })
-        let keys = (0..<60).map { "ctr\($0)" }.filter { cluster.replicaSet($0, all).first == 0 }.prefix(3)
+        let keys = Array((0..<60).map { "\(prefix)\($0)" }.filter { cluster.replicaSet($0, all).first == 0 }.prefix(3))
         XCTAssertEqual(keys.count, 3)
         let writer = try cluster.client(all) { $0.ack = .all }
         for k in keys { _ = try writer.set(b(k), b("5")) }
@@ -239,6 +237,17 @@ final class AntiEntropyTests: XCTestCase {
         XCTAssertTrue(eventually(20, interval: 0.1) {
             keys.allSatisfy { (try? c0.get(b($0), tiers: 2)) == .some(nil) && (try? c0.get(b($0), tiers: 1)) == .some(nil) }
         }, "node 0 evicted the counters from both tiers")
+        return (cluster, keys, writer)
+    }
+
+    /// A key the owner's limits evicted while a replica still holds it is decided from the
+    /// replica's copy: the client brings the owner up to date first, and the owner takes that
+    /// very write back (an outside review, cl24: the owner refused it and decided incr, add,
+    /// replace and cas as if the key were absent — 12–14 of 14 increments lost).
+    func testAnOwnerThatEvictedAKeyDecidesFromTheReplicasCopy() throws {
+        let (cluster, keys, writer) = try evictingOwner(prefix: "ctr")
+        let all = [0, 1]
+        let c0 = try cluster.connect(0)
         for k in keys {
             XCTAssertEqual(try writer.counter(b(k), delta: 1), 6, "\(k): decided as if absent")
         }
@@ -250,6 +259,24 @@ final class AntiEntropyTests: XCTestCase {
         Thread.sleep(forTimeInterval: 1.5)
         XCTAssertEqual(try nodeStats(c0)["sync_pulled"] as? Int ?? -1, pulled, "evicted items were copied back to node 0")
         XCTAssertEqual(try nodeStats(cluster.connect(1))["sync_pushed"] as? Int ?? -1, pushed, "evicted items were pushed back to node 0")
+    }
+
+    /// The memcached listener of an owner that evicted a key decides counters and conditional
+    /// writes from the replica's copy too: it reads the key from the replica first (an outside
+    /// review, cl25 M1: `add` stored over the replica's value on 20 of 20 such keys, `incr`
+    /// answered NOT_FOUND).
+    func testTheMemcachedListenerOfAnEvictingOwnerDecidesFromTheReplicasCopy() throws {
+        let mport = try MemcachedClientTests.freePort()
+        let (cluster, keys, writer) = try evictingOwner(prefix: "mctr", more: ["--memcached-port", String(mport)])
+        defer { withExtendedLifetime(cluster) {} } // its nodes run while it lives
+        let mc = try TextSocket(port: mport, timeout: 10)
+        mc.send("incr \(keys[0]) 1\r\n")
+        XCTAssertEqual(mc.line(), "6", "decided from the replica's 5, not as absent")
+        mc.send("add \(keys[1]) 0 0 1\r\nz\r\n")
+        XCTAssertEqual(mc.line(), "NOT_STORED", "the key is present on the replica")
+        mc.send("replace \(keys[2]) 0 0 1\r\n7\r\n")
+        XCTAssertEqual(mc.line(), "STORED")
+        XCTAssertEqual(try writer.get(b(keys[1]))?.value, b("5"), "the replica's value stands")
     }
 
     /// A value a peer holds that is over this node's largest stored item (a smaller disk limit)

@@ -87,6 +87,11 @@ final class CLIEdgeTests: XCTestCase {
             XCTAssertTrue(r.err.contains("--default-ttl must be a number of seconds"), r.err)
         }
         // A --cluster list file that cannot be read is a setting to fix: exit 2, as for other files (nu4).
+        // The node's own checks name a setting from the file as written there (op7).
+        try "{\"memcached_namespace\": \"x\"}".write(toFile: dir.path + "/dep.json", atomically: true, encoding: .utf8)
+        let dep = try runCLI(["serve", "--config", dir.path + "/dep.json", "--data", TempDir().path, "--port", "0"])
+        XCTAssertEqual(dep.code, 2, dep.err)
+        XCTAssertTrue(dep.err.contains("config 'memcached_namespace' in '\(dir.path)/dep.json' (--memcached-namespace) needs --memcached-port"), dep.err)
         let noList = try runCLI(["serve", "--cluster", "file:" + dir.path + "/no-list", "--data", TempDir().path, "--port", "0"])
         XCTAssertEqual(noList.code, 2, noList.err)
         XCTAssertTrue(noList.err.contains("cannot read \(dir.path)/no-list"), noList.err)

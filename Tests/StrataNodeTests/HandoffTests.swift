@@ -225,9 +225,11 @@ final class HandoffTests: XCTestCase {
         XCTAssertTrue(eventually(20, interval: 0.1) { cluster.verified(0) && cluster.verified(1) })
         let writer = try cluster.client([0, 1]) { $0.ack = .all }
         for k in ["r1", "r2"] { _ = try writer.set(b(k), b("v1")) }
+        _ = try writer.set(b("n"), b("10"))
         cluster.kill(1)
         let one = try cluster.client([0, 1]) { $0.ack = .one; $0.timeout = 0.5 }
         for k in ["r1", "r2"] { _ = try one.set(b(k), b("v2")) }
+        _ = try one.set(b("n"), b("15"))
         // Node 0 stopped: node 1 comes back with v1 and can verify nothing.
         let pid0 = try XCTUnwrap(cluster.nodes[0]).process.processIdentifier
         kill(pid0, SIGSTOP)
@@ -238,6 +240,13 @@ final class HandoffTests: XCTestCase {
         XCTAssertEqual(m1.line(), "END", "an unverified node whose peers do not answer answers a miss, not its old v1")
         m1.send("mg r1 v\r\n")
         XCTAssertEqual(m1.line(), "EN")
+        // Counters, touches and conditional writes are not decided from the old copy either:
+        // with no replica answering they are refused and change nothing (cl24/cl25: increments
+        // lost, add storing over a replica's value).
+        for command in ["incr n 1\r\n", "touch n 100\r\n", "add fresh 0 0 1\r\nx\r\n", "ma n\r\n", "ms n 2 MR\r\n16\r\n"] {
+            m1.send(command)
+            XCTAssertTrue(m1.line().hasPrefix("SERVER_ERROR unverified"), command)
+        }
         // The stopped replica is skipped for a while once it did not answer: a 40-key get does
         // not wait for it 40 times (mc8: 2 s per key, a 60-key get 121 s).
         let t0 = monotonicSeconds()
@@ -260,6 +269,13 @@ final class HandoffTests: XCTestCase {
             return value == "v2"
         }, "\(answers)")
         XCTAssertFalse(answers.contains("v1"), "\(answers)")
+        // The counter goes on from the replica's 15, not the restarted node's 10.
+        XCTAssertTrue(eventually(10, interval: 0.2) {
+            m1.send("incr n 1\r\n")
+            let line = m1.line()
+            XCTAssertTrue(line == "16" || line.hasPrefix("SERVER_ERROR unverified"), line)
+            return line == "16"
+        })
     }
 
     /// SYNC_CHECK (§7.19): the answer names the entries the node lacks, to any requester.

@@ -65,12 +65,40 @@ final class MemcachedMetaFlagTests: XCTestCase {
         b.send("mg n N30 v\r\n")
         XCTAssertEqual(b.line(), "VA 0 Z")
         XCTAssertEqual(b.line(), "")
-        // A touch that did touch still revokes: the next miss-or-stale reader wins again.
-        a.send("touch s 100\r\n")
+        // A touch that touched revokes nothing either (the value a fill loads is still the
+        // value), and neither does another reader's T (an outside review, mc11: every reader
+        // sending T won).
+        a.send("touch s 100\r\ngat 100 s\r\n")
         XCTAssertEqual(a.line(), "TOUCHED")
+        XCTAssertEqual(a.line(), "VALUE s 0 1")
+        XCTAssertEqual(a.line(), "x")
+        XCTAssertEqual(a.line(), "END")
+        for _ in 0..<3 {
+            b.send("mg s T30 v\r\n")
+            XCTAssertEqual(b.line(), "VA 1 Z X")
+            XCTAssertEqual(b.line(), "x")
+        }
+        // Refused and no-op writes keep the winner's lease (mc11): the next reader still gets Z.
+        b.send("ms s 1 C1\r\ny\r\nadd s 0 0 1\r\ny\r\ncas s 0 0 1 1\r\ny\r\nincr s 1\r\nms s 1 ME\r\ny\r\n")
+        XCTAssertEqual(b.line(), "EX")
+        XCTAssertEqual(b.line(), "NOT_STORED")
+        XCTAssertEqual(b.line(), "EXISTS")
+        XCTAssertEqual(b.line(), "CLIENT_ERROR cannot increment or decrement non-numeric value")
+        XCTAssertEqual(b.line(), "NS")
         b.send("mg s v\r\n")
-        XCTAssertEqual(b.line(), "VA 1 W X")
+        XCTAssertEqual(b.line(), "VA 1 Z X", "the refused writes left A's lease")
         XCTAssertEqual(b.line(), "x")
+        // A write that stored revokes it: the next reader of the (no longer stale) item wins nothing.
+        b.send("set s 0 0 1\r\nz\r\nmg s v\r\n")
+        XCTAssertEqual(b.line(), "STORED")
+        XCTAssertEqual(b.line(), "VA 1")
+        XCTAssertEqual(b.line(), "z")
+        // R is judged on the TTL before the command's own touch: an item with 10 s left wins
+        // its refresh with `mg k R30 T100`.
+        a.send("ms w 1 T10\r\nx\r\nmg w R30 T100 v\r\n")
+        XCTAssertEqual(a.line(), "HD")
+        XCTAssertEqual(a.line(), "VA 1 W")
+        XCTAssertEqual(a.line(), "x")
     }
 
     /// `ma` with N in the past makes a counter that has already expired: the c and t asked for

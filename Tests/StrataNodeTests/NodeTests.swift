@@ -684,7 +684,8 @@ final class DeployLintTests: XCTestCase {
         let panels = try XCTUnwrap(dash["panels"] as? [[String: Any]])
         XCTAssertGreaterThanOrEqual(panels.count, 6)
         let dir = TempDir()
-        let node = try NodeProcess(dataDir: dir.path, extra: ["--metrics-port", "0"])
+        // The memcached panel's series exist on a node with the listener.
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--metrics-port", "0", "--memcached-port", "0"])
         let port = try XCTUnwrap(node.metricsPort)
         let (_, metrics) = try run("/usr/bin/env", ["python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:\(port)/metrics', timeout=5).read().decode())"], in: dir.path)
         let text = String(decoding: data, as: UTF8.self)
