@@ -63,7 +63,7 @@ extension Connection {
         let op = input.withUnsafeBytes { $0[inputStart + 2] }
         guard op == Opcode.get.rawValue else { return false }
         let node = self.node
-        return userGeneration == node.credentials.generation && !node.draining && !node.overloaded
+        return userGeneration == node.credentials.generation && !node.draining && !othersOverBufferBound
     }
 
     /// The plain GET at `at` in `all`, if a whole one is there: where its namespace and key

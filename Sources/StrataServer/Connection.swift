@@ -105,7 +105,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         readWantsWrite = false
         let scratch = node.scratch(for: loop)
         var sawEOF = false
-        while !closed && !readPaused && !waitsForBufferRoom && input.count - inputStart < readTarget() {
+        while !closed && !readPaused && readMayGoOn() && input.count - inputStart < readTarget() {
             let r: IOResult
             do { r = try receive(scratch) } catch {
                 close(reason: "\(error)")
@@ -362,7 +362,7 @@ final class Connection: EventHandler, @unchecked Sendable {
         default:
             break
         }
-        if node.overloaded {
+        if othersOverBufferBound {
             node.stats.busyRefusals.add(1, ordering: .relaxed)
             send(Responses.error(to: f, .busy, "the node is at its buffered-bytes limit; retry later"))
             return

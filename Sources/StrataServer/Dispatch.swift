@@ -414,7 +414,9 @@ final class Dispatcher: @unchecked Sendable {
         } catch let e as StoreError {
             // The store's own BUSY (a capacity bound: flush marks, write-behind) counts as the
             // node's BUSY answers do.
-            if e.code == .busy { stats?.busyRefusals.add(1, ordering: .relaxed) }
+            // A read that bailed from the event loop (`InlineDiskRead`) is no refusal: it runs
+            // again on a worker (an outside review, sec8: busy_refusals rose with disk hits).
+            if e.code == .busy && !InlineDiskRead.hasBailed { stats?.busyRefusals.add(1, ordering: .relaxed) }
             return Responses.error(to: f, refusalStatus(for: e), e.message)
         } catch {
             return Responses.error(to: f, .serverError, "\(error)")

@@ -115,7 +115,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
         let scratch = node.scratch(for: loop)
         // A complete command always fits in this much (the longest line, a max item, CRLF).
         let bound = node.config.maxItem + (64 << 10) + 4096
-        while !closed && !busyInputFull && held.isEmpty && !waitsForBufferRoom && input.count - inputStart <= bound {
+        while !closed && !busyInputFull && held.isEmpty && readMayGoOn() && input.count - inputStart <= bound {
             let r: IOResult
             do { r = try receive(scratch) } catch {
                 close(reason: "\(error)")
@@ -218,7 +218,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     /// live in memory, a draining node or an output bound that holds values back; the general
     /// path then runs the command as before.
     private func answerGetInPlace() -> Bool {
-        guard !node.draining, !node.outputBudget.over, !node.overloaded, output.count < node.outputBudget.share else { return false }
+        guard !node.draining, !node.outputBudget.over, !othersOverBufferBound, output.count < node.outputBudget.share else { return false }
         let before = output.count
         var consumed = 0
         let hit = input.withUnsafeBytes { raw -> Bool in
@@ -252,7 +252,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
             case .command(let c, _):
                 // Past the node's buffered-bytes bound only what holds no data runs (as the
                 // binary listener's PING, STATS and HELLO).
-                if node.overloaded && !MemcachedListener.runsWhenOverloaded(c) {
+                if othersOverBufferBound && !MemcachedListener.runsWhenOverloaded(c) {
                     node.stats.busyRefusals.add(1, ordering: .relaxed)
                     flushAudit(c)?.refused(Self.overloadedLine) // audited as asked when parsed (an outside review, mc7)
                     emit { listener.error(Self.overloadedLine, noreply: c.noreply, into: &$0) }
@@ -357,7 +357,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
     static let overloadedLine = "SERVER_ERROR busy: the node is at its buffered-bytes limit; retry later"
 
     private func submit(_ rest: [MemcachedParse]) {
-        if node.overloaded {
+        if othersOverBufferBound {
             node.stats.busyRefusals.add(1, ordering: .relaxed)
             for case .command(let c, _) in rest { flushAudit(c)?.refused(Self.overloadedLine) }
             emit { out in for p in rest { self.listener.error(Self.overloadedLine, noreply: Self.noreply(p), into: &out) } }

@@ -157,7 +157,8 @@ extension MemcachedListener {
         // A stale (invalidated) item is served with X, and one client wins its refill (W);
         // R<seconds>: so is an item that expires within that many seconds.
         var recache = item.stale || inRefreshWindow
-        if case .value(let r) = m.number("R"), item.expiresAt != nil, ttl(item) < r { recache = true }
+        // (With T the window was judged above, on the TTL before the touch.)
+        if case .value(let r) = m.number("R"), m.number("T") == .absent, item.expiresAt != nil, ttl(item) < r { recache = true }
         // Not for a user who may not fill it (outside review sec3: a readonly user's plain `mg`
         // of stale items took every lease, and no writer could refresh them).
         if recache && mayTakeLeases { flags += win(m.key) }

@@ -279,7 +279,6 @@ public final class Node: @unchecked Sendable {
 
     /// Trims the heap after heavy traffic (`MemoryRelease`).
     let memoryRelease = MemoryRelease()
-    var overloaded: Bool { stats.bufferedBytes.load(ordering: .relaxed) > config.maxBufferedBytes }
 
     // MARK: Connections (each loop's own map, touched on that loop only)
 

@@ -123,6 +123,25 @@ extension OutputConnection {
         return others > 0 && others + (input.count - inputStart) + heldBytes + output.count > node.config.maxBufferedBytes
     }
 
+    /// The read loops' test: whether to read more now. With input already read in this pass,
+    /// the node's count is brought up to date first, so event loops reading side by side see
+    /// each other's bytes as they arrive (an outside review, sec8: two loops overshot a 64 MiB
+    /// bound by up to 6.9 MiB, each counting the other's reads only at the end of its pass).
+    func readMayGoOn() -> Bool {
+        guard input.count > inputStart else { return true }
+        updateAccounting()
+        return !waitsForBufferRoom
+    }
+
+    /// Whether the other connections' buffered bytes are past `--max-buffered-bytes`: requests
+    /// that hold data are then answered BUSY. The connection's own bytes — the request itself
+    /// — do not count, so a request larger than the bound, alone on the node, is answered, not
+    /// refused (sec8: OK or BUSY by timing). One connection's own bytes are bounded anyway
+    /// (a frame or the read-ahead, its deferred requests, `--output-cap`).
+    var othersOverBufferBound: Bool {
+        node.stats.bufferedBytes.load(ordering: .relaxed) - accounted > node.config.maxBufferedBytes
+    }
+
     /// Brings the node's buffered bytes (input + held requests + output) up to date with this
     /// connection.
     func updateAccounting() {

@@ -39,6 +39,7 @@ final class DiskOnLoopTests: XCTestCase {
         let after = try nodeStats(c)
         func delta(_ n: String) -> Int { (after[n] as? Int ?? 0) - (before[n] as? Int ?? 0) }
         XCTAssertEqual(delta("loop_disk_reads"), 40, "the 40 small reads on the loop, the large one not")
+        XCTAssertEqual(delta("busy_refusals"), 0, "a read that bailed from the loop is no BUSY (sec8)")
         XCTAssertEqual(delta("disk_hits"), 41)
         XCTAssertEqual(delta("ops_get"), 41)
         // tiers 2 reads skip memory: a GET of both tiers misses memory once, then reads disk.
