@@ -67,6 +67,9 @@ final class Dispatcher: @unchecked Sendable {
     /// verified the key. One atomic load while everything is verified.
     func mustRepairBeforeRead(namespace: [UInt8], key: [UInt8]) -> Bool {
         guard let c = cluster else { return false }
+        // A SIGCONT's first commands may run before any loop's tick noticed the pause (an
+        // outside review, cl27: an incr queued during a pause was decided from the old copy).
+        pauseCheck?()
         return !c.isVerified(namespace: namespace, key: key)
     }
     /// Notices a pause before a read is answered (`Node.checkPause`); set with `cluster`.

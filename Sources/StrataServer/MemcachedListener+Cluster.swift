@@ -17,7 +17,8 @@ extension MemcachedListener {
     /// replicas hold. False when none of them answered: the caller answers a miss. A
     /// memory-only listener's keys are the node's own (they are not replicated).
     func repaired(_ key: [UInt8]) -> Bool {
-        guard !memoryOnly, dispatcher.mustRepairBeforeRead(namespace: namespace, key: key) else { return true }
+        guard !memoryOnly, dispatcher.cluster != nil, remembersEviction(key) || dispatcher.mustRepairBeforeRead(namespace: namespace, key: key)
+        else { return true }
         // Before anti-entropy is started (the listeners open first) nothing can be checked: a
         // miss (an outside review, mc8: reads in that moment got the old copy under load).
         guard let repair = dispatcher.readRepair else {
@@ -36,17 +37,27 @@ extension MemcachedListener {
     /// review, cl24/cl25: increments lost, `add` storing over a replica's value); when none of
     /// them answers, nothing is done and the command is refused.
     func unverifiedRefusal(_ key: [UInt8]) -> String? {
-        guard !memoryOnly, dispatcher.cluster != nil else { return nil }
-        let evicted = store.evictedDelete(key, namespace: namespace) != nil
-        guard evicted || dispatcher.mustRepairBeforeRead(namespace: namespace, key: key) else { return nil }
-        guard let repair = dispatcher.readRepair, repair(ItemKey(namespace: namespace, key: key)) else {
-            if dispatcher.readRepair == nil { dispatcher.stats?.readRepairFailures.add() }
-            return Self.unverifiedLine
+        guard !memoryOnly, dispatcher.cluster != nil,
+              remembersEviction(key) || dispatcher.mustRepairBeforeRead(namespace: namespace, key: key) else { return nil }
+        guard let repair = dispatcher.readRepair else {
+            dispatcher.stats?.readRepairFailures.add()
+            return Self.startingLine
         }
-        return nil
+        return repair(ItemKey(namespace: namespace, key: key)) ? nil : Self.unverifiedLine
+    }
+
+    /// Whether this node's limits removed a write of `key` that another replica may still
+    /// hold (`EvictedVersions`, the last 65,536): reads and decisions then ask the replicas,
+    /// so a `gets` sees what an `add` would be refused on (an outside review, cl27).
+    func remembersEviction(_ key: [UInt8]) -> Bool {
+        guard let e = store.evictedDelete(key, namespace: namespace) else { return false }
+        // Once this node holds that write (or a newer one) again, its own copy is as new.
+        return ((try? store.syncVersion(key, namespace: namespace)) ?? 0) < e.evicted
     }
 
     static let unverifiedLine = "SERVER_ERROR unverified: this node has not caught up with the key's other replicas, and none of them answered; nothing was done, retry"
+    /// The moment between the listener opening and anti-entropy starting: nothing is asked.
+    static let startingLine = "SERVER_ERROR unverified: this node is starting and has not yet caught up with the key's other replicas; nothing was done, retry"
 }
 
 /// What a memcached connection audits about a `flush_all` beyond the line written when it was

@@ -170,6 +170,8 @@ final class MemcachedListener: Sendable {
     /// was appended or counted, and the caller runs the command the full way on a worker.
     func diskGetOnLoop(_ key: [UInt8], cas: Bool, into out: inout [UInt8]) -> Bool {
         if readsMayNeedRepair { return false }
+        // A key whose write the limits removed is read from its replicas on a worker (`retrieve`).
+        if dispatcher.cluster != nil && remembersEviction(key) { return false }
         InlineDiskRead.begin()
         let item: CacheItem?
         do {

@@ -270,6 +270,11 @@ final class AntiEntropyTests: XCTestCase {
         let (cluster, keys, writer) = try evictingOwner(prefix: "mctr", more: ["--memcached-port", String(mport)])
         defer { withExtendedLifetime(cluster) {} } // its nodes run while it lives
         let mc = try TextSocket(port: mport, timeout: 10)
+        // A read sees what the decisions below see (cl27: `get` missed while `add` was refused).
+        mc.send("get \(keys[1])\r\n")
+        XCTAssertEqual(mc.line(), "VALUE \(keys[1]) 0 1")
+        XCTAssertEqual(mc.line(), "5")
+        XCTAssertEqual(mc.line(), "END")
         mc.send("incr \(keys[0]) 1\r\n")
         XCTAssertEqual(mc.line(), "6", "decided from the replica's 5, not as absent")
         mc.send("add \(keys[1]) 0 0 1\r\nz\r\n")
