@@ -60,6 +60,11 @@ final class NodeStats: Sendable {
     let bytesIn = Atomic<Int>(0)
     let bytesOut = Atomic<Int>(0)
     let bufferedBytes = Atomic<Int>(0)
+    /// The connection (its object identity) that may read past `--max-buffered-bytes` while
+    /// others wait for room, 0 for none: one request at a time arrives whole, so writers held
+    /// by the bound finish one after another instead of all waiting for `--frame-timeout`
+    /// (`OutputConnection.waitsForBufferRoom`).
+    let bufferOverdraft = Atomic<Int>(0)
     let busyRefusals = Atomic<Int>(0)
     /// Writes refused for lack of disk space: DISK_FULL (binary), `SERVER_ERROR out of memory
     /// storing object` (memcached).
