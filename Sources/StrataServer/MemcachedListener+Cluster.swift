@@ -11,39 +11,40 @@ extension MemcachedListener {
         return !c.allVerified
     }
 
-    /// Brings `key` up to date from its other replicas when this node has not verified it
-    /// (a `--cluster` node catching up after a restart, a pause or lost contact): the
-    /// listener cannot flag an answer UNVERIFIED (MEMCACHED.md §1), so it answers what the
-    /// replicas hold. False when none of them answered: the caller answers a miss. A
+    /// What `bringUpToDate` found.
+    enum KeyFreshness { case current, starting, noReplicaAnswered }
+
+    /// Brings `key` up to date from its other replicas when this node may hold an old copy of
+    /// it — it has not verified the key (a restart, a pause, lost contact), or its limits
+    /// removed a write of it another replica may still hold (`remembersEviction`): the listener
+    /// cannot flag an answer UNVERIFIED (MEMCACHED.md §1), so it answers and decides on what the
+    /// replicas hold. `.current`: nothing to do, or pulled from a replica that answered. A
     /// memory-only listener's keys are the node's own (they are not replicated).
-    func repaired(_ key: [UInt8]) -> Bool {
-        guard !memoryOnly, dispatcher.cluster != nil, remembersEviction(key) || dispatcher.mustRepairBeforeRead(namespace: namespace, key: key)
-        else { return true }
-        // Before anti-entropy is started (the listeners open first) nothing can be checked: a
-        // miss (an outside review, mc8: reads in that moment got the old copy under load).
+    func bringUpToDate(_ key: [UInt8]) -> KeyFreshness {
+        guard !memoryOnly, dispatcher.cluster != nil,
+              dispatcher.mustRepairBeforeRead(namespace: namespace, key: key) || remembersEviction(key) else { return .current }
+        // Before anti-entropy is started (the listeners open first) nothing can be checked (an
+        // outside review, mc8: reads in that moment got the old copy under load).
         guard let repair = dispatcher.readRepair else {
             dispatcher.stats?.readRepairFailures.add()
-            return false
+            return .starting
         }
-        return repair(ItemKey(namespace: namespace, key: key))
+        return repair(ItemKey(namespace: namespace, key: key)) ? .current : .noReplicaAnswered
     }
+
+    /// For a read: false when the key could not be brought up to date (the caller answers a miss).
+    func repaired(_ key: [UInt8]) -> Bool { bringUpToDate(key) == .current }
 
     /// What an `incr`/`decr`/`touch`, a conditional store (`add`, `replace`, `cas`, `append`,
     /// `prepend`) or a meta counter or conditional write answers instead of deciding from a
-    /// possibly old copy: nil when it may decide here. On a `--cluster` node that has not
-    /// verified the key — or whose limits evicted a write of it another replica may still
-    /// hold — the key is first brought up to date from its other replicas (as reads are:
-    /// `repaired`), so the decision is made on the newest copy any of them holds (an outside
-    /// review, cl24/cl25: increments lost, `add` storing over a replica's value); when none of
-    /// them answers, nothing is done and the command is refused.
+    /// possibly old copy (an outside review, cl24/cl25: increments lost, `add` storing over a
+    /// replica's value): nil when it may decide here, once the key is up to date.
     func unverifiedRefusal(_ key: [UInt8]) -> String? {
-        guard !memoryOnly, dispatcher.cluster != nil,
-              remembersEviction(key) || dispatcher.mustRepairBeforeRead(namespace: namespace, key: key) else { return nil }
-        guard let repair = dispatcher.readRepair else {
-            dispatcher.stats?.readRepairFailures.add()
-            return Self.startingLine
+        switch bringUpToDate(key) {
+        case .current: return nil
+        case .starting: return Self.startingLine
+        case .noReplicaAnswered: return Self.unverifiedLine
         }
-        return repair(ItemKey(namespace: namespace, key: key)) ? nil : Self.unverifiedLine
     }
 
     /// Whether this node's limits removed a write of `key` that another replica may still
