@@ -315,7 +315,6 @@ extension MemcachedListener {
     }
 
     /// True when the counter changed.
-    @discardableResult
     private func metaArithmetic(_ m: MemcachedMeta, quiet: Bool, into out: inout [UInt8]) throws -> Bool {
         let delta = m.number("D"), initial = m.number("J"), vivify = m.number("N")
         guard delta != .invalid, initial != .invalid, vivify != .invalid,
