@@ -71,7 +71,7 @@ public final class TieredCache: @unchecked Sendable {
         do {
             log = try DurabilityLog(directory: configuration.directory + "/log", policy: configuration.fsync, applied: disk.logApplied,
                                     limitBytes: configuration.logLimit, segmentBytes: configuration.logSegmentBytes,
-                                    maxApplyBatch: configuration.maxApplyBatch, clock: clock, log: sink,
+                                    maxApplyBatch: configuration.maxApplyBatch, applyDelay: configuration.applyDelay, clock: clock, log: sink,
                                     decode: { encoding, stored, size in stored.withUnsafeBytes { disk.codec.decode(encoding, $0, size: size) } })
         } catch {
             disk.close()

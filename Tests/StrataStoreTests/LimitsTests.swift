@@ -690,7 +690,10 @@ final class DiskLimitTests: XCTestCase {
     }
 
     func testFullDiskRefusesTheWriteAndLosesNothing() throws {
-        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
+        // The applier takes each write at once (no gathering), so SQLite meets its cap while
+        // the writes come and only a few dozen wait past it (with the default 1 s every write
+        // of the loop would be taken into the log first).
+        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10; $0.applyDelay = 0 }
         var stored: [Int] = []
         var refused: StoreError?
         func value(_ i: Int) -> [UInt8] {
@@ -957,7 +960,9 @@ final class DiskLimitTests: XCTestCase {
     }
 
     func testAFlushOnAFullDiskAnswersAtOnceAndAppliesOnceThereIsRoom() throws {
-        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10 }
+        // No gathering: SQLite meets its cap while the writes come, so removing half of them
+        // makes room for the rest (see testFullDiskRefusesTheWriteAndLosesNothing).
+        let f = try StoreFixture { $0.sqliteMaxPageCount = 60; $0.walLimit = 64 << 10; $0.applyDelay = 0 }
         let stored = try fillUntilRefused(f)
         XCTAssertFalse(stored.isEmpty)
         // SQLite cannot write: the FLUSH is logged and answered DISK_FULL now, not when space

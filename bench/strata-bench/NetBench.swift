@@ -86,7 +86,7 @@ struct NetBench {
       verifying the server with --tls-ca FILE [--tls-cert FILE --tls-key FILE].
       --server-pid gives the server's PID for CPU per operation (one per target, in order; by
       default found from the listening port; a cluster sums its nodes). --memory-report prints
-      each server's resident memory per item (beyond key and value) after the preload.
+      each server's resident memory per item (beyond key and value) 5 s after the preload (once background work is done).
       With several targets and rounds, targets run alternately (A B A B …) and each figure is
       the median; ratios are to the first.
       --token-file FILE: the Strata target given just before authenticates with the token in FILE
@@ -230,7 +230,10 @@ struct NetBench {
             try preload(t, keys)
             if !json { printErr("preloaded \(workload.keys) keys into \(t.label)") }
             if workload.memoryReport {
-                usleep(500_000)
+                // Measured once background work after the load is done (a Strata node applies
+                // its log within ~1 s and gives its SQLite writer's cache back 2 s after the
+                // last batch): steady-state memory per item, the same wait for every target.
+                usleep(5_000_000)
                 let all = resident("VmRSS") - before.all, anon = resident("RssAnon") - before.anon
                 let payload = 14 + (workload.valueMin + workload.valueMax) / 2
                 func perItem(_ bytes: Int) -> Int { Int((Double(bytes) / Double(workload.keys) - Double(payload)).rounded()) }

@@ -22,6 +22,7 @@ extension DiskTier {
                     queue.unlock()
                     maintenance(force: true)
                     if rowWatchDirty { relistRows() }
+                    releaseCacheIfIdle()
                     queue.lock()
                 }
             }
@@ -49,6 +50,8 @@ extension DiskTier {
             pending.removeFirst(take)
             queue.unlock()
             runBatch(batch)
+            lastBatchAt = monotonicSeconds()
+            if let w = writer { writerCacheBytes.store(w.cacheBytes, ordering: .relaxed) }
             checkpointIfDue()
             maintenance(force: false)
             if rowWatchDirty { relistRows() }
@@ -80,6 +83,18 @@ extension DiskTier {
         stopped.fulfil(())
     }
 
+
+    /// Gives the writer's page cache back once no batch came for `writerIdleRelease` seconds
+    /// (`StoreConfiguration.writerCacheKiB`), once per idle spell, and trims the heap so the
+    /// process's resident memory falls with it.
+    func releaseCacheIfIdle() {
+        guard let db = writer, lastBatchAt > cacheReleasedAt,
+              monotonicSeconds() - lastBatchAt >= config.writerIdleRelease else { return }
+        db.releaseCache()
+        writerCacheBytes.store(db.cacheBytes, ordering: .relaxed)
+        trimHeap()
+        cacheReleasedAt = monotonicSeconds()
+    }
 
     func notifierLoop() {
         notifyQueue.withLock { notifierStarted = true }

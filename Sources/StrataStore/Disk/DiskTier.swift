@@ -183,6 +183,11 @@ final class DiskTier: @unchecked Sendable {
     /// A quick_check is running (started at open, or because a statement reported corruption).
     let quickCheckRunning = Atomic<Bool>(false)
     var batchPeak = 0.0
+    /// The writer thread's: when its last batch ran and when it last gave its cache back
+    /// (`releaseCacheIfIdle`; monotonic seconds).
+    var lastBatchAt = 0.0, cacheReleasedAt = 0.0
+    /// The writer's page cache in bytes after its last batch or release (tests).
+    let writerCacheBytes = Atomic<Int>(0)
     /// Writes worth waiting for before a commit: three quarters of the recent peak batch.
     var gatherTarget: Double { batchPeak >= 4 ? batchPeak * 0.9 : 0 }
     // Guarded by `queue`: what the writer thread is waiting for, so enqueue signals only then.

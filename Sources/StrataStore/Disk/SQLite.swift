@@ -169,6 +169,19 @@ public final class SQLiteConnection {
         return (Int(log), Int(done))
     }
 
+    /// Frees the pages of this connection's cache that no transaction holds
+    /// (`sqlite3_db_release_memory`): back to the heap, not necessarily to the kernel.
+    public func releaseCache() {
+        _ = sqlite3_db_release_memory(handle)
+    }
+
+    /// Bytes of heap this connection's page cache holds now (`SQLITE_DBSTATUS_CACHE_USED`).
+    public var cacheBytes: Int {
+        var current: Int32 = 0, high: Int32 = 0
+        _ = sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_USED, &current, &high, 0)
+        return Int(current)
+    }
+
     /// Frames in the WAL after this connection's last commit, once `trackWalFrames()` ran.
     public private(set) var walFrames = 0
 

@@ -140,13 +140,17 @@ extension DurabilityLog {
         // whole batch failing for the last one), growing back once they apply.
         var batchLimit = maxApplyBatch
         var idle = false, more = false
+        // When the records now waiting began to wait (as the applier first saw them).
+        var waitingSince: Double? = nil
         while true {
-            // Larger transactions cost SQLite less per row (the pages a commit rewrites are
-            // shared), and nobody waits on the applier (writers were answered at the log): it
-            // looks every `applyGather` seconds (every 50 ms when there was nothing), unless
-            // someone waiting for it wakes it.
+            // Larger transactions cost SQLite less per row: rows sharing a page share its write
+            // to the WAL and its read, and the commit's fixed work is shared. Nobody waits on
+            // the applier (writers were answered at the log), so it lets records gather for up
+            // to `applyDelay` — looking every `applyPoll` (every 50 ms when there was nothing)
+            // — unless a batch's worth has gathered or someone waiting for it wakes it.
             applierCond.lock()
-            if !applierSignalled && !more { applierCond.wait(seconds: idle ? 0.05 : applyGather) }
+            if !applierSignalled && !more { applierCond.wait(seconds: idle ? 0.05 : Self.applyPoll) }
+            let woken = applierSignalled
             applierSignalled = false
             applierCond.unlock()
             cond.lock()
@@ -155,9 +159,21 @@ extension DurabilityLog {
                 cond.unlock()
                 if done { break }
                 idle = true
+                waitingSince = nil
                 continue
             }
             idle = false
+            let now = monotonicSeconds()
+            let since = waitingSince ?? now
+            waitingSince = since
+            let due = woken || more || stopping || stuck != nil || !appliedWaiters.isEmpty
+                || now - since >= applyDelay
+                || toApply.count - toApplyHead >= batchLimit
+                || written - applied >= UInt64(limitBytes / 4)
+            if !due {
+                cond.unlock()
+                continue
+            }
             // A flush goes alone (the namespace's generation changes between batches); other
             // records go in batches of up to `maxApplyBatch`.
             var batch: [LoggedWrite] = []
@@ -172,6 +188,7 @@ extension DurabilityLog {
                 if isFlush { break }
             }
             let stop = stopping
+            let capped = i < toApply.count // records were left behind (the limit, a flush)
             cond.unlock()
             if applierDelay > 0 && !stop {
                 // (tests) a slow disk: the batch waits, unless the store closes meanwhile
@@ -239,7 +256,10 @@ extension DurabilityLog {
                 toApplyHead = 0
             }
             applied = end
-            more = toApplyHead < toApply.count
+            // Records left behind (`capped`) are as old as the batch and go next; the
+            // others arrived after it was taken. (After a failure they still wait since `since`.)
+            more = capped && toApplyHead < toApply.count
+            waitingSince = capped ? since : now
             ready = Self.due(&appliedWaiters, upTo: end)
             cond.unlock()
             cond.broadcast()

@@ -30,8 +30,12 @@ final class DurabilityLog: @unchecked Sendable {
     let maxApplyBatch: Int
     /// See `StoreConfiguration.applierDelayForTests`.
     var applierDelay: Double = 0
-    /// How often the applier looks for written records while it has work (seconds).
-    var applyGather: Double = 0.005
+    /// How often the applier looks at written records while some wait (seconds).
+    static let applyPoll = 0.005
+    /// How long a written record may wait for the applier (seconds; see
+    /// `StoreConfiguration.applyDelay`). Someone waiting for SQLite, a backlog of
+    /// `maxApplyBatch` records or of a quarter of `limitBytes`, and `close` cut it short.
+    var applyDelay: Double
     let clock: any Clock
     let logLine: @Sendable (String) -> Void
     /// One `log_write_failed` line a second (a full disk fails every batch: an outside review,
@@ -71,7 +75,7 @@ final class DurabilityLog: @unchecked Sendable {
     let flusherCond = ConditionLock()
     var flusherSignalled = false
     var flusherStop = false
-    // The applier's own condition: it polls every `applyGather` while records wait, and is
+    // The applier's own condition: it polls every `applyPoll` while records wait, and is
     // woken only by those who wait for it (FLUSH, sync, back-pressure) and by `close`.
     let applierCond = ConditionLock()
     var applierSignalled = false
@@ -107,10 +111,11 @@ final class DurabilityLog: @unchecked Sendable {
     /// SQLite recorded) into the index and the applier's queue; `decode` turns a put's stored
     /// bytes back into the value.
     init(directory: String, policy: FsyncPolicy, applied: UInt64, limitBytes: Int, segmentBytes: Int,
-         maxApplyBatch: Int = 4096, clock: any Clock, log: @escaping @Sendable (String) -> Void,
+         maxApplyBatch: Int = 8192, applyDelay: Double = 0, clock: any Clock, log: @escaping @Sendable (String) -> Void,
          decode: (ValueEncoding, [UInt8], Int) -> [UInt8]?) throws {
         self.limitBytes = max(64 << 10, limitBytes)
         self.maxApplyBatch = max(1, maxApplyBatch)
+        self.applyDelay = max(0, applyDelay)
         self.clock = clock
         self.logLine = log
         var replayed: [LoggedWrite] = []

@@ -60,13 +60,16 @@ public struct StoreConfiguration: Sendable {
     /// Check once a second whether the database and WAL are wholly in the page cache, so
     /// callers may read the disk tier on their own thread (`TieredCache.diskReadsMayRunInline`).
     public var diskReadsInline = true
-    /// SQLite page cache of the writer connection, in KiB. Reads of the file go through mmap,
-    /// so this holds little more than the pages a transaction changes (a batch of ~50 rows
-    /// touches ~200 pages). 2 MiB wrote 1 KiB values from 64 threads as fast as 64 MiB did
-    /// (45.9–46.1k vs 46.9k sets/s at 2 MiB / 8 MiB, 36.0k vs 35.7k at 64 / 8 MiB before the
-    /// WAL change, `strata-bench store`) and saves 62 MiB of resident memory against 64 MiB
-    /// (62 B per item at a million items).
-    public var writerCacheKiB: Int = 2048
+    /// SQLite page cache of the writer connection, in KiB: it holds the pages the applier's
+    /// batches change. Pages changed since the last checkpoint are read from the WAL file (the
+    /// mapping covers only the database file), so a cache that keeps them saves those reads:
+    /// at workload 2 (100,000 keys, batches of 8,192 rows) the writer spent 1,700 CPU ticks
+    /// with 32 MiB against 2,160 with 2 MiB. Filled only while writes come; the writer gives
+    /// it back (and trims the heap) after `writerIdleRelease` seconds without a batch, so an
+    /// idle node does not keep it.
+    public var writerCacheKiB: Int = 32768
+    /// See `writerCacheKiB`.
+    public var writerIdleRelease: Double = 2
     /// SQLite page cache of each reader connection, in KiB.
     public var readerCacheKiB: Int = 16384
     /// Values over 1 MiB stored are read from disk at most this many bytes at a time (their
@@ -124,10 +127,22 @@ public struct StoreConfiguration: Sendable {
     /// A log segment file is closed and a new one started past this size; segments SQLite has
     /// absorbed (applied and checkpointed) are deleted.
     public var logSegmentBytes: Int = 16 << 20
-    /// Most log records the applier commits to SQLite in one transaction. The WAL can pass
-    /// 4 × `walLimit` by one such transaction: there the writer waits for the checkpoint
-    /// thread's pass to end and checkpoints the rest itself (the log absorbs the pause).
-    public var maxApplyBatch: Int = 4096
+    /// Most log records the applier commits to SQLite in one transaction. A small row dirties
+    /// about a page, so 8,192 of them write up to ~32 MiB of WAL (twice the default
+    /// `walLimit`; a small disk limit's smaller log backlog makes its batches smaller). The WAL
+    /// can pass 4 × `walLimit` by one such transaction: there the writer waits for the
+    /// checkpoint thread's pass to end and checkpoints the rest itself (the log absorbs the
+    /// pause).
+    public var maxApplyBatch: Int = 8192
+    /// How long (seconds) an acknowledged write may wait in the durability log before the
+    /// applier takes it into SQLite, so batches grow and rows that share a page share its
+    /// write: 100 B sets over 100,000 keys cost the SQLite writer about half as much per row in
+    /// batches of 8,192 as in the 5 ms batches before (bench/RESULTS.md, workload 2). A batch
+    /// goes sooner when `maxApplyBatch` records or a quarter of `logLimit` wait, when someone
+    /// waits for SQLite (FLUSH, `sync`, trims, a writer held by `logLimit`) and at close.
+    /// Reads never wait for it: the log's index answers for records not yet applied. A crash
+    /// replays them from the log.
+    public var applyDelay: Double = 1
     /// For tests: the applier waits this long (seconds) before each batch, so a backlog builds
     /// up (a slow disk) and crash tests find unapplied records in the log. 0 in production.
     public var applierDelayForTests: Double = 0
