@@ -10,6 +10,20 @@ import TestSupport
 final class ApplierTests: XCTestCase {
     private func value(_ i: Int) -> [UInt8] { Array("value-\(i)".utf8) }
 
+    /// A batch keeps only each item's last write, in log order; flushes and other items stay.
+    func testCoalescedKeepsEachItemsLastWriteInOrder() {
+        func put(_ at: UInt64, _ k: String, _ ns: String = "") -> LoggedWrite {
+            let state = ItemState(value: bytes("v\(at)"), flags: 0, extended: [], expiry: 0, version: at, marks: 0)
+            return LoggedWrite(position: at, end: at + 1, kind: .put(ItemKey(namespace: bytes(ns), key: bytes(k)), state, .raw, bytes("v\(at)")))
+        }
+        let batch = [put(0, "a"), put(1, "b"), LoggedWrite(position: 2, end: 3, kind: .delete(ItemKey(namespace: [], key: bytes("a")))),
+                     put(3, "a", "other"), LoggedWrite(position: 4, end: 5, kind: .flushAll), put(5, "b"), put(6, "c")]
+        XCTAssertEqual(DurabilityLog.coalesced(batch).map(\.position), [2, 3, 4, 5, 6])
+        let distinct = [put(0, "a"), put(1, "b"), put(2, "c")]
+        XCTAssertEqual(DurabilityLog.coalesced(distinct).map(\.position), [0, 1, 2])
+        XCTAssertEqual(DurabilityLog.coalesced([put(9, "x")]).map(\.position), [9])
+    }
+
     /// Writes spread over half a second go to SQLite in one transaction, and every one of them
     /// is readable from the disk tier while it waits (the log's index answers).
     func testWritesGatherIntoOneBatchAndAreReadableMeanwhile() throws {

@@ -176,17 +176,15 @@ extension DurabilityLog {
             }
             // A flush goes alone (the namespace's generation changes between batches); other
             // records go in batches of up to `maxApplyBatch`.
-            var batch: [LoggedWrite] = []
             var i = toApplyHead
-            while i < toApply.count && batch.count < batchLimit {
-                let w = toApply[i]
+            while i < toApply.count && i - toApplyHead < batchLimit {
                 let isFlush: Bool
-                switch w.kind { case .flushNamespace, .flushAll: isFlush = true; default: isFlush = false }
-                if isFlush && !batch.isEmpty { break }
-                batch.append(w)
+                switch toApply[i].kind { case .flushNamespace, .flushAll: isFlush = true; default: isFlush = false }
+                if isFlush && i > toApplyHead { break }
                 i += 1
                 if isFlush { break }
             }
+            let batch = Array(toApply[toApplyHead..<i])
             let stop = stopping
             let capped = i < toApply.count // records were left behind (the limit, a flush)
             cond.unlock()
@@ -286,15 +284,22 @@ extension DurabilityLog {
 
     /// The batch with only the last write of each item kept (SQLite needs only the final
     /// state; the log keeps every step). Order among different items is kept.
+    /// Cost: one hash of each item's key (the table is sized for the batch up front) and, only
+    /// when some item repeats, one copy of the kept writes.
     static func coalesced(_ batch: [LoggedWrite]) -> [LoggedWrite] {
         guard batch.count > 1 else { return batch }
-        var last: [ItemKey: Int] = [:]
-        for (i, w) in batch.enumerated() { if let id = w.item { last[id] = i } }
-        if last.count == batch.count { return batch }
-        return batch.enumerated().compactMap { i, w in
-            guard let id = w.item else { return w }
-            return last[id] == i ? w : nil
+        var last = [ItemKey: Int](minimumCapacity: batch.count)
+        var superseded: [Int] = []
+        for i in batch.indices {
+            if let id = batch[i].item, let earlier = last.updateValue(i, forKey: id) { superseded.append(earlier) }
         }
+        if superseded.isEmpty { return batch }
+        var drop = [Bool](repeating: false, count: batch.count)
+        for j in superseded { drop[j] = true }
+        var kept: [LoggedWrite] = []
+        kept.reserveCapacity(batch.count - superseded.count)
+        for i in batch.indices where !drop[i] { kept.append(batch[i]) }
+        return kept
     }
 
     /// Takes the waiters whose record ends at or before `position` off `waiters` (in order).
