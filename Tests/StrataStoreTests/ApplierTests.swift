@@ -95,6 +95,17 @@ final class ApplierTests: XCTestCase {
         for i in 0..<25 { XCTAssertEqual(try f.store.get(bytes("k\(i)"), tiers: .disk)?.value, value(i)) }
     }
 
+    /// The log's index gives its tables back once a burst is applied.
+    func testTheIndexShrinksOnceABurstIsApplied() throws {
+        let f = try StoreFixture { $0.applyDelay = 60; $0.maxApplyBatch = 1 << 20; $0.logLimit = 256 << 20 }
+        for i in 0..<60_000 { _ = try f.store.set(bytes("k\(i)"), bytes("v"), options: SetOptions(tiers: .disk)) }
+        XCTAssertEqual(f.store.log.appliedRecords.load(), 0)
+        XCTAssertGreaterThan(f.store.log.index.capacity, 60_000)
+        try f.store.sync()
+        XCTAssertEqual(f.store.log.index.count, 0)
+        XCTAssertLessThan(f.store.log.index.capacity, 64 * 1024, "the burst's tables were given back")
+    }
+
     /// The writer's page cache fills while batches come and is given back once they stop.
     func testTheWriterGivesItsCacheBackWhenIdle() throws {
         let f = try StoreFixture { $0.applyDelay = 0; $0.writerIdleRelease = 0.3 }

@@ -58,6 +58,8 @@ final class PendingIndex: @unchecked Sendable {
         valueBytes.add((new?.state?.value.count ?? 0) - (old?.state?.value.count ?? 0), ordering: .relaxed)
     }
     var bytes: Int { valueBytes.load(ordering: .relaxed) }
+    /// Entries the shards' tables have room for (tests).
+    var capacity: Int { shards.reduce(0) { total, s in total + s.lock.withLock { s.map.capacity } } }
 
     /// The newest unapplied write of `id`, if any. With `accessedAt`, a read: the item's LRU
     /// time moves there.
@@ -129,6 +131,9 @@ final class PendingIndex: @unchecked Sendable {
         let removed: Entry? = s.lock.withLock {
             guard let e = s.map[id], e.position < end else { return nil }
             s.map[id] = nil
+            // A burst's table is given back once it drained (a dictionary never shrinks: the
+            // applier's second-long backlogs left ~2 MiB of empty tables at a million items).
+            if s.map.isEmpty && s.map.capacity > 1024 { s.map = [:] }
             return e
         }
         guard let r = removed else { return }
