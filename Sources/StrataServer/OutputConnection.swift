@@ -124,15 +124,21 @@ extension OutputConnection {
     /// waited for one another and were all cut at `--frame-timeout` (an outside review, ver28:
     /// 4 honest clients writing 16–32 MiB values under a 4 MiB bound, 16 of 16). So the bound is
     /// passed by at most one request (a frame, up to `--max-item` + 64 KiB) and a read per
-    /// connection.
+    /// connection. A connection past the bound alone takes the overdraft too, so one that
+    /// arrives later waits for it (an outside review, ver29: a client sending part of a 0.5 MB
+    /// frame took the overdraft from under an honest 32 MiB upload already past the bound,
+    /// went silent, and the upload was cut at `--frame-timeout`).
     var waitsForBufferRoom: Bool {
         guard input.count > inputStart else { return false }
         let others = node.stats.bufferedBytes.load(ordering: .relaxed) - accounted
-        guard others > 0 && others + (input.count - inputStart) + heldBytes + output.count > node.config.maxBufferedBytes else { return false }
+        guard others + (input.count - inputStart) + heldBytes + output.count > node.config.maxBufferedBytes else { return false }
         let me = overdraftID
         let holder = node.stats.bufferOverdraft.load(ordering: .relaxed)
         if holder == me { return false }
-        return holder != 0 || !node.stats.bufferOverdraft.compareExchange(expected: 0, desired: me, ordering: .relaxed).exchanged
+        let took = holder == 0 && node.stats.bufferOverdraft.compareExchange(expected: 0, desired: me, ordering: .relaxed).exchanged
+        // Alone (no other connection holds bytes), it reads on either way: a frame larger than
+        // the bound still arrives.
+        return !took && others > 0
     }
 
     /// This connection's identity in `NodeStats.bufferOverdraft`.

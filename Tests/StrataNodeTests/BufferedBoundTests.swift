@@ -95,6 +95,34 @@ final class BufferedBoundTests: XCTestCase {
         XCTAssertLessThan(monotonicSeconds() - started, 15, "answered one after another, not cut at the frame timeout")
     }
 
+    /// An upload already past the bound holds the overdraft: a client that starts a request
+    /// after it and goes silent waits, and the upload finishes (an outside review, ver29: the
+    /// silent client took the overdraft and the upload was cut at the frame timeout, 7 of 10).
+    func testAnUploadPastTheBoundIsNotFrozenByALaterSilentClient() throws {
+        let node = try NodeProcess(dataDir: TempDir().path + "/data", extra: ["--max-buffered-bytes", "4MiB", "--frame-timeout", "20"])
+        defer { node.terminate() }
+        let admin = try node.connect()
+        let honest = try node.connect()
+        let value = [UInt8](repeating: 5, count: 12 << 20)
+        let frame = Request.set(SetRequest(key: b("upload"), value: value)).frame(id: 7).encoded()
+        // (No STATS meanwhile: another connection's bytes, even an answer's, would let the
+        // upload take the overdraft before the silent client comes, as a busy node would.)
+        try honest.sendRaw(Array(frame[0..<(6 << 20)]))
+        Thread.sleep(forTimeInterval: 0.5)
+        let silent = try node.connect()
+        let other = Request.set(SetRequest(key: b("other"), value: [UInt8](repeating: 6, count: 1 << 20))).frame(id: 1).encoded()
+        try silent.sendRaw(Array(other[0..<(512 << 10)]))
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertGreaterThan(bufferedBytes(admin), 6 << 20, "the upload was read past the bound, and the silent client's part")
+        let started = monotonicSeconds()
+        try honest.sendRaw(Array(frame[(6 << 20)...]))
+        let answer = try honest.readFrame()
+        XCTAssertEqual(answer.statusCode, .ok)
+        XCTAssertLessThan(monotonicSeconds() - started, 10, "not held until the frame timeout")
+        XCTAssertTrue(try admin.get(b("upload"))?.value == value)
+        withExtendedLifetime(silent) {}
+    }
+
     /// A frame larger than the bound, alone on the node, arrives whole and is stored — its own
     /// bytes do not make it BUSY (an outside review, sec8: OK or BUSY by timing) — and is not
     /// left waiting for room that never comes until the frame timeout cuts it.

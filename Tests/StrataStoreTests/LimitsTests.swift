@@ -281,6 +281,22 @@ final class MemoryLimitTests: XCTestCase {
         XCTAssertEqual(try f.store.metadata(bytes("big"))?.tiers, .disk)
     }
 
+    /// An overwrite too large for the memory tier, written to both tiers, drops the older memory
+    /// copy: every read finds the new value (an outside review, dur16: the old one was served
+    /// until evicted).
+    func testAnOverwriteTooLargeForMemoryDropsTheOlderMemoryCopy() throws {
+        let f = try StoreFixture { $0.memoryCostLimit = 16 * 10_000; $0.memoryShards = 16 }
+        _ = try f.store.set(bytes("k"), bytes("small"))
+        XCTAssertEqual(try f.store.get(bytes("k"), tiers: .memory)?.value, bytes("small"))
+        let big = [UInt8](repeating: 4, count: 20_000)
+        _ = try f.store.set(bytes("k"), big)
+        XCTAssertNil(try f.store.get(bytes("k"), tiers: .memory), "the older copy went")
+        XCTAssertTrue(try f.store.get(bytes("k"))?.value == big, "the new value")
+        XCTAssertEqual(try f.store.metadata(bytes("k"))?.tiers, .disk)
+        try f.store.sync()
+        XCTAssertTrue(try f.store.get(bytes("k"))?.value == big, "the new value, once applied")
+    }
+
     /// A write to the memory tier alone that the tier can never hold is refused (TOO_LARGE),
     /// not acknowledged and lost, and leaves the key's older copy as it was; with no memory
     /// tier (`--memory-limit 0`) every memory-only write is.

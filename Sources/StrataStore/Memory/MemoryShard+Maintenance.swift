@@ -90,7 +90,12 @@ extension MemoryShard {
     func putIfNotOlder(tag: UInt32, key: UnsafeRawBufferPointer, hash: UInt32, item: ItemState, now: Int64,
                        compressed: [UInt8]? = nil) {
         if let cur = peek(tag: tag, key: key, hash: hash, now: now, withValue: false), cur.state.version > item.version { return }
-        put(tag: tag, key: key, hash: hash, item: item, now: now, compressed: compressed)
+        // An item the shard cannot hold (over its share of the limit) must not leave the older
+        // copy behind: the write went to disk, and reads would go on finding the old value here
+        // (an outside review, dur16: an overwrite larger than 1/16 of --memory-limit).
+        if !put(tag: tag, key: key, hash: hash, item: item, now: now, compressed: compressed) {
+            delete(tag: tag, key: key, hash: hash)
+        }
     }
 
     /// Removes the key unless the shard holds a version newer than `version`.
