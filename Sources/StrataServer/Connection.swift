@@ -65,6 +65,8 @@ final class Connection: EventHandler, @unchecked Sendable {
     var closeAfterFlush = false
     /// Disk jobs submitted and not yet answered.
     var inFlight = 0
+    /// The first deferred request is held for the log's room and was counted (`mayStart`).
+    var heldForLogRoom = false
     var flushScheduled = false
     var peerFinished = false
     var registered: EventLoop.Interest = .read
@@ -194,8 +196,15 @@ final class Connection: EventHandler, @unchecked Sendable {
         // the values they hold stay bounded (64 connections of 8 MiB SETs reached 2.8 GiB).
         if case .set(let s) = r, s.tiers != 1, !node.store.logHasRoom(for: s.value.count) {
             guard node.store.isLargeLogRecord(s.value.count), inFlight == 0,
-                  node.largeSetsAtWorkers.load(ordering: .relaxed) < Node.maxLargeSetsAtWorkers else { return false }
+                  node.largeSetsAtWorkers.load(ordering: .relaxed) < Node.maxLargeSetsAtWorkers else {
+                // Held for the log's room: counted once per request, as a wait on a worker is
+                // (`log_backpressure_waits`; an outside review, dur16, saw it stay 0 while small
+                // SETs were held here).
+                if !heldForLogRoom { heldForLogRoom = true; node.store.noteBackpressureWait() }
+                return false
+            }
         }
+        heldForLogRoom = false
         if output.count >= node.outputBudget.share && Self.answersWithValues(r) { return false } // its share (OutputBudget)
         // STATS is built on the loop (~10–20 KB of JSON): a connection that does not read its
         // answers gets no more once 256 KiB of them wait (an outside review: 24 never-reading

@@ -365,6 +365,10 @@ extension TieredCache {
     /// thread is writing them) and runs the completions they answer, on this thread.
     public func flushLog() { log.flush() }
 
+    /// Counts a write held for the log's room by a caller that does not block (an event loop
+    /// holding a connection's SET until the applier makes room): `log_backpressure_waits`.
+    public func noteBackpressureWait() { log.backpressureWaits.add() }
+
     /// Whether the durability log's backlog is under `logLimit` now, so a write would not wait
     /// for room (back-pressure). A caller that must not block (an event loop) hands its writes
     /// to a thread that may while this is false.

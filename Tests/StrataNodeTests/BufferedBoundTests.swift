@@ -123,6 +123,24 @@ final class BufferedBoundTests: XCTestCase {
         withExtendedLifetime(silent) {}
     }
 
+    /// SETs held on the event loop for the log's room (`--log-limit`) are counted in
+    /// `log_backpressure_waits`, as those waiting on a worker are (an outside review, dur16:
+    /// it stayed 0 while 16 KiB SETs were held at a 1 MiB limit).
+    func testSetsHeldForTheLogsRoomAreCounted() throws {
+        let node = try NodeProcess(dataDir: TempDir().path + "/data", extra: ["--log-limit", "1MiB"])
+        defer { node.terminate() }
+        let c = try node.connect()
+        var rng = SplitMix(seed: 3)
+        for round in 0..<20 {
+            let requests = (0..<100).map { i in
+                Request.set(SetRequest(key: b("k\(round)-\(i)"), value: (0..<(16 << 10)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }))
+            }
+            XCTAssertTrue(try c.callAll(requests).allSatisfy { $0.statusCode == .ok })
+            if let waits = try nodeStats(c)["log_backpressure_waits"] as? Int, waits > 0 { return }
+        }
+        XCTFail("2,000 pipelined 16 KiB SETs under a 1 MiB log limit were never held: \(try nodeStats(c)["log_backlog_bytes"] ?? "?")")
+    }
+
     /// A frame larger than the bound, alone on the node, arrives whole and is stored — its own
     /// bytes do not make it BUSY (an outside review, sec8: OK or BUSY by timing) — and is not
     /// left waiting for room that never comes until the frame timeout cuts it.
