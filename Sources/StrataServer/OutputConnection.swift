@@ -120,11 +120,12 @@ extension OutputConnection {
     /// a frame left waiting past `--frame-timeout` closes its connection as any slow frame.
     ///
     /// One connection at a time may read on past the bound (`NodeStats.bufferOverdraft`, held
-    /// until its input is run): without it, writers whose requests together passed the bound all
+    /// until its request is read whole and parsed): without it, writers whose requests together passed the bound all
     /// waited for one another and were all cut at `--frame-timeout` (an outside review, ver28:
     /// 4 honest clients writing 16–32 MiB values under a 4 MiB bound, 16 of 16). So the bound is
-    /// passed by at most one request (a frame, up to `--max-item` + 64 KiB) and a read per
-    /// connection. A connection past the bound alone takes the overdraft too, so one that
+    /// passed by up to about two requests — the one being read and the one before it, which
+    /// may still wait its turn and count (an outside review, ver30: 58 MiB against a 4 MiB bound
+    /// with 16–32 MiB requests) — and a read per connection. A connection past the bound alone takes the overdraft too, so one that
     /// arrives later waits for it (an outside review, ver29: a client sending part of a 0.5 MB
     /// frame took the overdraft from under an honest 32 MiB upload already past the bound,
     /// went silent, and the upload was cut at `--frame-timeout`).
@@ -144,7 +145,8 @@ extension OutputConnection {
     /// This connection's identity in `NodeStats.bufferOverdraft`.
     var overdraftID: Int { Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self))) }
 
-    /// Gives the overdraft back once the connection holds no input (its request was run) or closes.
+    /// Gives the overdraft back once the connection holds no unparsed input (its request was
+    /// read whole) or closes.
     func releaseOverdraft() {
         let me = overdraftID
         if node.stats.bufferOverdraft.load(ordering: .relaxed) == me {
