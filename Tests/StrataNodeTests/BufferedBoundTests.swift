@@ -159,3 +159,31 @@ final class BufferedBoundTests: XCTestCase {
         XCTAssertTrue(r.value == value)
     }
 }
+
+/// An overwrite larger than a memory shard (1/16 of `--memory-limit`) is what every later
+/// read finds — on another connection, through the memcached listener and from a fresh CLI
+/// process — not the older value memory held (outside reviews dur16 and ver29: the old value
+/// was served until evicted).
+final class LargeOverwriteTests: XCTestCase {
+    func testALargeOverwriteIsWhatEveryReaderSees() throws {
+        let node = try NodeProcess(dataDir: TempDir().path + "/data", extra: ["--memory-limit", "1MiB", "--memcached-port", "0"])
+        defer { node.terminate() }
+        let writer = try node.connect()
+        let reader = try node.connect()
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort), timeout: 10)
+        let big = [UInt8](repeating: UInt8(ascii: "B"), count: 200_000) // over 1 MiB / 16
+        for round in 0..<3 {
+            let key = "k\(round)"
+            XCTAssertEqual(try writer.set(SetRequest(key: b(key), value: b("small"))).statusCode, .ok)
+            XCTAssertEqual(try reader.get(b(key))?.value, b("small"))
+            XCTAssertEqual(try writer.set(SetRequest(key: b(key), value: big)).statusCode, .ok)
+            XCTAssertTrue(try reader.get(b(key))?.value == big, "binary GET on another connection")
+            mc.send("get \(key)\r\n")
+            XCTAssertEqual(mc.line(), "VALUE \(key) 0 200000", "memcached get")
+            _ = mc.line(); _ = mc.line()
+            let cli = try runCLI(["get", key, "--server", "127.0.0.1:\(node.port)"])
+            XCTAssertEqual(cli.code, 0, cli.err)
+            XCTAssertTrue(cli.out.prefix(200_000) == big[...], "a fresh CLI process")
+        }
+    }
+}
