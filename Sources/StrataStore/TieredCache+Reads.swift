@@ -61,6 +61,7 @@ extension TieredCache {
             if let p = pending {
                 // As SQLite reads: unexpired rows (not past maxAge), tombstones too.
                 state = p.state.flatMap { $0.guards(now: now) && !$0.isAged(oldestVersion: oldest) ? $0 : nil }
+                if let s = state, !s.tombstone { try disk.admitPendingValue(size: s.value.count) }
                 if state != nil { disk.noteAccess(namespace: namespace, key: key, now: now) }
                 disk.counters.hits.add(state.map { $0.tombstone ? 0 : 1 } ?? 0, ordering: .relaxed)
                 disk.counters.misses.add(state.map { $0.tombstone ? 1 : 0 } ?? 1, ordering: .relaxed)

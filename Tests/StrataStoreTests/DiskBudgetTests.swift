@@ -430,6 +430,42 @@ final class DiskBudgetTests: XCTestCase {
         XCTAssertEqual(f.store.disk.largeReads.inUse, 0)
     }
 
+    /// A large value still in the durability log (written, not yet applied) is answered from
+    /// the log's index — and, like one read from SQLite, takes its turn at the large reads'
+    /// bound and is told to `largeReadDone` (the node's output bound), and an event loop hands
+    /// it to a worker. Before, 24 connections' GETs of a 32 MiB value not yet applied were all
+    /// answered at once, past `--max-output-bytes` (444 MiB against 256, a CI run).
+    func testALargeValueStillInTheLogIsALargeReadToo() throws {
+        let told = Counter(), calls = Counter(), asked = Counter()
+        let f = try StoreFixture {
+            $0.applyDelay = 60; $0.logLimit = 256 << 20; $0.maxLargeReadBytes = 8 << 20
+            $0.largeReadDone = { told.add($0); calls.add() }
+            $0.largeReadsMayStart = { _, _ in asked.add(); return true }
+        }
+        let big = Self.noise(1, 3 << 20)
+        _ = try f.store.set(bytes("big"), big, options: SetOptions(tiers: .disk))
+        _ = try f.store.set(bytes("small"), bytes("s"), options: SetOptions(tiers: .disk))
+        XCTAssertEqual(f.store.stats().logBacklogRecords, 2, "both still in the log")
+        XCTAssertEqual(try f.store.get(bytes("small"), tiers: .disk)?.value, bytes("s"))
+        XCTAssertEqual(calls.load(), 0, "a small value is no large read")
+        // On an event loop the read bails (and runs again on a worker).
+        InlineDiskRead.begin()
+        XCTAssertThrowsError(try f.store.get(bytes("big"), tiers: .disk))
+        XCTAssertTrue(InlineDiskRead.end(), "the loop's read bailed")
+        XCTAssertEqual(calls.load(), 0)
+        XCTAssertEqual(try f.store.get(bytes("big"), tiers: .disk)?.value, big)
+        XCTAssertEqual(f.store.stats().logBacklogRecords, 2, "answered from the log")
+        XCTAssertEqual(calls.load(), 1)
+        XCTAssertEqual(told.load(), 3 << 20)
+        XCTAssertGreaterThan(asked.load(), 0, "the output bound was asked")
+        XCTAssertEqual(f.store.disk.largeReads.inUse, 0)
+        // Once applied, the same read from SQLite is told the same size.
+        try f.store.sync()
+        XCTAssertEqual(try f.store.get(bytes("big"), tiers: .disk)?.value, big)
+        XCTAssertEqual(calls.load(), 2)
+        XCTAssertEqual(told.load(), 2 * (3 << 20))
+    }
+
     /// `logHasRoom` says when a write would wait for the applier (the node then hands sets to
     /// a worker instead of blocking its event loop).
     func testLogHasRoomTurnsFalseAtTheLimitAndBackWhenApplied() throws {

@@ -42,6 +42,22 @@ extension DiskTier {
     /// Values stored larger than this are read one gate-full at a time (`largeReads`).
     static let largeValueBytes = 1 << 20
 
+    /// Lets a value the log's index answers (written, not yet in SQLite) be answered as a read
+    /// from SQLite would be: the value is in memory already, but the answer made from it is as
+    /// large, so a large one takes its turn at `largeReads` by its size and is told to
+    /// `largeReadDone` before the turn ends (the node counts it as output then), and on an event
+    /// loop one past `InlineDiskRead.maxBytes` bails to a worker. Throws `.busy` when the
+    /// node's output stayed over its bound for 5 s. Costs nothing for a value of 1 MiB or less.
+    func admitPendingValue(size: Int) throws {
+        guard size > Self.largeValueBytes else { return }
+        if InlineDiskRead.active { throw InlineDiskRead.bail("a \(size)-byte value in the log") }
+        guard largeReads.acquire(size, mayStart: config.largeReadsMayStart) else {
+            throw StoreError(.busy, "a \(size)-byte value is held back while the node's unsent output is over its bound (--max-output-bytes), and was for 5 s: retry later")
+        }
+        defer { largeReads.release(size) }
+        config.largeReadDone?(size)
+    }
+
     /// The store's `maxAge` (rows written before `now − maxAge` read as expired).
     var maxAge: MaxAge { MaxAge(seconds: config.maxAge) }
 
