@@ -2,6 +2,8 @@
 #   bench/w2.sh [SECONDS, default 30] [ROUNDS, default 3]   (installs redis-server and builds the release binaries if missing: bench/need.sh)
 # Workload 2 side by side: Strata (release, --threads 1) and Redis (no persistence), 90/10 and
 # GET-only at pipeline 16, 100 B, 100,000 keys, 50 connections; targets alternate.
+# REDIS_AOF=1 adds a third target: Redis with `appendonly yes`, `appendfsync everysec` (durable
+# sets as Strata's default `--fsync everysec` makes them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/need.sh
@@ -15,11 +17,18 @@ SP=$(free_port); RP=$(free_port)
 SPID=$!
 redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no --dir "$W" > "$W/r.log" 2>&1 &
 RPID=$!
-trap 'kill $SPID $RPID 2>/dev/null; wait $SPID $RPID 2>/dev/null; rm -rf "$W"' EXIT
+T=(--target "strata=127.0.0.1:$SP" --target "redis=127.0.0.1:$RP" --server-pid "$SPID" --server-pid "$RPID")
+APID=""
+if [ -n "${REDIS_AOF:-}" ]; then
+  AP=$(free_port); mkdir -p "$W/aof"
+  redis-server --bind 127.0.0.1 --port "$AP" --save '' --appendonly yes --appendfsync everysec --dir "$W/aof" > "$W/a.log" 2>&1 &
+  APID=$!
+  T+=(--target "redis=127.0.0.1:$AP" --server-pid "$APID")
+fi
+trap 'kill $SPID $RPID $APID 2>/dev/null; wait $SPID $RPID $APID 2>/dev/null; rm -rf "$W"' EXIT
 sleep 1
+echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); strata=$SP redis=$RP ${APID:+redis-aof=$AP}"
 echo "== 90/10 p16 ($SECS s x $ROUNDS)"
-.build/release/strata-bench run --target strata=127.0.0.1:$SP --target redis=127.0.0.1:$RP --server-pid $SPID --server-pid $RPID \
-  --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration "$SECS" --rounds "$ROUNDS" 2>&1
+.build/release/strata-bench run "${T[@]}" --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration "$SECS" --rounds "$ROUNDS" 2>&1
 echo "== GET-only p16 (10 s x $ROUNDS)"
-.build/release/strata-bench run --target strata=127.0.0.1:$SP --target redis=127.0.0.1:$RP --server-pid $SPID --server-pid $RPID \
-  --get-ratio 1 --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration 10 --rounds "$ROUNDS" 2>&1
+.build/release/strata-bench run "${T[@]}" --get-ratio 1 --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration 10 --rounds "$ROUNDS" 2>&1
