@@ -43,6 +43,7 @@ extension Connection: OutputConnection {
     /// the node's output bound holds it), so the input buffer cannot grow without bound, and
     /// stops for good at end of stream (a level-triggered EOF would otherwise wake the loop
     /// forever).
+    var partialRequestSince: Double? { frameStarted }
     var readPaused: Bool { peerFinished || closeAfterFlush || deferredFull || heldByOutput || waitsForBufferRoom }
 
     // MARK: Timers and closing
@@ -74,7 +75,7 @@ extension Connection: OutputConnection {
             close(reason: "frame timeout")
             return
         }
-        if closedForStalledOutput(now: now) { return }
+        if closedForStalledOutput(now: now) || closedForStalledTurn(now: now) { return }
         if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "idle timeout")

@@ -46,6 +46,7 @@ extension MemcachedConnection: OutputConnection {
     /// wait behind a batch on a worker (so the input cannot grow without bound; below that the
     /// socket stays registered, which spares two `epoll_ctl` calls per durable set), while the
     /// connection is finishing, and for good at end of stream.
+    var partialRequestSince: Double? { commandStarted }
     var readPaused: Bool { peerFinished || closeAfterFlush || !held.isEmpty || busyInputFull || waitsForBufferRoom }
 
     /// A batch is on a worker (or a set awaits its log write) and `busyReadAhead` bytes of
@@ -111,7 +112,7 @@ extension MemcachedConnection: OutputConnection {
             close(reason: "command timeout")
             return
         }
-        if closedForStalledOutput(now: now) { return }
+        if closedForStalledOutput(now: now) || closedForStalledTurn(now: now) { return }
         if let idleLimit = node.config.idleTimeout, idle, now - lastActive > idleLimit {
             node.stats.timeouts.add(1, ordering: .relaxed)
             close(reason: "idle timeout")

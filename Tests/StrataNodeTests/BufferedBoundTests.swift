@@ -123,6 +123,42 @@ final class BufferedBoundTests: XCTestCase {
         withExtendedLifetime(silent) {}
     }
 
+    /// A client that takes the turn with the first bytes of a request — while an upload is
+    /// still under the bound — and goes silent is closed after a second without bytes while
+    /// others wait, and the upload finishes (an outside review, ver30: the upload was held
+    /// until `--frame-timeout` cut it, 6 of 7 runs). Binary and memcached listeners alike.
+    func testASilentClientHoldingTheTurnIsClosedAndTheUploadFinishes() throws {
+        let node = try NodeProcess(dataDir: TempDir().path + "/data",
+                                   extra: ["--max-buffered-bytes", "4MiB", "--frame-timeout", "20", "--memcached-port", "0"])
+        defer { node.terminate() }
+        let admin = try node.connect()
+        let value = [UInt8](repeating: 5, count: 12 << 20)
+        let partial = [UInt8](repeating: 6, count: 3 << 20)
+        let binaryStart = Array(Request.set(SetRequest(key: b("other"), value: [UInt8](repeating: 6, count: 4 << 20))).frame(id: 1).encoded()[0..<(3 << 20)])
+        let textStart = Array("set other 0 0 \(4 << 20)\r\n".utf8) + partial
+        for (round, (port, start)) in [(node.port, binaryStart), (try XCTUnwrap(node.memcachedPort), textStart)].enumerated() {
+            let honest = try node.connect(timeout: 30)
+            let frame = Request.set(SetRequest(key: b("upload\(round)"), value: value)).frame(id: 7).encoded()
+            try honest.sendRaw(Array(frame[0..<(2 << 20)])) // under the bound
+            Thread.sleep(forTimeInterval: 0.5)
+            // The silent client's first bytes pass the bound: it takes the turn, then sends nothing more.
+            let silent = try TextSocket(port: port, timeout: 15)
+            silent.send(start)
+            Thread.sleep(forTimeInterval: 0.5)
+            XCTAssertGreaterThan(bufferedBytes(admin), 4 << 20, "past the bound")
+            let started = monotonicSeconds()
+            try honest.sendRaw(Array(frame[(2 << 20)...]))
+            XCTAssertEqual(try honest.readFrame().statusCode, .ok)
+            XCTAssertLessThan(monotonicSeconds() - started, 10, "not held until the frame timeout")
+            // Closed: the socket reads its end at once (a SERVER_ERROR line at most), not after 15 s.
+            let t0 = monotonicSeconds()
+            _ = silent.readAll()
+            XCTAssertLessThan(monotonicSeconds() - t0, 5, "the silent holder was closed")
+            XCTAssertTrue(try admin.get(b("upload\(round)"))?.value == value)
+        }
+        XCTAssertGreaterThanOrEqual(try nodeStats(admin)["timeouts"] as? Int ?? 0, 2)
+    }
+
     /// SETs held on the event loop for the log's room (`--log-limit`) are counted in
     /// `log_backpressure_waits`, as those waiting on a worker are (an outside review, dur16:
     /// it stayed 0 while 16 KiB SETs were held at a 1 MiB limit).
