@@ -93,7 +93,7 @@ extension Connection {
                                 stale: inout Int, negative: inout Int) -> (answered: Int, bytes: Int, more: Bool) {
         let admin = user.role == .admin
         let maxBody = node.config.maxFrame
-        let outputCap = node.config.outputCap
+        let outputCap = node.config.effectiveOutputCap
         let budget = node.outputBudget
         var answered = 0, bytes = 0
         var prefetchedTo = inputStart

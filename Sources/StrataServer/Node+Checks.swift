@@ -38,8 +38,12 @@ extension Node {
     }
 
     /// Warns once, at start, about settings that take no effect or cannot work as given
-    /// (`cluster_settings_unused`, `cluster_without_token`).
+    /// (`cluster_settings_unused`, `cluster_without_token`, `output_cap_raised`).
     func warnAboutSettings() {
+        if config.effectiveOutputCap > config.outputCap {
+            log.warn("output_cap_raised", [("requested", String(config.outputCap)), ("effective", String(config.effectiveOutputCap)),
+                                           ("effect", "one answer of the largest item (--max-item + 128 KiB) always fits under --output-cap")])
+        }
         // Cluster settings without a cluster take no effect: said once, so a cluster left out
         // by mistake (an empty `cluster` in the config file) is noticed (an operator's review).
         if config.cluster.isEmpty && config.clusterSource == nil {

@@ -65,7 +65,7 @@ extension OutputConnection {
         guard !closed else { return false }
         if output.count == n { lastWriteProgress = loop.now } // output was empty
         node.outputBudget.add(n)
-        if output.count > node.config.outputCap {
+        if output.count > node.config.effectiveOutputCap {
             node.stats.outputCapCutoffs.add(1, ordering: .relaxed)
             node.log.warn("output_cap_exceeded", [("conn", String(id)), ("unsent_bytes", String(output.count))])
             close(reason: "output cap")

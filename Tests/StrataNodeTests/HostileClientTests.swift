@@ -105,7 +105,7 @@ final class HostileClientTests: XCTestCase {
 
     func testAClientThatNeverReadsIsCutOffWhileOthersKeepTheirLatency() throws {
         let dir = TempDir()
-        let node = try NodeProcess(dataDir: dir.path, extra: ["--output-cap", "4MiB"])
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--output-cap", "4MiB", "--max-item", "1MiB"])
         let other = try node.connect()
         var s = SetRequest(key: b("big"), value: [UInt8](repeating: 7, count: 512 << 10)); s.tiers = 1
         XCTAssertEqual(try other.set(s).statusCode, .ok)

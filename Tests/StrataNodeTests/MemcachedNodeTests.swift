@@ -287,7 +287,7 @@ final class MemcachedNodeTests: XCTestCase {
 
     func testAClientThatDoesNotReadItsAnswersIsCutOffAtTheOutputCap() throws {
         let dir = TempDir()
-        let (node, port) = try startNode(dir, ["--output-cap", "1MiB", "--memcached-memory-only"])
+        let (node, port) = try startNode(dir, ["--output-cap", "1MiB", "--max-item", "768KiB", "--memcached-memory-only"])
         defer { node.terminate() }
         let writer = try TextSocket(port: port)
         writer.send("set big 0 0 524288\r\n" + String(repeating: "v", count: 524_288) + "\r\n")

@@ -256,9 +256,33 @@ final class NodeLimitTests: XCTestCase {
         try c.ping()
     }
 
+    /// `--output-cap` below one answer of the largest item is raised to it (warned at start),
+    /// so every value the node stores can be read — over the binary protocol, the memcached
+    /// listener and a fresh CLI process (an outside review, nu5: `--max-item 100MiB` stored 70 MB
+    /// values that every GET then cut off under the 64 MiB default cap).
+    func testAValueLargerThanTheOutputCapAskedForCanBeRead() throws {
+        let dir = TempDir()
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--output-cap", "1MiB", "--max-item", "3MiB", "--memcached-port", "0"])
+        defer { node.terminate() }
+        let value = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) }
+        let c = try node.connect()
+        XCTAssertEqual(try c.set(SetRequest(key: b("large"), value: value)).statusCode, .ok)
+        XCTAssertTrue(try c.get(b("large"))?.value == value, "binary GET")
+        let mc = try TextSocket(port: try XCTUnwrap(node.memcachedPort), timeout: 10)
+        mc.send("get large\r\n")
+        let answer = mc.readBytes(until: "END\r\n")
+        XCTAssertTrue(answer.starts(with: Array("VALUE large 0 \(3 << 20)\r\n".utf8)), "memcached get")
+        XCTAssertEqual(answer.count, "VALUE large 0 \(3 << 20)\r\n".utf8.count + (3 << 20) + 7)
+        let cli = try runCLI(["get", "large", "--server", "127.0.0.1:\(node.port)"])
+        XCTAssertEqual(cli.code, 0, cli.err)
+        XCTAssertTrue(cli.out == value, "a fresh CLI process")
+        XCTAssertEqual(try nodeStats(c)["output_cap_cutoffs"] as? Int, 0)
+        XCTAssertTrue(node.stderr.contains("event=output_cap_raised requested=1048576 effective=\((3 << 20) + (128 << 10))"), node.stderr)
+    }
+
     func testClientThatNeverReadsIsCutOffAndOthersAreUnaffected() throws {
         let dir = TempDir()
-        let node = try NodeProcess(dataDir: dir.path, extra: ["--output-cap", "1MiB"])
+        let node = try NodeProcess(dataDir: dir.path, extra: ["--output-cap", "1MiB", "--max-item", "512KiB"])
         let setter = try node.connect()
         var s = SetRequest(key: b("big"), value: [UInt8](repeating: 7, count: 256 << 10)); s.tiers = 1
         XCTAssertEqual(try setter.set(s).statusCode, .ok)
