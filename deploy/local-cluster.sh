@@ -30,8 +30,9 @@ cluster_pids() {
     done < <(tr '\0' '\n' < "/proc/$pid/cmdline")
     case "$data" in /*) ;; *) data="$cwd/$data";; esac
     data=$(cd "$data" 2>/dev/null && pwd -P) || continue
-    for d in "${dirs[@]}"; do [ "$d" = "$data" ] && echo "$pid"; done
+    for d in "${dirs[@]}"; do if [ "$d" = "$data" ]; then echo "$pid"; fi; done
   done
+  return 0 # (not the last test's status: under `set -e` a failed one would end `stop` silently)
 }
 
 stop() {

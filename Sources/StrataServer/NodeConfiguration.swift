@@ -171,6 +171,12 @@ public struct NodeConfiguration: Sendable {
 
     /// The largest frame body: max item + 64 KiB for key, namespace and extras.
     public var maxFrame: Int { maxItem + (64 << 10) }
+
+    /// The `--output-cap` in force: never less than one answer of the largest item (the
+    /// largest frame + 64 KiB, which holds a memcached `VALUE` line and `END` too), so a value
+    /// the node stores can always be read (an outside review, nu5: `--max-item 100MiB` stored
+    /// 70 MB values that every GET then cut off under the 64 MiB default).
+    public var effectiveOutputCap: Int { max(outputCap, maxFrame + (64 << 10)) }
 }
 
 public enum LogLevel: Int, Sendable, Comparable {

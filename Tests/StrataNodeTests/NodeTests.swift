@@ -628,6 +628,70 @@ final class DeployFileTests: XCTestCase {
         XCTAssertEqual(node.terminate(), 0)
     }
 
+    /// `deploy/local-cluster.sh stop` stops the cluster's nodes whatever order /proc lists
+    /// them in — a node restarted by hand on its directory (a new PID) and another node on the
+    /// host included — and leaves the other node running (an outside review, nu5: it exited 1
+    /// with no message and stopped nothing when the last `serve` process listed was not the
+    /// cluster's last node: the function's status was its last comparison's — which this test
+    /// reproduces only when /proc happens to list a `serve` process last, so it checks the
+    /// behaviour around it).
+    func testLocalClusterStopFindsEveryNodeWhateverTheProcessOrder() throws {
+        let exe = try XCTUnwrap(builtExecutable("strata"))
+        let dir = TempDir()
+        var base: UInt16 = 0
+        for _ in 0..<50 { // two free ports in a row
+            let p = try MemcachedClientTests.freePort()
+            if p < 65000, let fd = Optional(socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)) {
+                var addr = sockaddr_in()
+                addr.sin_family = sa_family_t(AF_INET)
+                addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+                addr.sin_port = (p + 1).bigEndian
+                let ok = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+                close(fd)
+                if ok { base = p; break }
+            }
+        }
+        XCTAssertNotEqual(base, 0)
+        let script = Self.root.appendingPathComponent("deploy/local-cluster.sh").path
+        let env = ["STRATA_BIN": exe, "STRATA_CLUSTER_DIR": dir.path + "/lc", "STRATA_BASE_PORT": String(base)]
+        // Its output goes to a file: the nodes it starts in the background keep its descriptors,
+        // so a pipe would not reach its end while they run.
+        let out = dir.path + "/start.out"
+        let start = Process()
+        start.executableURL = URL(fileURLWithPath: "/bin/bash")
+        // (The descriptors this test process leaves open in its children — Foundation's — are
+        // closed first: the script's nodes would hold them, and `waitUntilExit` with them.)
+        start.arguments = ["-c", "for f in /proc/$$/fd/*; do n=${f##*/}; [ \"$n\" -gt 2 ] && eval \"exec $n>&-\"; done; exec \"$0\" 2 > \"$1\" 2>&1 < /dev/null",
+                           script, out]
+        start.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        start.standardOutput = FileHandle.nullDevice
+        start.standardError = FileHandle.nullDevice
+        try start.run()
+        start.waitUntilExit()
+        XCTAssertEqual(start.terminationStatus, 0, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
+        let foreign = try NodeProcess(dataDir: dir.path + "/other")
+        // Node 0 restarted by hand on its directory: a new PID, listed after node 1's.
+        let pids = try String(contentsOfFile: dir.path + "/lc/pids", encoding: .utf8).split(separator: "\n").compactMap { Int32($0) }
+        XCTAssertEqual(pids.count, 2)
+        kill(pids[0], SIGTERM)
+        XCTAssertTrue(eventually(30) { kill(pids[0], 0) != 0 })
+        let again = Process()
+        again.executableURL = URL(fileURLWithPath: exe)
+        again.arguments = ["serve", "--host", "127.0.0.1", "--port", String(base), "--data", dir.path + "/lc/node0/data", "--threads", "1",
+                           "--cluster", "127.0.0.1:\(base),127.0.0.1:\(base + 1)"]
+        again.standardOutput = FileHandle.nullDevice
+        again.standardError = FileHandle.nullDevice
+        try again.run()
+        XCTAssertTrue(eventually(30) { (try? (try NodeConnection(host: "127.0.0.1", port: base)).ping()) != nil })
+        let stopped = try runProcess("/bin/bash", [script, "stop"], environment: env)
+        XCTAssertEqual(stopped.status, 0, stopped.output)
+        XCTAssertTrue(stopped.output.contains("stopped 2 node(s)"), stopped.output)
+        XCTAssertTrue(eventually(15) { !again.isRunning }, "the restarted node was stopped")
+        XCTAssertNotEqual(kill(pids[1], 0), 0, "node 1 was stopped")
+        XCTAssertTrue(foreign.process.isRunning, "another node on the host is left alone")
+        foreign.terminate()
+    }
+
     func testSystemdUnitVerifies() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") else {
             throw XCTSkip("systemd-analyze is not installed here")
