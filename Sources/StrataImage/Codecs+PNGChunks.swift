@@ -75,6 +75,26 @@ extension PNGChunks {
         return out
     }
 
+    /// IHDR's width and height (the first chunk's, at its fixed place), nil when the bytes do
+    /// not start with one.
+    static func ihdrSides(_ b: [UInt8]) -> (width: Int, height: Int)? {
+        guard b.count >= 33, b[8] == 0, b[9] == 0, b[10] == 0, b[11] == 13, typeName(b, 12) == "IHDR" else { return nil }
+        func u32(_ i: Int) -> Int { Int(b[i]) << 24 | Int(b[i + 1]) << 16 | Int(b[i + 2]) << 8 | Int(b[i + 3]) }
+        return (u32(16), u32(20))
+    }
+
+    /// Caps IHDR's sides at `maxSide` in a header copy (`headerCopy`) and gives the chunk its
+    /// CRC again, so libpng checks the rest of the header of a PNG whose sides are past its
+    /// limit. The copy is never decoded.
+    static func clampIHDR(_ b: inout [UInt8], maxSide: Int) {
+        guard let (w, h) = ihdrSides(b) else { return }
+        for (at, side) in [(16, min(w, maxSide)), (20, min(h, maxSide))] {
+            for i in 0..<4 { b[at + i] = UInt8(truncatingIfNeeded: side >> (24 - 8 * i)) }
+        }
+        let crc = b.withUnsafeBufferPointer { p in UInt32(truncatingIfNeeded: crc32(0, p.baseAddress! + 12, 17)) }
+        for i in 0..<4 { b[29 + i] = UInt8(truncatingIfNeeded: crc >> (24 - 8 * UInt32(i))) }
+    }
+
     /// The number of fcTL chunks (an APNG's frames), nil when there are none.
     static func frameControls(_ b: [UInt8]) -> Int? {
         var n = 0

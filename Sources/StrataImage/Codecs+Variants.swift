@@ -24,12 +24,18 @@ public struct VariantSpec: Sendable, Equatable {
     /// The same box no larger than a `width` × `height` image: the variant made is the same
     /// (images are never enlarged, and `cover` fills a box larger than the image on one side
     /// by cropping only the other), and so is its stored copy.
+    /// A WebP variant's sides are at most 16383 pixels (WebP's own limit): a larger box is
+    /// capped there (an outside review, img3: "WebP encoding failed" past it).
     public func clamped(width: Int, height: Int) -> VariantSpec {
         var s = self
-        s.maxWidth = min(maxWidth, max(1, width))
-        s.maxHeight = min(maxHeight, max(1, height))
+        let side = format == .webp ? Self.webpMaxSide : Int.max
+        s.maxWidth = min(maxWidth, max(1, width), side)
+        s.maxHeight = min(maxHeight, max(1, height), side)
         return s
     }
+
+    /// The longest side a WebP holds (its bitstream stores sides in 14 bits).
+    public static let webpMaxSide = 16383
 
     public var canonical: String {
         "w=\(maxWidth),h=\(maxHeight),fit=\(fit.rawValue),fmt=\(format.rawValue)"

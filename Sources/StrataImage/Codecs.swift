@@ -95,20 +95,32 @@ public enum ImageCodec {
     /// The IEND chunk every PNG ends with: length 0, "IEND", its CRC.
     static let iendChunk: [UInt8] = [0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82]
 
+    /// The longest side libpng reads (its built-in user limit, which its simplified API, the
+    /// one used here, cannot raise): a PNG with a longer side has its facts reported from its
+    /// IHDR but is not decoded — validation refuses it and it cannot be resized.
+    public static let pngMaxSide = 1_000_000
+
     private static func pngHeader(_ bytes: [UInt8], _ format: ImageFormat) throws(ImageError) -> ImageInfo {
         var image = png_image()
         image.version = png_uint_32(strata_PNG_IMAGE_VERSION)
         // The header is read from a copy without the text and ICC chunks (libpng inflates them
         // while it reads up to the image data: 1 GB of zTXt took 3 s here after the decode
         // stopped seeing them), pinned while libpng holds it.
-        let header = PNGChunks.headerCopy(bytes)
+        var header = PNGChunks.headerCopy(bytes)
+        // A side past libpng's limit: libpng checks the rest of the header with the sides
+        // clamped, and the facts are IHDR's (an outside review, img3: a valid 1,000,001 × 2 PNG
+        // was reported as no image, "Invalid IHDR data").
+        let sides = PNGChunks.ihdrSides(bytes)
+        if let s = sides, s.width > pngMaxSide || s.height > pngMaxSide {
+            PNGChunks.clampIHDR(&header, maxSide: pngMaxSide)
+        }
         let ok = header.withUnsafeBytes { png_image_begin_read_from_memory(&image, $0.baseAddress, $0.count) }
         defer { png_image_free(&image) }
         guard ok != 0 else { throw ImageError(.corrupt, "PNG header: \(message(&image))") }
         let alpha = image.format & png_uint_32(strata_PNG_FORMAT_FLAG_ALPHA) != 0
         let frames = format == .apng ? PNGChunks.frameControls(bytes) ?? PNGChunks.animationFrames(bytes) ?? 1 : 1
-        return ImageInfo(format: format, width: Int(image.width), height: Int(image.height), hasAlpha: alpha,
-                         animated: format == .apng, frameCount: frames)
+        return ImageInfo(format: format, width: sides?.width ?? Int(image.width), height: sides?.height ?? Int(image.height),
+                         hasAlpha: alpha, animated: format == .apng, frameCount: frames)
     }
 
     /// Decodes to RGBA (the first frame of an APNG), after `checkPNGWork`.
@@ -118,6 +130,9 @@ public enum ImageCodec {
         // for validation (an outside review, img1: a PNG validation refused was resized).
         guard try PNGChunks.scan(original).endsWithIEND else {
             throw ImageError(.truncated, "PNG ends before its IEND chunk: truncated")
+        }
+        guard info.width <= pngMaxSide && info.height <= pngMaxSide else {
+            throw ImageError(.tooManyPixels, "PNG is \(info.width)×\(info.height) pixels: a side over \(pngMaxSide) is more than the PNG decoder (libpng) reads")
         }
         try checkPNGWork(original, decodeLimit: decodeLimit)
         // libpng sees only the chunks that make the pixels: text and ICC chunks inflate on

@@ -59,14 +59,18 @@ public enum ImageSniffer {
         if b.count >= 8 && b[0...7].elementsEqual([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) {
             return PNGChunks.hasAnimationControl(b) ? .apng : .png
         }
-        if b.count >= 16 && b[0...3].elementsEqual(Array("RIFF".utf8)) && b[8...11].elementsEqual(Array("WEBP".utf8)) {
+        // WebP's signature is RIFF, a size, WEBP: a value that starts with it and is cut short
+        // or names no known first chunk is a (corrupt) WebP, which validation refuses — not a
+        // value that is no image at all (an outside review, img3: a WebP cut to 12–15 bytes
+        // was stored by a validating node).
+        if b.count >= 12 && b[0...3].elementsEqual(Array("RIFF".utf8)) && b[8...11].elementsEqual(Array("WEBP".utf8)) {
+            guard b.count >= 16 else { return .webpLossy }
             switch String(decoding: b[12...15], as: UTF8.self) {
-            case "VP8 ": return .webpLossy
             case "VP8L": return .webpLossless
             case "VP8X":
                 // Extended header: flag bit 1 (0x02) = animation.
                 return b.count > 20 && b[20] & 0x02 != 0 ? .webpAnimated : .webpLossy
-            default: return nil
+            default: return .webpLossy
             }
         }
         if b.count >= 6 && b[0...2].elementsEqual(Array("GIF".utf8)) && (b[3...5].elementsEqual(Array("87a".utf8)) || b[3...5].elementsEqual(Array("89a".utf8))) {

@@ -252,7 +252,9 @@ func printMeta(_ m: MetaInfo) {
     if m.imageFormat != 0 {
         var facts = ["\(imageFormatNames[Int(m.imageFormat)] ?? "format \(m.imageFormat)") \(m.imageWidth)×\(m.imageHeight)"]
         if m.imageFlags & 1 != 0 { facts.append("alpha") }
-        if m.imageFlags & 2 != 0 { facts.append("animated, \(m.imageFrames) frames") }
+        // Frames are named for an animation, and for any image whose count is not 1 (a GIF
+        // with no image descriptor has 0, as an APNG with acTL 0 does: said alike).
+        if m.imageFlags & 2 != 0 { facts.append("animated, \(m.imageFrames) frames") } else if m.imageFrames != 1 { facts.append("\(m.imageFrames) frames") }
         printOut("image         \(facts.joined(separator: ", "))")
     }
 }

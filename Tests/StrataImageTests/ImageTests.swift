@@ -170,6 +170,83 @@ func zlibStored(_ data: [UInt8]) -> [UInt8] {
 
 let pngSignature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
 
+/// zlib data in stored (uncompressed) deflate blocks of any length.
+func zlibStoredBlocks(_ data: [UInt8]) -> [UInt8] {
+    var a: UInt32 = 1, b: UInt32 = 0
+    for x in data { a = (a + UInt32(x)) % 65_521; b = (b + a) % 65_521 }
+    var out: [UInt8] = [0x78, 0x01]
+    var at = 0
+    repeat {
+        let n = min(65_535, data.count - at)
+        let last: UInt8 = at + n == data.count ? 1 : 0
+        out += [last, UInt8(n & 0xFF), UInt8(n >> 8), UInt8(~n & 0xFF), UInt8((~n >> 8) & 0xFF)] + data[at..<(at + n)]
+        at += n
+    } while at < data.count
+    return out + be32(b << 16 | a)
+}
+
+/// Outside review img3.
+final class ImageLimitTests: XCTestCase {
+    /// A valid PNG with a side past libpng's 1,000,000 (which its simplified reader cannot
+    /// raise) has its facts read from IHDR, and a decode — validation, a variant — is refused
+    /// with a message that names the limit (before: "PNG header: Invalid IHDR data", so it was
+    /// reported as no image at all).
+    func testAPNGWiderThanLibpngReadsHasItsFactsAndIsRefusedByName() throws {
+        let w = 1_000_001, h = 2
+        var raw: [UInt8] = []
+        for _ in 0..<h { raw.append(0); raw += [UInt8](repeating: 0x80, count: w) }
+        let png = pngSignature + chunk("IHDR", be32(UInt32(w)) + be32(UInt32(h)) + [8, 0, 0, 0, 0])
+            + chunk("IDAT", zlibStoredBlocks(raw)) + chunk("IEND", [])
+        let info = try ImageCodec.inspect(png)
+        XCTAssertEqual(info.format, .png)
+        XCTAssertEqual([info.width, info.height], [w, h])
+        XCTAssertFalse(info.hasAlpha)
+        XCTAssertThrowsError(try ImageCodec.validate(png)) { e in
+            XCTAssertEqual((e as? ImageError)?.kind, .tooManyPixels)
+            XCTAssertTrue((e as? ImageError)?.message.contains("a side over 1000000") ?? false, "\(e)")
+        }
+        XCTAssertThrowsError(try ImageCodec.variant(png, VariantSpec(maxWidth: 100, maxHeight: 100))) { e in
+            XCTAssertEqual((e as? ImageError)?.kind, .tooManyPixels)
+        }
+        // With alpha (colour type 6) and tall instead of wide.
+        let tall = pngSignature + chunk("IHDR", be32(1) + be32(2_000_000) + [8, 6, 0, 0, 0]) + chunk("IDAT", zlibStored([0, 0, 0, 0, 0])) + chunk("IEND", [])
+        let t = try ImageCodec.inspect(tall)
+        XCTAssertEqual([t.width, t.height], [1, 2_000_000])
+        XCTAssertTrue(t.hasAlpha)
+        // A header libpng refuses for another reason is still refused (bit depth 3).
+        let bad = pngSignature + chunk("IHDR", be32(UInt32(w)) + be32(2) + [3, 0, 0, 0, 0]) + chunk("IEND", [])
+        XCTAssertThrowsError(try ImageCodec.inspect(bad)) { e in XCTAssertEqual((e as? ImageError)?.kind, .corrupt) }
+    }
+
+    /// A WebP cut inside its first chunk's header — its 12-byte signature whole — is a
+    /// truncated WebP, which validation refuses; not a value that is no image at all (before,
+    /// a validating node stored it).
+    func testAWebPCutAfterItsSignatureIsATruncatedWebP() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(16, 16), width: 16, height: 16))
+        let webp = try ImageCodec.variant(png, VariantSpec(maxWidth: 16, maxHeight: 16)).bytes
+        for n in 12...20 {
+            let cut = Array(webp.prefix(n))
+            XCTAssertNotNil(ImageSniffer.sniff(cut), "\(n) bytes")
+            XCTAssertThrowsError(try ImageCodec.validate(cut), "\(n) bytes") { e in
+                XCTAssertNotEqual((e as? ImageError)?.kind, .notAnImage, "\(n) bytes: \(e)")
+            }
+        }
+        XCTAssertNil(ImageSniffer.sniff(Array(webp.prefix(11))), "shorter than the signature: no image")
+    }
+
+    /// A WebP variant is at most 16383 pixels a side (WebP's limit): a larger box is capped
+    /// there instead of failing ("WebP encoding failed"); a PNG variant is not capped.
+    func testAWebPVariantIsCappedAtWebPsLargestSide() throws {
+        let png = try XCTUnwrap(ImageCodec.encodePNG(rgba: gradient(20_000, 2), width: 20_000, height: 2))
+        let webp = try ImageCodec.variant(png, VariantSpec(maxWidth: 20_000, maxHeight: 20_000))
+        XCTAssertEqual(webp.width, 16_383)
+        XCTAssertEqual(try ImageCodec.inspect(webp.bytes).width, 16_383)
+        XCTAssertEqual(VariantSpec(maxWidth: 20_000, maxHeight: 100).clamped(width: 20_000, height: 2).maxWidth, 16_383)
+        let asPNG = try ImageCodec.variant(png, VariantSpec(maxWidth: 20_000, maxHeight: 20_000, format: .png))
+        XCTAssertEqual(asPNG.width, 20_000)
+    }
+}
+
 /// Outside review img2: the edges of what the image code accepts and how it decodes.
 final class ImageEdgeTests: XCTestCase {
     /// An animated WebP made by libwebp's own encoder (Pillow, `save_all=True, lossless=True`):
