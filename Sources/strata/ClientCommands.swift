@@ -168,29 +168,7 @@ let clientCommands: [String: ClientCommand] = [
     },
     "variant": ClientCommand(usage: "strata variant KEY --width W --height H [--fit contain|cover] [--format webp|png] [--quality 0-100|lossless (default 80)] [--ns NS] > out",
                              valued: ["--ns", "--width", "--height", "--fit", "--format", "--quality"], switches: [], positionals: 1) { o, c in
-        let key = try keyArg(o, "strata variant KEY --width W --height H")
-        guard let w = try o.int("--width", min: 1), let h = try o.int("--height", min: 1) else {
-            throw UsageError(message: "--width and --height (1…65535) are required")
-        }
-        guard w <= 65535, h <= 65535 else { throw UsageError(message: "--width and --height must be at most 65535, got \(w)×\(h)") }
-        var r = VariantRequest(key: key, maxWidth: UInt16(w), maxHeight: UInt16(h), namespace: try nsArg(o))
-        switch o.string("--fit") ?? "contain" {
-        case "contain": r.fit = 0
-        case "cover": r.fit = 1
-        case let x: throw UsageError(message: "--fit must be contain or cover, got '\(x)'")
-        }
-        switch o.string("--format") ?? "webp" {
-        case "webp": r.format = 0
-        case "png": r.format = 1
-        case let x: throw UsageError(message: "--format must be webp or png, got '\(x)'")
-        }
-        if let q = o.string("--quality") {
-            if q == "lossless" { r.quality = 255 } else {
-                guard let n = UInt8(q), n <= 100 else { throw UsageError(message: "--quality must be 0–100 or lossless, got '\(q)'") }
-                r.quality = n
-            }
-        }
-        let f = try c.call(.imageVariant(r))
+        let f = try c.call(.imageVariant(try variantRequest(o)))
         if f.statusCode == .notFound { printErr("not found: \(o.positionals[0])"); return 1 }
         try NodeConnection.check(f, allow: [.ok])
         let v = try Responses.parseImageVariant(f)
@@ -203,8 +181,7 @@ let clientCommands: [String: ClientCommand] = [
                              --tiers memory: empty memory only (the disk keeps everything; later reads find it there)
                              --tiers disk: empty the disk only (memory copies stay until evicted)
                            """, valued: ["--ns", "--tiers"], switches: ["--all"], positionals: 0) { o, c in
-        let all = o.switches.contains("--all")
-        guard all != (o.string("--ns") != nil) else { throw UsageError(message: "say which: --ns NS or --all") }
+        let all = try flushAllOption(o)
         let tiers = try tiersOption(o)
         let f = try c.call(.flush(namespace: try nsArg(o), all: all, tiers: tiers))
         try NodeConnection.check(f, allow: [.ok])
@@ -212,6 +189,47 @@ let clientCommands: [String: ClientCommand] = [
         return 0
     },
 ]
+
+/// `strata variant`'s request from its options.
+func variantRequest(_ o: ParsedOptions) throws -> VariantRequest {
+    let key = try keyArg(o, "strata variant KEY --width W --height H")
+    guard let w = try o.int("--width", min: 1), let h = try o.int("--height", min: 1) else {
+        throw UsageError(message: "--width and --height (1…65535) are required")
+    }
+    guard w <= 65535, h <= 65535 else { throw UsageError(message: "--width and --height must be at most 65535, got \(w)×\(h)") }
+    var r = VariantRequest(key: key, maxWidth: UInt16(w), maxHeight: UInt16(h), namespace: try nsArg(o))
+    switch o.string("--fit") ?? "contain" {
+    case "contain": r.fit = 0
+    case "cover": r.fit = 1
+    case let x: throw UsageError(message: "--fit must be contain or cover, got '\(x)'")
+    }
+    switch o.string("--format") ?? "webp" {
+    case "webp": r.format = 0
+    case "png": r.format = 1
+    case let x: throw UsageError(message: "--format must be webp or png, got '\(x)'")
+    }
+    if let q = o.string("--quality") {
+        if q == "lossless" { r.quality = 255 } else {
+            guard let n = UInt8(q), n <= 100 else { throw UsageError(message: "--quality must be 0–100 or lossless, got '\(q)'") }
+            r.quality = n
+        }
+    }
+    return r
+}
+
+/// `strata flush`: true for `--all`, false for `--ns NS` (exactly one is given).
+func flushAllOption(_ o: ParsedOptions) throws -> Bool {
+    let all = o.switches.contains("--all")
+    guard all != (o.string("--ns") != nil) else { throw UsageError(message: "say which: --ns NS or --all") }
+    return all
+}
+
+/// `--initial N` of incr/decr (nil: not given).
+func initialOption(_ o: ParsedOptions) throws -> UInt64? {
+    guard let i = o.string("--initial") else { return nil }
+    guard let n = UInt64(i) else { throw UsageError(message: "--initial must be a non-negative integer, got '\(i)'") }
+    return n
+}
 
 /// PROTOCOL.md §7.10's image format codes, as `meta` and `image-info` print them.
 let imageFormatNames = [1: "png", 2: "apng", 3: "webp (lossy)", 4: "webp (lossless)", 5: "webp (animated)", 6: "gif", 7: "jpeg"]
@@ -227,10 +245,7 @@ func counterCommand(decrement: Bool) -> ClientCommand {
         }
         var r = CounterRequest(key: key, delta: by, namespace: try nsArg(o), decrement: decrement)
         r.tiers = try tiersOption(o)
-        if let i = o.string("--initial") {
-            guard let n = UInt64(i) else { throw UsageError(message: "--initial must be a non-negative integer") }
-            r.initial = n
-        }
+        if let n = try initialOption(o) { r.initial = n }
         let f = try c.call(.counter(r))
         if f.statusCode == .notFound { printErr("not found: \(o.positionals[0])"); return 1 }
         try NodeConnection.check(f, allow: [.ok])
@@ -321,7 +336,19 @@ func checkBeforeConnecting(_ name: String, _ o: ParsedOptions) throws {
     _ = try nsArg(o)
     if let f = try o.int("--flags"), f > Int(UInt32.max) || f < 0 { throw UsageError(message: "--flags must fit in 32 bits") }
     if name == "set" { _ = try setModeArg(o) }
-    if name == "incr" || name == "decr", o.positionals.count > 1, UInt64(o.positionals[1]) == nil {
-        throw UsageError(message: "BY must be a non-negative integer, got '\(o.positionals[1])'")
+    if name == "incr" || name == "decr" {
+        if o.positionals.count > 1, UInt64(o.positionals[1]) == nil {
+            throw UsageError(message: "BY must be a non-negative integer, got '\(o.positionals[1])'")
+        }
+        _ = try initialOption(o)
+    }
+    switch name {
+    case "set": _ = try extFileArg(o)
+    case "touch": if try ttlArg(o) == nil { throw UsageError(message: "--ttl is required") }
+    case "keys": _ = try o.int("--limit", min: 1)
+    case "stats": try checkStatsOptions(o)
+    case "variant": _ = try variantRequest(o)
+    case "flush": _ = try flushAllOption(o)
+    default: break
     }
 }

@@ -12,13 +12,8 @@ import StrataWire
 /// `--ns NAME` one namespace's, with `--by-namespace` the busiest namespaces' (PROTOCOL.md
 /// §7.13.1); `--watch` redraws rates in place.
 func statsCommand(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
-    if o.switches.contains("--watch") {
-        if let other = ["--json", "--ns", "--by-namespace"].first(where: { o.switches.contains($0) || o.string($0) != nil }) {
-            throw UsageError(message: "--watch shows the node's rates and cannot be combined with \(other)")
-        }
-        return try watchStats(o, c)
-    }
-    if let extra = o.positionals.first { throw UsageError(message: "unexpected argument '\(extra)'") }
+    try checkStatsOptions(o)
+    if o.switches.contains("--watch") { return try watchStats(o, c) }
     if let q = try namespaceQuery(o) {
         let json = try c.stats(q)
         return try printNamespaceStats(json, o, from: c.address.description)
@@ -36,6 +31,28 @@ func statsCommand(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
         printOut(k.padding(toLength: width + 2, withPad: " ", startingAt: 0) + "\(obj[k]!)")
     }
     return 0
+}
+
+/// `strata stats`'s options, checked without the node (a bad one is exit 2 whether the node is
+/// up or not).
+func checkStatsOptions(_ o: ParsedOptions) throws {
+    if o.switches.contains("--watch") {
+        if let other = ["--json", "--ns", "--by-namespace"].first(where: { o.switches.contains($0) || o.string($0) != nil }) {
+            throw UsageError(message: "--watch shows the node's rates and cannot be combined with \(other)")
+        }
+        _ = try watchInterval(o)
+        _ = try o.int("--count", min: 1)
+        return
+    }
+    if let extra = o.positionals.first { throw UsageError(message: "unexpected argument '\(extra)'") }
+    _ = try namespaceQuery(o)
+}
+
+/// `--watch [SECONDS]`'s interval (2 s by default).
+func watchInterval(_ o: ParsedOptions) throws -> Double {
+    guard let p = o.positionals.first else { return 2 }
+    guard let v = Double(p), v >= 0.1, v <= 86400 else { throw UsageError(message: "--watch takes a number of seconds from 0.1 to 86400, got '\(p)'") }
+    return v
 }
 
 /// The STATS group `--ns NAME` or `--by-namespace` asks for (nil: node-wide counters).
@@ -92,11 +109,7 @@ func printNamespaceStats(_ json: String, _ o: ParsedOptions, from node: String) 
 
 /// `strata stats --watch [SECONDS]`: ops/s, hit ratio and p99 per operation, refreshed in place.
 func watchStats(_ o: ParsedOptions, _ c: NodeConnection) throws -> Int32 {
-    var interval = 2.0
-    if let p = o.positionals.first {
-        guard let v = Double(p), v >= 0.1, v <= 86400 else { throw UsageError(message: "--watch takes a number of seconds from 0.1 to 86400, got '\(p)'") }
-        interval = v
-    }
+    let interval = try watchInterval(o)
     let rounds = try o.int("--count", min: 1) ?? Int.max
     func snapshot() throws -> [String: Double] {
         // A node that went away ends the watch with exit 3 (its error was swallowed here once,

@@ -227,7 +227,13 @@ final class CLIEdgeTests: XCTestCase {
     func testBadClientOptionsAreUsageErrorsWithTheNodeDown() throws {
         let down = "127.0.0.1:\(try MemcachedClientTests.freePort())"
         for args in [["set", "k", "v", "--ttl", "-1"], ["set", "k", "v", "--flags", "4294967296"], ["get", "k", "--tiers", "foo"],
-                     ["incr", "k", "abc"], ["set", "k", "v", "--mode", "sometimes"]] {
+                     ["incr", "k", "abc"], ["set", "k", "v", "--mode", "sometimes"],
+                     // nu5: the rest were "cannot connect" (exit 3) with the node down.
+                     ["keys", "--limit", "-1"], ["keys", "--limit", "0"], ["stats", "--ns", "a", "--by-namespace"],
+                     ["stats", "--watch", "0"], ["stats", "--watch", "-1"], ["flush"], ["flush", "--ns", "a", "--all"],
+                     ["touch", "k"], ["incr", "k", "1", "--initial", "x"], ["set", "k", "v", "--ext-file", "/nonexistent/ext"],
+                     ["variant", "k", "--width", "0", "--height", "10"], ["variant", "k", "--width", "abc"],
+                     ["variant", "k", "--fit", "bogus", "--width", "10", "--height", "10"]] {
             let r = try runCLI(args + ["--server", down])
             XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
         }
