@@ -46,6 +46,17 @@ extension Node {
     }
 }
 
+extension Node {
+    /// An established TLS session failed (a record that does not decrypt, a bad record type,
+    /// an alert): logged as `tls_session_failed` (warn, the connection and OpenSSL's reason),
+    /// at most once a second with the TLS handshake lines. The connection closes. Loop thread.
+    func tlsSessionFailed(_ reason: String, conn: Int) {
+        if let suppressed = tlsLogLimiter.admit(now: monotonicSeconds()) {
+            log.warn("tls_session_failed", [("conn", String(conn)), ("reason", reason), ("suppressed", String(suppressed))])
+        }
+    }
+}
+
 extension OutputConnection {
     /// The connection came from a TLS port and its handshake is not done yet.
     var handshaking: Bool {
@@ -98,7 +109,12 @@ extension OutputConnection {
     /// the stream, `.wouldBlock` when nothing more is there now.
     func receive(_ buffer: UnsafeMutableRawBufferPointer) throws -> IOResult {
         guard let t = tls else { return try Sys.read(fd, buffer.baseAddress!, buffer.count) }
-        switch try t.read(buffer.baseAddress!, buffer.count) {
+        let outcome: TLSSession.Outcome
+        do { outcome = try t.read(buffer.baseAddress!, buffer.count) } catch {
+            node.tlsSessionFailed(error.message, conn: id)
+            throw error
+        }
+        switch outcome {
         case .done(let n): return .done(n)
         case .closed: return .done(0)
         case .wantRead: return .wouldBlock
@@ -122,7 +138,10 @@ extension OutputConnection {
     /// Sends from `output` once: to the socket (gathered), or through the session.
     func sendQueued() throws -> IOResult {
         guard let t = tls else { return try output.send(fd) }
-        return try output.send(t)
+        do { return try output.send(t) } catch let e as TLSError {
+            node.tlsSessionFailed(e.message, conn: id)
+            throw e
+        }
     }
 
     /// Unregisters and closes the socket; a TLS connection whose handshake was done sends

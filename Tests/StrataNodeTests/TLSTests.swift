@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import StrataClient
 import StrataCore
+import StrataNet
 import StrataWire
 
 /// The TLS port end to end (the real `strata` binary, certificates made by `openssl` for each
@@ -107,6 +108,36 @@ final class TLSTests: XCTestCase {
         XCTAssertEqual(try node.connectTLS(certs.client()).get(b("k"))?.value, b("v"))
         XCTAssertTrue(try eventually(5) { try stat(good, "tls_handshake_failures") >= 4 })
         XCTAssertTrue(try eventually(5) { try stat(good, "connections_current") == 1 })
+    }
+
+    /// An established session that fails — a record that does not decrypt — is logged as
+    /// `tls_session_failed` (warn, OPERATING "Log events"), and the connection closes while
+    /// others are served (an outside review, nu5: only a debug `connection_closed` line).
+    func testAFailedSessionIsLoggedAsTLSSessionFailed() throws {
+        let certs = try TestCertificates()
+        let node = try tlsNode(certs)
+        let good = try node.connectTLS(certs.client())
+        XCTAssertEqual(try good.set(SetRequest(key: b("k"), value: b("v"))).statusCode, .ok)
+        let raw = try TextSocket(port: try XCTUnwrap(node.tlsPort), timeout: 5)
+        Sys.setNonBlocking(raw.fd)
+        let client = try TLSSession(context: try TLSContext.client(ca: certs.path("ca.pem")), fd: raw.fd, server: false, expectedName: "127.0.0.1")
+        let deadline = monotonicSeconds() + 10
+        var done = false
+        while !done && monotonicSeconds() < deadline {
+            switch try client.handshake() {
+            case .done: done = true
+            case .closed: XCTFail("the node closed during the handshake"); return
+            case .wantRead, .wantWrite: usleep(5_000)
+            }
+        }
+        XCTAssertTrue(done, "handshake")
+        XCTAssertFalse(node.stderr.contains("tls_session_failed"))
+        // An application-data record whose bytes are not what the session encrypted.
+        raw.send([0x17, 0x03, 0x03, 0x00, 0x40] + (0..<64).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) })
+        XCTAssertTrue(eventually(5) { node.stderr.contains("event=tls_session_failed") }, node.stderr)
+        let line = node.stderr.split(separator: "\n").first { $0.contains("event=tls_session_failed") }.map(String.init) ?? ""
+        XCTAssertTrue(line.contains("level=warn") && line.contains("conn=") && line.contains("reason="), line)
+        XCTAssertEqual(try good.get(b("k"))?.value, b("v"))
     }
 
     func testClientRefusesAWrongCAAnExpiredCertificateAndAWrongName() throws {
