@@ -240,6 +240,19 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertEqual(try runCLI(["get", "k", "--server", down, "--timeout", "1"]).code, 3, "a good command with the node down")
     }
 
+    /// `strata serve`'s exit codes as README "The node" lists them: 3 for a port in use, 2 for
+    /// a data directory another node holds (an outside review, nu5: listed nowhere).
+    func testServeExitCodesAreTheDocumentedOnes() throws {
+        let node = try NodeProcess(dataDir: TempDir().path)
+        let inUse = try runCLI(["serve", "--port", String(node.port), "--data", TempDir().path])
+        XCTAssertEqual(inUse.code, 3, inUse.err)
+        XCTAssertTrue(inUse.err.contains("cannot listen"), inUse.err)
+        let held = try runCLI(["serve", "--port", "0", "--data", node.dataDir])
+        XCTAssertEqual(held.code, 2, held.err)
+        let readme = try String(contentsOf: DeployFileTests.root.appendingPathComponent("README.md"), encoding: .utf8)
+        XCTAssertTrue(readme.contains("`strata serve` exits 0 after SIGTERM"), "README lists serve's exit codes")
+    }
+
     /// Cluster settings on a node without `--cluster` start it, with one warning naming them
     /// (an operator's review: an empty `cluster` in a config file left `replicas: 3` without effect, silently).
     func testClusterSettingsWithoutAClusterAreNamedInAWarning() throws {
