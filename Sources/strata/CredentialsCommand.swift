@@ -3,8 +3,8 @@ import StrataCore
 import StrataServer
 
 let credentialsUsage = """
-usage: strata credentials hash [TOKEN]     print the SHA-256 (hex) of TOKEN, or of the first
-                                           line of stdin when TOKEN is left out
+usage: strata credentials hash [TOKEN]     print the SHA-256 (hex) of TOKEN, or of stdin when
+                                           TOKEN is left out (one line; trailing newlines dropped)
        strata credentials check FILE.json  parse a credentials file and list its users
 
 `hash` prints the value of a user's "token_sha256" in a --credentials file (docs/OPERATING.md
@@ -28,8 +28,12 @@ func credentialsCommand(_ args: [String]) throws -> Int32 {
             token = Array(o.positionals[1].utf8)
         } else {
             token = [UInt8](FileHandle.standardInput.readDataToEndOfFile())
-            if let nl = token.firstIndex(of: 10) { token = Array(token[..<nl]) }
-            if token.last == 13 { token.removeLast() }
+            while let last = token.last, last == 10 || last == 13 { token.removeLast() }
+            // One line, as a token file must be (`readToken`): hashing a second line's first
+            // made a user whose token file neither the node nor the client reads (nu5 F7).
+            guard !token.contains(10) && !token.contains(13) else {
+                throw UsageError(message: "standard input holds more than one line: a token is one line")
+            }
         }
         guard !token.isEmpty else { throw UsageError(message: "the token is empty") }
         printOut(SHA256.hex(token))

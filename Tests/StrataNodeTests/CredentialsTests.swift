@@ -387,6 +387,13 @@ final class CredentialsTests: XCTestCase {
         let r = try runCLI(["credentials", "hash"], stdin: b("abc\n"))
         XCTAssertEqual(r.code, 0, r.err)
         XCTAssertEqual(String(decoding: r.out, as: UTF8.self), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n")
+        // Trailing newlines (CRLF too) are dropped; a second line is refused, as the node and
+        // the client refuse such a token file (an outside review, nu5: it hashed the first line).
+        XCTAssertEqual(String(decoding: try runCLI(["credentials", "hash"], stdin: b("abc\r\n\n")).out, as: UTF8.self),
+                       "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n")
+        let two = try runCLI(["credentials", "hash"], stdin: b("abc\nxyz\n"))
+        XCTAssertEqual(two.code, 2, two.err)
+        XCTAssertTrue(two.err.contains("more than one line"), two.err)
         let dir = TempDir()
         try Data(CredentialsUnitTests.file(Self.users)).write(to: URL(fileURLWithPath: dir.path + "/u.json"))
         let check = try runCLI(["credentials", "check", dir.path + "/u.json"])
