@@ -153,7 +153,10 @@ public final class Node: @unchecked Sendable {
         do {
             store = try TieredCache(configuration: sc)
         } catch let e as StoreError {
-            throw NodeError(exitCode: e.code == .locked || e.code == .directory || e.code == .schemaTooNew ? 2 : 3, e.description)
+            // The data directory's problems name the flag (`--data: …`), not the store's code
+            // (an outside review, nu5: "data_directory_locked: …").
+            let dataDirectory = e.code == .locked || e.code == .directory
+            throw NodeError(exitCode: dataDirectory || e.code == .schemaTooNew ? 2 : 3, dataDirectory ? "--data: \(e.message)" : e.description)
         }
         // Also on an empty directory: a wiped disk (or a node new to its keys) holds none of
         // what was written before, so its misses are checked with the replicas (issue 17).

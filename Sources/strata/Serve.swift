@@ -346,7 +346,7 @@ func apply(_ s: [String: String], to c: inout NodeConfiguration) throws {
     }
     if let v = try size("max-write-behind-bytes") { c.maxWriteBehindBytes = v }
     if let v = try size("image-decode-limit") {
-        guard v > 0 else { throw UsageError(message: "--image-decode-limit must be positive") }
+        guard v > 0 else { throw UsageError(message: "--image-decode-limit must be at least 1 byte (a size such as 128MiB), got '\(s["image-decode-limit"]!)'") }
         c.imageDecodeLimit = v
     }
     if let v = s["log-level"] {

@@ -249,6 +249,13 @@ final class CLIEdgeTests: XCTestCase {
         XCTAssertTrue(inUse.err.contains("cannot listen"), inUse.err)
         let held = try runCLI(["serve", "--port", "0", "--data", node.dataDir])
         XCTAssertEqual(held.code, 2, held.err)
+        XCTAssertTrue(held.err.contains("--data: "), "the flag is named, not the store's code: \(held.err)")
+        let empty = try runCLI(["serve", "--port", "0", "--data", ""])
+        XCTAssertEqual(empty.code, 2, empty.err)
+        XCTAssertFalse(empty.err.contains("data_directory"), empty.err)
+        let decode = try runCLI(["serve", "--port", "0", "--data", TempDir().path, "--image-decode-limit", "0"])
+        XCTAssertEqual(decode.code, 2, decode.err)
+        XCTAssertTrue(decode.err.contains("got '0'"), decode.err)
         let readme = try String(contentsOf: DeployFileTests.root.appendingPathComponent("README.md"), encoding: .utf8)
         XCTAssertTrue(readme.contains("`strata serve` exits 0 after SIGTERM"), "README lists serve's exit codes")
     }
