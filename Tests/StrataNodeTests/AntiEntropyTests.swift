@@ -901,6 +901,11 @@ final class AntiEntropyTests: XCTestCase {
         for i in 0..<300 { XCTAssertEqual(try c0.set(SetRequest(key: b("f\(i)"), value: b("v\(i)"))).statusCode, .ok) }
         XCTAssertEqual(stat(0, "cluster_members"), 1)
 
+        // (Node 0's saved list cannot be rewritten — a directory in its place — so the audit's
+        // `from` must come from the running list: an outside review, nu5, saw `from=-`.)
+        let saved = cluster.dirs[0].path + "/cluster-members"
+        unlink(saved)
+        XCTAssertEqual(mkdir(saved, 0o755), 0)
         // Node 1 joins: the file now names both; node 1 starts with it, node 0 reads it again.
         try members([0, 1])
         try start(1)
@@ -908,6 +913,10 @@ final class AntiEntropyTests: XCTestCase {
         XCTAssertEqual(stat(0, "cluster_membership_changes"), 1)
         XCTAssertTrue(eventually { lines(0, "action=membership_change").contains { $0.contains("peer=refresh") && $0.contains("added=\(cluster.name(1))") } },
                       cluster.nodes[0]!.stderr)
+        let refresh = lines(0, "action=membership_change").first { $0.contains("peer=refresh") } ?? ""
+        XCTAssertTrue(refresh.contains("from=\(cluster.name(0)) ") && refresh.contains("added=\(cluster.name(1)) "), refresh)
+        XCTAssertFalse(lines(0, "cluster_members_not_saved").isEmpty, cluster.nodes[0]!.stderr)
+        rmdir(saved)
         // R = 2 of 2: node 1 holds every key, copied by anti-entropy (no client read them).
         let c1 = try cluster.connect(1)
         XCTAssertTrue(eventually(30, interval: 0.2) {

@@ -72,10 +72,14 @@ extension Node {
     /// list) this node starts with, compared with the one it last started with in this data
     /// directory (`DIR/cluster-members`, rewritten when it differs). Logged as
     /// `action=membership_change user=- peer=config from=… to=… added=… removed=…`.
-    func recordMembership(source: String = "config") {
+    /// A refresh gives the list it replaced (`previous`): the audit's `from` is the running
+    /// list, not the file (which may not have been written: an outside review, nu5, saw
+    /// `from=-` after `cluster_members_not_saved`).
+    func recordMembership(source: String = "config", previous: [String]? = nil) {
         let path = config.dataDirectory + "/cluster-members"
         let now = (cluster?.ring.members.map(\.name) ?? []).sorted()
-        let before = readSmallFile(path).map { String(decoding: $0, as: UTF8.self).split(separator: "\n").map(String.init).sorted() }
+        let before = previous?.sorted()
+            ?? readSmallFile(path).map { String(decoding: $0, as: UTF8.self).split(separator: "\n").map(String.init).sorted() }
         guard before != now, !(before == nil && now.isEmpty) else { return }
         let old = before ?? []
         cluster?.rememberPrevious(names: old)
@@ -150,12 +154,13 @@ extension Node {
             return
         }
         membershipIgnored.store(false, ordering: .relaxed)
+        let previous = c.ring.members.map(\.name)
         guard let change = c.replace(members: members) else { return }
         stats.membershipChanges.add()
         let (domain, digest) = c.currentDomain
         dispatcher.syncDigests?.rebuild(domain: domain, listDigest: digest, selfName: c.selfName)
         handoff?.update()
-        recordMembership(source: "refresh")
+        recordMembership(source: "refresh", previous: previous)
         log.info("cluster_members_changed", [("members", String(c.ring.members.count)), ("added", change.added.joined(separator: ",")),
                                              ("removed", change.removed.joined(separator: ","))])
         antiEntropy?.wake()
