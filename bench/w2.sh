@@ -30,5 +30,6 @@ sleep 1
 echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); strata=$SP redis=$RP ${APID:+redis-aof=$AP}"
 echo "== 90/10 p16 ($SECS s x $ROUNDS)"
 .build/release/strata-bench run "${T[@]}" --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration "$SECS" --rounds "$ROUNDS" 2>&1
+echo "strata log after the 90/10 run: $(.build/release/strata stats --server 127.0.0.1:$SP 2>/dev/null | grep -E '^log_backlog_records|^log_backpressure_waits' | tr -s ' \n' ' ')"
 echo "== GET-only p16 (10 s x $ROUNDS)"
 .build/release/strata-bench run "${T[@]}" --get-ratio 1 --value-size 100 --keys 100000 --connections 50 --pipeline 16 --duration 10 --rounds "$ROUNDS" 2>&1

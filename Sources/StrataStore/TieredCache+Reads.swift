@@ -330,9 +330,14 @@ extension TieredCache {
             if configuration.diskReadsInline { disk.checkResidency() }
             let live = registry.liveTagSet()
             let now = clock.nowMicros()
+            // 4,096 slots a shard a pass, 256 under the lock at a time: the event loop waits for
+            // a shard's lock, and a sweeper preempted while holding it for a whole pass stalled
+            // the loop for up to 5 ms (on a busy host).
             for (i, s) in memory.shards.enumerated() {
-                s.lock.withLock {
-                    cursors[i] = s.sweep(from: cursors[i], budget: 4096, now: now, isLiveTag: { live.contains($0) })
+                for _ in 0..<16 {
+                    s.lock.withLock {
+                        cursors[i] = s.sweep(from: cursors[i], budget: 256, now: now, isLiveTag: { live.contains($0) })
+                    }
                 }
             }
         }

@@ -190,6 +190,36 @@ final class LogFilesTests: XCTestCase {
         try FileManager.default.contentsOfDirectory(atPath: dir).sorted()
     }
 
+    /// A periodic sync waiting on a slow device does not hold up appends (the event loop's log
+    /// write waited out every `fdatasync` — 5–30 ms once a second here, far longer on a slow
+    /// disk — because the sync held the log's lock); a record appended meanwhile leaves the log
+    /// to be synced again.
+    func testAnAppendDoesNotWaitForASyncInProgress() throws {
+        let dir = TempDir().path + "-log"
+        let (log, _) = try open(dir, policy: .no)
+        defer { log.close() }
+        try log.append([put(0)])
+        let syncEntered = Completion<Void>(), device = Completion<Void>()
+        log.beforeDeviceSyncForTests = { syncEntered.fulfil(()); _ = device.wait(seconds: 10) }
+        let syncDone = Completion<Error?>()
+        startThread(name: "test-sync") { do { try log.sync(); syncDone.fulfil(nil) } catch { syncDone.fulfil(error) } }
+        XCTAssertNotNil(syncEntered.wait(seconds: 5), "the sync reached the device")
+        let appended = Completion<UInt64>(), record = put(1)
+        startThread(name: "test-append") { if let p = try? log.append([record]) { appended.fulfil(p) } }
+        let position = appended.wait(seconds: 3)
+        XCTAssertNil(syncDone.wait(seconds: 0), "the device is still syncing")
+        device.fulfil(())
+        XCTAssertNotNil(position, "the append went on while the sync waited for the device")
+        XCTAssertNil(syncDone.wait(seconds: 10) ?? StoreError(.io, "the sync never finished"))
+        // The record appended during the sync makes the log dirty again: the next sync syncs.
+        let before = log.syncs.load()
+        log.beforeDeviceSyncForTests = nil
+        try log.sync()
+        XCTAssertEqual(log.syncs.load(), before + 1, "a write during a sync leaves the log to be synced again")
+        try log.sync()
+        XCTAssertEqual(log.syncs.load(), before + 1, "nothing written since: no second fdatasync")
+    }
+
     func testAppendThenReopenReplaysEveryRecordInOrderFromAPosition() throws {
         let dir = TempDir().path + "-log"
         var (log, seen) = try open(dir)

@@ -50,8 +50,10 @@ final class DurabilityLog: @unchecked Sendable {
     var next: UInt64
     var written: UInt64
     var applied: UInt64
+    /// Written records the applier has not taken yet (it takes them all at once: a swap).
     var toApply: [LoggedWrite] = []
-    var toApplyHead = 0
+    /// Records the applier has taken and not yet applied (they are in its own array).
+    var applying = 0
     var durableWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
     var appliedWaiters: [(end: UInt64, done: (StoreError?) -> Void)] = []
     var stopping = false
@@ -397,6 +399,6 @@ final class DurabilityLog: @unchecked Sendable {
 
     /// The backlog: records decided but not yet in SQLite, and their bytes in the log.
     var backlog: (records: Int, bytes: Int) {
-        cond.withLock { (buffered.count + toApply.count - toApplyHead, Int(next - applied)) }
+        cond.withLock { (buffered.count + toApply.count + applying, Int(next - applied)) }
     }
 }
