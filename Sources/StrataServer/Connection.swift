@@ -372,7 +372,7 @@ final class Connection: EventHandler, @unchecked Sendable {
             break
         }
         if othersOverBufferBound {
-            node.stats.busyRefusals.add(1, ordering: .relaxed)
+            noteBufferBusy()
             send(Responses.error(to: f, .busy, "the node is at its buffered-bytes limit; retry later"))
             return
         }

@@ -253,7 +253,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
                 // Past the node's buffered-bytes bound only what holds no data runs (as the
                 // binary listener's PING, STATS and HELLO).
                 if othersOverBufferBound && !MemcachedListener.runsWhenOverloaded(c) {
-                    node.stats.busyRefusals.add(1, ordering: .relaxed)
+                    noteBufferBusy()
                     flushAudit(c)?.refused(Self.overloadedLine) // audited as asked when parsed (an outside review, mc7)
                     emit { listener.error(Self.overloadedLine, noreply: c.noreply, into: &$0) }
                     i += 1
@@ -358,7 +358,7 @@ final class MemcachedConnection: EventHandler, ClientConnection, @unchecked Send
 
     private func submit(_ rest: [MemcachedParse]) {
         if othersOverBufferBound {
-            node.stats.busyRefusals.add(1, ordering: .relaxed)
+            noteBufferBusy()
             for case .command(let c, _) in rest { flushAudit(c)?.refused(Self.overloadedLine) }
             emit { out in for p in rest { self.listener.error(Self.overloadedLine, noreply: Self.noreply(p), into: &out) } }
             return

@@ -147,7 +147,8 @@ extension OutputConnection {
     }
 
     /// The turn's holder that stopped sending: while the node is past `--max-buffered-bytes`
-    /// and other connections hold bytes (their reads wait for the turn), a holder part-way
+    /// and other connections hold bytes (their reads wait for the turn) or were answered BUSY
+    /// since it went silent, a holder part-way
     /// through a request that read nothing for a second is closed (`timeouts`), and the turn
     /// goes to the next connection whose read finds the node past the bound — as output that
     /// makes no progress for a second is cut while the node is over its output bound. Before,
@@ -158,10 +159,21 @@ extension OutputConnection {
         guard partialRequestSince != nil, now - lastActive > 1,
               node.stats.bufferOverdraft.load(ordering: .relaxed) == overdraftID, !readPaused else { return false }
         let others = node.stats.bufferedBytes.load(ordering: .relaxed) - accounted
-        guard others > 0, others + accounted > node.config.maxBufferedBytes else { return false }
+        guard others + accounted > node.config.maxBufferedBytes else { return false }
+        // Others wait with bytes of their own, or were answered BUSY since it went silent
+        // (its bytes alone past the bound refuse every other request: an outside review,
+        // ver31: reads and writes answered BUSY for the whole `--frame-timeout`).
+        let refusedSince = Double(node.stats.lastBufferBusyMillis.load(ordering: .relaxed)) / 1000 > lastActive
+        guard others > 0 || refusedSince else { return false }
         node.stats.timeouts.add(1, ordering: .relaxed)
         close(reason: "request stalled holding the buffered-bytes turn")
         return true
+    }
+
+    /// Counts a request answered BUSY for `--max-buffered-bytes` and notes when.
+    func noteBufferBusy() {
+        node.stats.busyRefusals.add(1, ordering: .relaxed)
+        node.stats.lastBufferBusyMillis.store(Int(monotonicSeconds() * 1000), ordering: .relaxed)
     }
 
     /// This connection's identity in `NodeStats.bufferOverdraft`.

@@ -66,6 +66,10 @@ final class NodeStats: Sendable {
     /// (`OutputConnection.waitsForBufferRoom`).
     let bufferOverdraft = Atomic<Int>(0)
     let busyRefusals = Atomic<Int>(0)
+    /// When a request was last answered BUSY for `--max-buffered-bytes` (monotonic ms): a
+    /// silent holder of the turn is then closed even when nobody else holds bytes
+    /// (`OutputConnection.closedForStalledTurn`).
+    let lastBufferBusyMillis = Atomic<Int>(0)
     /// Writes refused for lack of disk space: DISK_FULL (binary), `SERVER_ERROR out of memory
     /// storing object` (memcached).
     let diskFullRefusals = Atomic<Int>(0)

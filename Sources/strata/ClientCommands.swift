@@ -327,10 +327,14 @@ func runClientCommand(_ name: String, _ spec: ClientCommand, _ args: [String]) t
     return try spec.run(o, conn)
 }
 
+/// The commands whose first argument is a KEY.
+let keyedCommands: Set<String> = ["set", "get", "invalidate", "del", "exists", "touch", "meta", "image-info", "variant", "incr", "decr"]
+
 /// The options the commands read once connected, checked before: a bad one is a usage error
 /// (exit 2) whether the node is up or not — not "cannot connect" (exit 3) while it is down (an
 /// outside review, nu4). The commands check them again where they use them.
 func checkBeforeConnecting(_ name: String, _ o: ParsedOptions) throws {
+    if keyedCommands.contains(name), !o.positionals.isEmpty { _ = try keyArg(o, "strata \(name) KEY") }
     _ = try tiersOption(o)
     _ = try ttlArg(o)
     _ = try nsArg(o)

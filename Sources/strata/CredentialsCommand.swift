@@ -4,7 +4,7 @@ import StrataServer
 
 let credentialsUsage = """
 usage: strata credentials hash [TOKEN]     print the SHA-256 (hex) of TOKEN, or of stdin when
-                                           TOKEN is left out (one line; trailing newlines dropped)
+                                           TOKEN is left out (one line; trailing CR and LF dropped)
        strata credentials check FILE.json  parse a credentials file and list its users
 
 `hash` prints the value of a user's "token_sha256" in a --credentials file (docs/OPERATING.md
@@ -23,17 +23,15 @@ func credentialsCommand(_ args: [String]) throws -> Int32 {
     }
     switch o.positionals[0] {
     case "hash":
-        var token: [UInt8]
-        if o.positionals.count == 2 {
-            token = Array(o.positionals[1].utf8)
-        } else {
-            token = [UInt8](FileHandle.standardInput.readDataToEndOfFile())
-            while let last = token.last, last == 10 || last == 13 { token.removeLast() }
-            // One line, as a token file must be (`readToken`): hashing a second line's first
-            // made a user whose token file neither the node nor the client reads (nu5 F7).
-            guard !token.contains(10) && !token.contains(13) else {
-                throw UsageError(message: "standard input holds more than one line: a token is one line")
-            }
+        let fromArgument = o.positionals.count == 2
+        var token = fromArgument ? Array(o.positionals[1].utf8) : [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+        // The same rule for TOKEN and stdin (an outside review, ver31: a TOKEN ending in a
+        // newline was hashed with it, a hash no client's token ever matches): trailing CR and
+        // LF dropped, one line, as a token file must be (`readToken`) — hashing a second
+        // line's first made a user whose token file neither the node nor the client reads (nu5 F7).
+        while let last = token.last, last == 10 || last == 13 { token.removeLast() }
+        guard !token.contains(10) && !token.contains(13) else {
+            throw UsageError(message: (fromArgument ? "TOKEN" : "standard input") + " holds more than one line: a token is one line")
         }
         guard !token.isEmpty else { throw UsageError(message: "the token is empty") }
         printOut(SHA256.hex(token))

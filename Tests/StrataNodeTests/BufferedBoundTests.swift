@@ -51,14 +51,15 @@ final class BufferedBoundTests: XCTestCase {
         }
         // The node buffers up to the bound (plus a read or two); the rest stays in the sockets.
         XCTAssertTrue(eventually(10, interval: 0.05) { self.bufferedBytes(admin) >= bound }, "the partial frames are not counted")
+        // A well-behaved client is still answered: PING runs, a GET is BUSY past the bound.
+        // (Once a request was refused, silent holders of the turn are closed a second later.)
+        let other = try node.connect()
+        XCTAssertEqual(try other.call(.ping).statusCode, .ok)
+        XCTAssertEqual(try other.call(.get(GetRequest(key: b("k")))).statusCode, .busy, "past the bound, as before")
         let most = peak(admin, seconds: 2)
         // Past the bound by at most one request (the one connection that may read on: 6 MiB
         // here) and a read per connection.
         XCTAssertLessThanOrEqual(most, bound + (6 << 20) + (1 << 20), "buffered bytes peaked at \(most >> 10) KiB over a \(bound >> 10) KiB bound")
-        // A well-behaved client is still answered.
-        let other = try node.connect()
-        XCTAssertEqual(try other.call(.ping).statusCode, .ok)
-        XCTAssertEqual(try other.call(.get(GetRequest(key: b("k")))).statusCode, .busy, "past the bound, as before")
         // The held requests are cut at the frame timeout; the node returns under the bound and
         // serves again.
         XCTAssertTrue(eventually(15, interval: 0.05) { self.bufferedBytes(admin) < bound })
@@ -155,6 +156,49 @@ final class BufferedBoundTests: XCTestCase {
             _ = silent.readAll()
             XCTAssertLessThan(monotonicSeconds() - t0, 5, "the silent holder was closed")
             XCTAssertTrue(try admin.get(b("upload\(round)"))?.value == value)
+        }
+        XCTAssertGreaterThanOrEqual(try nodeStats(admin)["timeouts"] as? Int ?? 0, 2)
+    }
+
+    /// A client alone past the bound with half a request, then silent, makes every other
+    /// request BUSY — and is closed a second after one was refused, not at `--frame-timeout`
+    /// (an outside review, ver31: reads and writes answered BUSY for the whole 10 s, both
+    /// listeners). Binary and memcached listeners alike.
+    func testASilentClientAloneOverTheBoundIsClosedOnceOthersAreRefused() throws {
+        let node = try NodeProcess(dataDir: TempDir().path + "/data",
+                                   extra: ["--max-buffered-bytes", "4MiB", "--frame-timeout", "20", "--memcached-port", "0"])
+        defer { node.terminate() }
+        let admin = try node.connect()
+        XCTAssertEqual(try admin.set(SetRequest(key: b("small"), value: b("v"))).statusCode, .ok)
+        let mcPort = try XCTUnwrap(node.memcachedPort)
+        let binaryStart = Array(Request.set(SetRequest(key: b("big"), value: [UInt8](repeating: 6, count: 16 << 20))).frame(id: 1).encoded()[0..<(8 << 20)])
+        let textStart = Array("set big 0 0 \(16 << 20)\r\n".utf8) + [UInt8](repeating: 6, count: 8 << 20)
+        for (round, (port, start)) in [(node.port, binaryStart), (mcPort, textStart)].enumerated() {
+            let silent = try TextSocket(port: port, timeout: 25)
+            silent.send(start)
+            let deadline = monotonicSeconds() + 5
+            while bufferedBytes(admin) <= 4 << 20 && monotonicSeconds() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+            XCTAssertGreaterThan(bufferedBytes(admin), 4 << 20, "past the bound")
+            let reader = try TextSocket(port: mcPort, timeout: 10)
+            let started = monotonicSeconds()
+            var refused = 0, answered = false
+            while !answered && monotonicSeconds() - started < 12 {
+                if round == 0 {
+                    let r = try node.connect().call(.get(GetRequest(key: b("small"))))
+                    if r.statusCode == .busy { refused += 1 } else { answered = r.statusCode == .ok }
+                } else {
+                    reader.send("get small\r\n")
+                    let line = reader.line()
+                    if line.hasPrefix("SERVER_ERROR busy") { refused += 1 } else { answered = line.hasPrefix("VALUE small") ; if answered { _ = reader.read(until: "END\r\n") } }
+                }
+                if !answered { Thread.sleep(forTimeInterval: 0.2) }
+            }
+            XCTAssertGreaterThan(refused, 0, "round \(round): refused while the silent client held the bound")
+            XCTAssertTrue(answered, "round \(round): answered once the silent client was closed")
+            XCTAssertLessThan(monotonicSeconds() - started, 8, "round \(round): not held until the frame timeout")
+            let t0 = monotonicSeconds()
+            _ = silent.readAll()
+            XCTAssertLessThan(monotonicSeconds() - t0, 5, "round \(round): the silent client was closed")
         }
         XCTAssertGreaterThanOrEqual(try nodeStats(admin)["timeouts"] as? Int ?? 0, 2)
     }

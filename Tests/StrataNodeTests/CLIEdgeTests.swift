@@ -233,7 +233,10 @@ final class CLIEdgeTests: XCTestCase {
                      ["stats", "--watch", "0"], ["stats", "--watch", "-1"], ["flush"], ["flush", "--ns", "a", "--all"],
                      ["touch", "k"], ["incr", "k", "1", "--initial", "x"], ["set", "k", "v", "--ext-file", "/nonexistent/ext"],
                      ["variant", "k", "--width", "0", "--height", "10"], ["variant", "k", "--width", "abc"],
-                     ["variant", "k", "--fit", "bogus", "--width", "10", "--height", "10"]] {
+                     ["variant", "k", "--fit", "bogus", "--width", "10", "--height", "10"],
+                     // ver31: a bad KEY too.
+                     ["set", "", "v"], ["get", String(repeating: "a", count: 1025)], ["del", ""], ["meta", ""],
+                     ["incr", String(repeating: "b", count: 1025)]] {
             let r = try runCLI(args + ["--server", down])
             XCTAssertEqual(r.code, 2, "\(args): \(r.err)")
         }

@@ -394,6 +394,11 @@ final class CredentialsTests: XCTestCase {
         let two = try runCLI(["credentials", "hash"], stdin: b("abc\nxyz\n"))
         XCTAssertEqual(two.code, 2, two.err)
         XCTAssertTrue(two.err.contains("more than one line"), two.err)
+        // TOKEN as an argument follows the same rule (an outside review, ver31: its trailing
+        // newline was hashed).
+        XCTAssertEqual(String(decoding: try runCLI(["credentials", "hash", "abc\n"]).out, as: UTF8.self),
+                       "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n")
+        XCTAssertEqual(try runCLI(["credentials", "hash", "abc\nxyz"]).code, 2)
         let dir = TempDir()
         try Data(CredentialsUnitTests.file(Self.users)).write(to: URL(fileURLWithPath: dir.path + "/u.json"))
         let check = try runCLI(["credentials", "check", dir.path + "/u.json"])

@@ -167,12 +167,24 @@ final class CrashTests: XCTestCase {
         XCTAssertFalse(after.isClean)
         XCTAssertEqual(after.logDamage.count, 1, "\(after.logDamage)")
         XCTAssertTrue(after.logDamage.first?.contains("kept aside by a start that found the log damaged") ?? false, "\(after.logDamage)")
-        // Removed, they leave the gap of the records lost, which `check` reports as such.
+        // Removed, they leave nothing to report: the store that moved them aside marked the
+        // positions they held as passed once it had applied the records before them, so the
+        // next start finds no gap — no second `log_damaged`, no segment moved aside for records
+        // already reported lost (an outside review, ver31: both, until a new write was applied).
         for n in try FileManager.default.contentsOfDirectory(atPath: dir.path + "/log") where n.contains(".damaged-") {
             try FileManager.default.removeItem(atPath: dir.path + "/log/" + n)
         }
         let removed = try TieredCache.check(directory: dir.path)
-        XCTAssertTrue(removed.logDamage.first?.contains("are missing before it") ?? false, "\(removed.logDamage)")
+        XCTAssertTrue(removed.isClean, "\(removed.logDamage)")
+        let again = LogSink()
+        config.log = { again.append($0) }
+        let reopened = try TieredCache(configuration: config)
+        XCTAssertFalse(again.all.contains { $0.contains("event=log_damaged") }, "\(again.all)")
+        for (key, w) in newest {
+            if let v = try reopened.get(Array(key.utf8)) { XCTAssertEqual(v.value, expected(w.token), "\(key)") }
+        }
+        reopened.close()
+        XCTAssertFalse(try FileManager.default.contentsOfDirectory(atPath: dir.path + "/log").contains { $0.contains(".damaged-") })
     }
 
     /// Outside review dur3 F6: a last segment cut to 0 bytes after SQLite had applied part of

@@ -163,6 +163,17 @@ extension DurabilityLog {
             applierCond.unlock()
             cond.lock()
             if !more && toApply.isEmpty {
+                // Everything written is applied. Positions below `written` that were never
+                // records — a damaged part the open moved aside, the log going on past it — are
+                // marked applied too, so the gap is not found again (and reported as new damage,
+                // and the next segment moved aside) once the operator removes the kept files (an
+                // outside review, ver31).
+                if applied < written && stuck == nil {
+                    let to = written
+                    cond.unlock()
+                    if apply([], to) == nil { cond.withLock { if applied < to { applied = to } } }
+                    continue
+                }
                 let done = stopping && buffered.isEmpty && !flushing
                 cond.unlock()
                 if done { break }
