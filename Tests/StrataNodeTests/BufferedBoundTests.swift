@@ -108,12 +108,14 @@ final class BufferedBoundTests: XCTestCase {
         let frame = Request.set(SetRequest(key: b("upload"), value: value)).frame(id: 7).encoded()
         // (No STATS meanwhile: another connection's bytes, even an answer's, would let the
         // upload take the overdraft before the silent client comes, as a busy node would.)
+        // (The upload pauses well under a second: a holder silent for 1 s while others hold
+        // bytes is closed — `testASilentClientHoldingTheTurnIsClosedAndTheUploadFinishes`.)
         try honest.sendRaw(Array(frame[0..<(6 << 20)]))
-        Thread.sleep(forTimeInterval: 0.5)
+        Thread.sleep(forTimeInterval: 0.25)
         let silent = try node.connect()
         let other = Request.set(SetRequest(key: b("other"), value: [UInt8](repeating: 6, count: 1 << 20))).frame(id: 1).encoded()
         try silent.sendRaw(Array(other[0..<(512 << 10)]))
-        Thread.sleep(forTimeInterval: 0.5)
+        Thread.sleep(forTimeInterval: 0.25)
         XCTAssertGreaterThan(bufferedBytes(admin), 6 << 20, "the upload was read past the bound, and the silent client's part")
         let started = monotonicSeconds()
         try honest.sendRaw(Array(frame[(6 << 20)...]))
