@@ -40,9 +40,9 @@ final class LogFiles: @unchecked Sendable {
     private let lock = Lock()
     private var fd: Int32 = -1
     /// Start position of the segment being appended to, and of every segment on disk, in order.
-    private var segments: [UInt64] = []
+    var segments: [UInt64] = []
     /// The position the next record gets.
-    private(set) var end: UInt64 = 0
+    var end: UInt64 = 0
     private var dirty = false
     /// Batches written so far (a sync outside the lock clears `dirty` only when none came meanwhile).
     private var writes: UInt64 = 0
@@ -93,7 +93,7 @@ final class LogFiles: @unchecked Sendable {
         if policy == .everysec { startSyncThread() }
     }
 
-    private(set) var report = OpenReport()
+    var report = OpenReport()
 
     deinit { close() }
 
@@ -154,13 +154,14 @@ final class LogFiles: @unchecked Sendable {
     /// old segment itself (`dirty` stays set until a sync that saw no later write finishes),
     /// so a closed segment is still whole on the device before the next one takes records.
     func sync() throws {
-        let taken: (fd: Int32, segment: UInt64?, writes: UInt64)?? = lock.withLock {
-            guard dirty, fd >= 0 else { return .some(nil) }
-            let copy = dup(fd)
-            return copy >= 0 ? (copy, segments.last, writes) : nil
+        var copy: Int32 = -1, segment: UInt64? = nil, writesBefore: UInt64 = 0
+        let needed: Bool = lock.withLock {
+            guard dirty, fd >= 0 else { return false }
+            (copy, segment, writesBefore) = (dup(fd), segments.last, writes)
+            return true
         }
-        guard let taken else { return try lock.withLock { try syncLocked() } } // (no descriptor to spare)
-        guard let (copy, segment, writesBefore) = taken else { return }
+        guard needed else { return }
+        guard copy >= 0 else { return try lock.withLock { try syncLocked() } } // (no descriptor to spare)
         defer { Glibc.close(copy) }
         syncs.add()
         beforeDeviceSyncForTests?()
@@ -246,10 +247,10 @@ final class LogFiles: @unchecked Sendable {
     }
 
     /// A new or removed file's name is durable only once its directory is synced.
-    private func syncDirectory() { StrataCore.syncDirectory(directory) }
+    func syncDirectory() { StrataCore.syncDirectory(directory) }
 
     /// Whether the last segment in `segments` ends at `end` and may take more records.
-    private var tailAppendable = false
+    var tailAppendable = false
 
     private func openTail() throws {
         guard tailAppendable, let last = segments.last else { return try createSegment(start: end) }
@@ -316,166 +317,5 @@ final class LogFiles: @unchecked Sendable {
     /// Bytes the segments hold on disk.
     var bytesOnDisk: Int {
         lock.withLock { segments.isEmpty ? 0 : Int(end - segments[0]) + segments.count * LogSegment.headerBytes }
-    }
-
-    // MARK: Replay
-
-    /// The start positions of the segment files in `directory`, in order.
-    static func segmentStarts(in directory: String) -> [UInt64] {
-        fileNames(in: directory).compactMap(LogSegment.start(fromFileName:)).sorted()
-    }
-
-    /// The names of the entries in `directory` (none when it cannot be read).
-    static func fileNames(in directory: String) -> [String] {
-        guard let dir = opendir(directory) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let e = readdir(dir) {
-            names.append(withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) })
-        }
-        return names
-    }
-
-    private func replay(from: UInt64, clock: any Clock, visit: (UInt64, LogRecord) throws -> Void) throws -> OpenReport {
-        var report = OpenReport()
-        let starts = Self.segmentStarts(in: directory)
-        // Segments follow one another. A gap — a segment removed or cut short by hand, which
-        // no crash makes — that holds positions SQLite has not applied (at or past `from`) is
-        // damage: replayed past, it undid acknowledged writes silently (an outside review,
-        // dur13: 19 acknowledged deletes came back, nothing logged). Not after a damage already
-        // handled: appends then went on past every position the moved files used.
-        let handledDamage = Self.fileNames(in: directory).contains { $0.contains(".damaged-") }
-        var expected: UInt64? = handledDamage ? nil : starts.first.map { $0 > from && from > 0 ? from : $0 }
-        for (i, start) in starts.enumerated() {
-            let path = directory + "/" + LogSegment.fileName(start: start)
-            if let e = expected, e < start, start > from {
-                report.damage.append((path, 0, "positions \(e)..<\(start) are missing before it (a segment cut short or removed)"))
-                end = max(end, highestEnd(starts))
-                quarantine(starts[i...], clock: clock)
-                tailAppendable = false
-                return report
-            }
-            let bytes = try readFile(path)
-            if !handledDamage { expected = start + UInt64(max(0, bytes.count - LogSegment.headerBytes)) }
-            let isLast = i == starts.count - 1
-            // A segment wholly before `from` still has to verify its header (damage anywhere
-            // is reported), but its records are not visited.
-            var visitError: Error?
-            let endState = bytes.withUnsafeBytes { raw in
-                LogSegment.scan(raw, expectedStart: start) { position, record in
-                    guard position >= from else { return true }
-                    do { try visit(position, record); report.records += 1 } catch { visitError = error; return false }
-                    return true
-                }
-            }
-            if let e = visitError { throw e }
-            switch endState {
-            case .clean:
-                segments.append(start)
-                end = start + UInt64(bytes.count - LogSegment.headerBytes)
-                tailAppendable = true
-            case .tornTail(let offset) where isLast:
-                if offset < LogSegment.headerBytes {
-                    unlink(path) // the header itself never landed: the segment is started again
-                    end = start
-                } else {
-                    guard truncate(path, off_t(offset)) == 0 else {
-                        throw StoreError(.io, "cannot truncate the log's torn tail in \(path): \(String(cString: strerror(errno)))")
-                    }
-                    segments.append(start)
-                    end = start + UInt64(offset - LogSegment.headerBytes)
-                    tailAppendable = true
-                }
-                report.truncatedBytes += bytes.count - offset
-            case .tornTail(let offset), .damaged(let offset, _):
-                if i + 1 < starts.count && starts[i + 1] <= from {
-                    // Damage (or a cut) in a segment SQLite has applied wholly — the next one
-                    // starts at or before the applied position: nothing from it is needed, and
-                    // the replay goes on (`strata check` still reports it). Treated as damage, it
-                    // set aside every later segment and their unapplied records (an outside
-                    // review, dur14: 20 of 20 acknowledged deletes undone by a cut applied segment).
-                    segments.append(start)
-                    end = start + UInt64(max(0, offset - LogSegment.headerBytes))
-                    tailAppendable = false
-                    continue
-                }
-                // Damage (or a record cut short with segments after it, which no crash makes):
-                // the whole records before it were replayed and stay; a copy of the segment as
-                // found is kept for the operator, the segment is cut at the damage, every later
-                // segment is moved aside, and appends start a new segment past every position
-                // those files used.
-                var reason = "a record is cut short but later segments follow"
-                if case .damaged(_, let r) = endState { reason = r }
-                report.damage.append((path, offset, reason))
-                end = max(end, highestEnd(starts))
-                keepCopy(bytes, of: path, clock: clock)
-                guard truncate(path, off_t(offset)) == 0 else {
-                    throw StoreError(.io, "cannot cut the damaged log segment \(path): \(String(cString: strerror(errno)))")
-                }
-                segments.append(start)
-                quarantine(starts[(i + 1)...], clock: clock)
-                tailAppendable = false
-                return report
-            case .badHeader(let reason):
-                if i + 1 < starts.count && starts[i + 1] <= from { // wholly applied, as above
-                    segments.append(start)
-                    tailAppendable = false
-                    continue
-                }
-                report.damage.append((path, 0, reason))
-                end = max(end, highestEnd(starts))
-                quarantine(starts[i...], clock: clock)
-                tailAppendable = false
-                return report
-            }
-        }
-        return report
-    }
-
-    /// The position just past every byte of every segment file (so no position is reused).
-    private func highestEnd(_ starts: [UInt64]) -> UInt64 {
-        starts.reduce(0) { acc, s in
-            var st = stat()
-            let size = stat(directory + "/" + LogSegment.fileName(start: s), &st) == 0 ? UInt64(st.st_size) : 0
-            return max(acc, s + max(size, UInt64(LogSegment.headerBytes)) - UInt64(LogSegment.headerBytes))
-        }
-    }
-
-    private func keepCopy(_ bytes: [UInt8], of path: String, clock: any Clock) {
-        let copy = path + ".damaged-\(clock.nowMicros() / 1000)"
-        let f = Glibc.open(copy, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard f >= 0 else { return }
-        _ = bytes.withUnsafeBytes { Glibc.write(f, $0.baseAddress, $0.count) }
-        _ = fsync(f)
-        Glibc.close(f)
-    }
-
-    private func quarantine(_ starts: ArraySlice<UInt64>, clock: any Clock) {
-        let stamp = clock.nowMicros() / 1000
-        for s in starts {
-            let path = directory + "/" + LogSegment.fileName(start: s)
-            rename(path, path + ".damaged-\(stamp)")
-        }
-        syncDirectory()
-    }
-
-    private func readFile(_ path: String) throws -> [UInt8] { try Self.readWholeFile(path) }
-
-    static func readWholeFile(_ path: String) throws -> [UInt8] {
-        let f = Glibc.open(path, O_RDONLY | O_CLOEXEC)
-        guard f >= 0 else { throw StoreError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }
-        defer { Glibc.close(f) }
-        var st = stat()
-        guard fstat(f, &st) == 0 else { throw StoreError(.io, "cannot stat \(path)") }
-        var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.read(f, $0.baseAddress! + done, $0.count - done) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            done += n
-        }
-        if done < bytes.count { bytes.removeLast(bytes.count - done) }
-        return bytes
     }
 }
